@@ -1,0 +1,32 @@
+#pragma once
+
+// The exceptions the registry raises. Every one is thrown *before* the
+// registry or the dispatcher is changed, so catching it leaves both exactly
+// as they were. The Python binding maps them onto upstream's exception types.
+
+#include <stdexcept>
+#include <string>
+
+namespace native_registry {
+
+// Base of everything the registry throws on purpose.
+class RegistryError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// A bad argument: an empty or malformed name, a refused dispatch key, a
+// namespace off the allowlist, a missing cond or impl. (Python: ValueError.)
+class InvalidArgumentError : public RegistryError {
+ public:
+  using RegistryError::RegistryError;
+};
+
+// An override names an operator the dispatcher does not know, found when the
+// graph is installed. (Python: AttributeError.)
+class OperatorNotFoundError : public RegistryError {
+ public:
+  using RegistryError::RegistryError;
+};
+
+}  // namespace native_registry

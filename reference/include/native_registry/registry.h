@@ -1,0 +1,227 @@
+#pragma once
+
+// The override registry: graphs of (cond, impl) nodes per
+// (namespace, op, dispatch key), routed through one kernel per graph in
+// LibTorch's real dispatcher.
+//
+// Invariants (each pinned by a test in reference/tests):
+//
+//  * Registration only records a node; the dispatcher changes at install
+//    (install_graph / install_all), at teardown (restore, the destructor) and,
+//    under EmptyChainPolicy::kRemoveRouter, when a chain becomes empty.
+//  * An installed router captured the kernel that was live at its key just
+//    before it went in (OperatorHandle::getComputedKernelForDispatchKey) and
+//    calls it directly when no node takes a call, so autograd formulas that
+//    call the same op never re-enter the router.
+//  * Disable, re-enable, reorder-with-reinstall and re-install of a graph
+//    whose router is in place publish a new immutable chain into that router
+//    with one atomic store; the dispatcher is not touched. A call reads the
+//    chain once, so it sees the old chain or the new one, never a mix, and
+//    takes no lock. Chains are interned per router and live as long as it.
+//  * Every error is raised before anything changes.
+//  * restore(snapshot()) puts back the registry and every dispatch table it
+//    touched: routers installed since are removed, routers replaced since are
+//    rebuilt on a fresh capture of the op's own kernel, `_native` ops of nodes
+//    registered since are undefined.
+//
+// Installing or removing a kernel while another thread calls that op is
+// unsafe in LibTorch itself; install and teardown inherit that rule.
+// Everything else may run while other threads call overridden ops.
+
+#include <native_registry/errors.h>
+#include <native_registry/types.h>
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace native_registry {
+
+namespace detail {
+class Router;
+class NativeOp;
+}  // namespace detail
+
+// Everything restore() needs to put a registry back. Opaque; cheap to copy.
+class Snapshot {
+ public:
+  Snapshot();
+  ~Snapshot();
+  Snapshot(const Snapshot&);
+  Snapshot& operator=(const Snapshot&);
+
+ private:
+  friend class Registry;
+  struct State;
+  std::shared_ptr<const State> state_;
+};
+
+// How install_graph treats a router that is already in place.
+enum class InstallMode {
+  // Publish the graph's current chain into the router in place.
+  kUpdate,
+  // Remove the router first, then capture and install afresh: the new
+  // fallback is whatever kernel is live once the old router is gone.
+  kReinstall,
+};
+
+class Registry {
+ public:
+  Registry();
+  // Tears down everything this registry put into the dispatcher.
+  ~Registry();
+  Registry(const Registry&) = delete;
+  Registry& operator=(const Registry&) = delete;
+
+  // The process-wide registry the Python binding uses. Never destroyed (its
+  // routers would otherwise be removed after LibTorch's own statics).
+  static Registry& global();
+
+  // ---- registration ------------------------------------------------------
+
+  // Appends an override to the graph of (lib_symbol, op_symbol, dispatch_key)
+  // and returns its node. Installs nothing. Throws InvalidArgumentError for an
+  // empty or malformed name, an unknown or refused dispatch key (Meta,
+  // CompositeImplicitAutograd, CompositeExplicitAutograd, alias keys), a
+  // namespace off the allowlist, an empty impl, an empty cond without
+  // unconditional_override, or try_initialize_runtime with it.
+  NodePtr register_op_override(const std::string& dsl_name,
+                               const std::string& lib_symbol,
+                               const std::string& op_symbol,
+                               const std::string& dispatch_key, CondFn cond,
+                               ImplFn impl, OverrideOptions options = {});
+
+  // ---- filters -----------------------------------------------------------
+
+  // Adds the named entries to the filter and republishes the installed
+  // routers whose graphs they touch. Unconditional nodes stay enabled unless
+  // an UnconditionalMask is alive.
+  void deregister_op_overrides(const Filter& disable);
+  // Removes the named entries from the filter and republishes likewise.
+  void reenable_op_overrides(const Filter& enable);
+
+  // ---- ordering ----------------------------------------------------------
+
+  // Replaces every graph by fn(op_symbol, dispatch_key, graph). If fn throws,
+  // or returns nodes that are not from that graph, null nodes or duplicates,
+  // the graph is kept and a warning containing "Graph transformation failed"
+  // is logged. With reinstall, installed routers of changed graphs are
+  // republished.
+  void reorder_graphs(const OrderingFn& fn, bool reinstall = false);
+
+  // ---- installation ------------------------------------------------------
+
+  // Brings the router of `key` in line with its graph: installs one if the
+  // enabled chain is non-empty and none is there, publishes the chain into
+  // the one in place, or, for an empty chain, leaves none (an existing one
+  // follows the EmptyChainPolicy, except in kReinstall mode, where it is gone).
+  // Throws OperatorNotFoundError if the op is not in the dispatcher.
+  void install_graph(const GraphKey& key, InstallMode mode = InstallMode::kUpdate);
+  // install_graph for every graph, in key order. Nothing is installed unless
+  // every op that needs a new router resolves.
+  void install_all();
+
+  // ---- teardown ----------------------------------------------------------
+
+  Snapshot snapshot() const;
+  void restore(const Snapshot& snapshot);
+
+  // ---- namespaces --------------------------------------------------------
+
+  // The allowlist starts as {"aten"}. `_native` can never be on it.
+  void allow_namespace(const std::string& lib_symbol);
+  void disallow_namespace(const std::string& lib_symbol);
+  bool is_namespace_allowed(const std::string& lib_symbol) const;
+  std::set<std::string> allowed_namespaces() const;
+
+  // ---- queries -----------------------------------------------------------
+
+  // Sorted op symbols `dsl_name` overrides in `lib_symbol`.
+  std::vector<std::string> get_dsl_operations(
+      const std::string& dsl_name, const std::string& lib_symbol = "aten") const;
+  std::vector<GraphKey> graph_keys() const;
+  Graph graph(const GraphKey& key) const;  // empty if there is none
+  // Whether the filters (and the unconditional mask) leave the node enabled.
+  bool is_enabled(const OverrideNode& node) const;
+  RouterState router_state(const GraphKey& key) const;
+  // The chain the router of `key` routes through now (empty if none).
+  Graph published_chain(const GraphKey& key) const;
+  Filter filters() const;  // the disabled entries, each sorted
+  // Graph keys by dsl name / op symbol / dispatch key, in registration order.
+  std::map<std::string, std::vector<GraphKey>> graphs_by_dsl_name() const;
+  std::map<std::string, std::vector<GraphKey>> graphs_by_op_symbol() const;
+  std::map<std::string, std::vector<GraphKey>> graphs_by_dispatch_key() const;
+
+  // ---- settings ----------------------------------------------------------
+
+  void set_empty_chain_policy(EmptyChainPolicy policy);
+  EmptyChainPolicy empty_chain_policy() const;
+  // Where warnings (a failed ordering function) and info lines go. The
+  // default writes warnings to stderr.
+  void set_log_sink(LogSink sink);
+
+  // While alive, unconditional nodes that the filters disable are masked too
+  // (upstream's `_unconditional_masked()`): the reference computation a test
+  // compares an unconditional override against. Nests; republishes on entry
+  // and exit.
+  class UnconditionalMask {
+   public:
+    explicit UnconditionalMask(Registry& registry);
+    ~UnconditionalMask();
+    UnconditionalMask(const UnconditionalMask&) = delete;
+    UnconditionalMask& operator=(const UnconditionalMask&) = delete;
+
+   private:
+    Registry& registry_;
+  };
+
+ private:
+  struct FilterState {
+    std::set<std::string> dsl_names, op_symbols, dispatch_keys;
+    bool matches(const OverrideNode& node) const;
+  };
+  using Index = std::map<std::string, std::vector<GraphKey>>;
+
+  Graph enabled_chain(const GraphKey& key) const;
+  std::set<GraphKey> keys_named_by(const Filter& filter) const;
+  void republish_installed(const std::set<GraphKey>& keys);
+  void republish_all_installed();
+  // Install steps. The caller holds mutex_.
+  c10::OperatorHandle resolve(const GraphKey& key) const;
+  void publish(const GraphKey& key, const Graph& chain, InstallMode mode);
+  void remove_router(const GraphKey& key);
+  void ensure_native_ops(const Graph& chain);
+  void log(LogLevel level, const std::string& message) const;
+
+  mutable std::recursive_mutex mutex_;  // serialises the control plane
+  std::map<GraphKey, Graph> graphs_;
+  Index by_dsl_name_, by_op_symbol_, by_dispatch_key_;
+  FilterState filters_;
+  std::set<std::string> allowlist_{"aten"};
+  int unconditional_mask_depth_ = 0;
+  EmptyChainPolicy empty_chain_policy_ = EmptyChainPolicy::kKeepDormantRouter;
+  LogSink log_sink_;
+  std::set<GraphKey> installed_;  // graphs install_graph has taken charge of
+  std::map<GraphKey, std::unique_ptr<detail::Router>> routers_;
+  std::map<std::string, std::unique_ptr<detail::NativeOp>> native_ops_;  // by node_id
+};
+
+// ---- the trace shortcut -----------------------------------------------------
+//
+// A tracer (Dynamo) must see the plain op, not the router. When a router whose
+// chain holds a node with divert_when_tracing runs, this thread is not already
+// inside a diverted call, no tensor argument is copy-on-write, and the
+// shortcut says a tracer is active, the router calls the op again from the
+// top with a thread-local re-entrancy flag set; that re-entered call takes
+// the ordinary path, so cond is consulted once and nothing recurses.
+using TraceShortcutFn = bool (*)();
+void set_trace_shortcut(TraceShortcutFn fn);  // nullptr turns it off
+TraceShortcutFn trace_shortcut();
+// True while this thread is inside a call the shortcut diverted.
+bool in_diverted_call();
+
+}  // namespace native_registry

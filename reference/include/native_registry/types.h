@@ -1,0 +1,133 @@
+#pragma once
+
+// The vocabulary of the registry: graph keys, override nodes, the callables a
+// DSL author supplies, and the options of a registration.
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace native_registry {
+
+using Stack = torch::jit::Stack;
+
+// Decides whether an override takes this call. It sees the boxed call as the
+// router received it and must not change the stack.
+using CondFn = std::function<bool(const c10::OperatorHandle& op,
+                                  c10::DispatchKeySet keys, const Stack& stack)>;
+
+// Runs the override: a boxed kernel that pops the arguments off `stack` and
+// pushes the results, exactly as a kernel of the target op would.
+using ImplFn = std::function<void(const c10::OperatorHandle& op,
+                                  c10::DispatchKeySet keys, Stack* stack)>;
+
+// Says whether the override's runtime (a JIT, a driver, ...) is usable. An
+// override whose runtime is unavailable is skipped as if its cond declined.
+using TryInitializeRuntimeFn = std::function<bool()>;
+
+// One graph per (namespace, op symbol, dispatch key).
+struct GraphKey {
+  std::string lib_symbol;    // "aten", or another allowlisted namespace
+  std::string op_symbol;     // "mul.Tensor", "bmm": name with optional overload
+  std::string dispatch_key;  // canonical name, e.g. "CPU"
+
+  // "aten::mul.Tensor/CPU", for messages.
+  std::string to_string() const;
+
+  friend bool operator<(const GraphKey& a, const GraphKey& b) {
+    return std::tie(a.lib_symbol, a.op_symbol, a.dispatch_key) <
+           std::tie(b.lib_symbol, b.op_symbol, b.dispatch_key);
+  }
+  friend bool operator==(const GraphKey& a, const GraphKey& b) {
+    return std::tie(a.lib_symbol, a.op_symbol, a.dispatch_key) ==
+           std::tie(b.lib_symbol, b.op_symbol, b.dispatch_key);
+  }
+};
+
+struct OverrideOptions {
+  // Consulted before cond; see TryInitializeRuntimeFn.
+  TryInitializeRuntimeFn try_initialize_runtime;
+  // The impl *is* the op's implementation: cond may be empty (then it always
+  // matches), and an ordinary disable does not remove it.
+  bool unconditional_override = false;
+  // Lets the process-wide trace shortcut (set_trace_shortcut) divert calls
+  // that reach this node's router. The Python binding sets it for nodes with
+  // Python callables; chains of pure C++ nodes never consult the shortcut.
+  bool divert_when_tracing = false;
+};
+
+// One registered override. Immutable once registered: reordering, disabling
+// and re-enabling never change a node, they change which graph or chain
+// holds it, so a node can be shared by a running call and a new chain.
+struct OverrideNode {
+  std::string dsl_name;
+  std::string lib_symbol;
+  std::string op_symbol;
+  std::string dispatch_key;
+  CondFn cond;  // never empty: an unconditional node gets an always-true cond
+  ImplFn impl;
+  TryInitializeRuntimeFn try_initialize_runtime;  // may be empty
+  bool unconditional_override = false;
+  bool divert_when_tracing = false;
+  // Names the opaque op `_native::<node_id>` that carries this override.
+  // Unique for the life of the process and never reused.
+  std::string node_id;
+
+  GraphKey key() const { return {lib_symbol, op_symbol, dispatch_key}; }
+
+  // Whether the runtime is usable: true without try_initialize_runtime;
+  // otherwise asks it until it first succeeds. A runtime that came up stays
+  // up, so success is remembered; a failure is retried on the next call.
+  bool ensure_runtime() const;
+
+ private:
+  mutable std::atomic<bool> runtime_ready_{false};
+};
+
+using NodePtr = std::shared_ptr<const OverrideNode>;
+using Graph = std::vector<NodePtr>;
+
+// Receives (op_symbol, dispatch_key, graph) and returns the graph to keep:
+// a reordering or a subset of the nodes it was given.
+using OrderingFn = std::function<Graph(const std::string& op_symbol,
+                                       const std::string& dispatch_key,
+                                       const Graph& graph)>;
+
+// What a disable or re-enable names. Op-symbol entries match the bare symbol
+// ("mul.Tensor", "twice") in every namespace; "ns::op" matches nothing.
+struct Filter {
+  std::vector<std::string> dsl_names;
+  std::vector<std::string> op_symbols;
+  std::vector<std::string> dispatch_keys;
+};
+
+// Where a graph's router stands in the dispatcher.
+enum class RouterState {
+  kAbsent,   // no router: the op's own kernel runs
+  kDormant,  // a router with an empty chain: every call goes to the fallback
+  kActive,   // a router with at least one node in its chain
+};
+
+// What happens to an installed router whose chain becomes empty through a
+// disable, a reorder or the unconditional mask.
+enum class EmptyChainPolicy {
+  // Keep it in the dispatcher with an empty chain. The dispatcher is then
+  // only changed by install and teardown, so toggling is safe while other
+  // threads call the op. The default.
+  kKeepDormantRouter,
+  // Remove it, as upstream does. Changes the dispatcher on a disable, which
+  // LibTorch does not allow while the op is being called.
+  kRemoveRouter,
+};
+
+enum class LogLevel { kInfo, kWarning };
+using LogSink = std::function<void(LogLevel, const std::string&)>;
+
+}  // namespace native_registry

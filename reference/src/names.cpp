@@ -1,0 +1,117 @@
+#include "names.h"
+
+#include <native_registry/errors.h>
+
+#include <c10/util/Exception.h>
+
+#include <cctype>
+#include <cstdio>
+
+namespace native_registry::detail {
+namespace {
+
+bool is_identifier(const std::string& text) {
+  if (text.empty() || std::isdigit(static_cast<unsigned char>(text[0]))) {
+    return false;
+  }
+  for (unsigned char c : text) {
+    if (!(std::isalnum(c) || c == '_')) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::string quoted(const std::string& value) {
+  std::string out = "'";
+  for (unsigned char c : value) {
+    if (c == '\'' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20 || c >= 0x7f) {
+      char buf[5];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + "'";
+}
+
+void check_not_blank(const char* what, const std::string& value) {
+  for (unsigned char c : value) {
+    if (!std::isspace(c)) return;
+  }
+  throw InvalidArgumentError(std::string(what) + " must be a non-empty name, got " +
+                             quoted(value));
+}
+
+void check_op_symbol(const std::string& op_symbol) {
+  check_not_blank("op_symbol", op_symbol);
+  const auto dot = op_symbol.find('.');
+  const std::string name = op_symbol.substr(0, dot);
+  const bool ok = is_identifier(name) &&
+                  (dot == std::string::npos || is_identifier(op_symbol.substr(dot + 1)));
+  if (!ok) {
+    throw InvalidArgumentError(
+        "op_symbol=" + quoted(op_symbol) +
+        " is not an op symbol: expected 'name' or 'name.overload' without a "
+        "namespace (the namespace goes in lib_symbol)");
+  }
+}
+
+void check_lib_symbol(const std::string& lib_symbol) {
+  check_not_blank("lib_symbol", lib_symbol);
+  if (!is_identifier(lib_symbol)) {
+    throw InvalidArgumentError("lib_symbol=" + quoted(lib_symbol) +
+                               " is not a namespace name");
+  }
+}
+
+c10::DispatchKey parse_override_dispatch_key(const std::string& name) {
+  check_not_blank("dispatch_key", name);
+  c10::DispatchKey key;
+  try {
+    key = c10::parseDispatchKey(name);
+  } catch (const c10::Error&) {
+    throw InvalidArgumentError("unknown dispatch_key=" + quoted(name));
+  }
+  // The `_native` op's meta kernel calls the target op again; at these keys
+  // that call would come straight back into the router.
+  if (key == c10::DispatchKey::Meta ||
+      key == c10::DispatchKey::CompositeImplicitAutograd ||
+      key == c10::DispatchKey::CompositeExplicitAutograd) {
+    throw InvalidArgumentError(
+        "dispatch_key=" + quoted(name) +
+        " is not supported: overrides are installed at a backend key (CPU, "
+        "CUDA, ...), since the fake kernel redispatches through this key and "
+        "would recurse");
+  }
+  if (c10::isAliasDispatchKey(key) || key == c10::DispatchKey::Undefined) {
+    throw InvalidArgumentError("dispatch_key=" + quoted(name) +
+                               " is not a runtime dispatch key; use a backend "
+                               "key such as CPU or CUDA");
+  }
+  return key;
+}
+
+c10::OperatorName operator_name(const GraphKey& key) {
+  const auto dot = key.op_symbol.find('.');
+  if (dot == std::string::npos) {
+    return {key.lib_symbol + "::" + key.op_symbol, ""};
+  }
+  return {key.lib_symbol + "::" + key.op_symbol.substr(0, dot),
+          key.op_symbol.substr(dot + 1)};
+}
+
+std::string identifier_fragment(const std::string& text, size_t max_length) {
+  std::string out;
+  for (unsigned char c : text) {
+    if (out.size() == max_length) break;
+    out += (std::isalnum(c) && c < 0x80) ? static_cast<char>(c) : '_';
+  }
+  return out;
+}
+
+}  // namespace native_registry::detail

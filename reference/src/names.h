@@ -1,0 +1,38 @@
+#pragma once
+
+// Checking and turning the names a caller passes into what the dispatcher
+// understands. Every check throws InvalidArgumentError naming the bad value.
+
+#include <native_registry/types.h>
+
+#include <c10/core/DispatchKey.h>
+
+#include <string>
+
+namespace native_registry::detail {
+
+// 'value' with control and non-ASCII bytes escaped, for error messages.
+std::string quoted(const std::string& value);
+
+// Throws unless `value` holds something other than whitespace.
+void check_not_blank(const char* what, const std::string& value);
+
+// Throws unless `op_symbol` is `name` or `name.overload` made of identifier
+// characters (so "ns::op", "mul.", ".Tensor" and "a b" are refused).
+void check_op_symbol(const std::string& op_symbol);
+
+// Throws unless `lib_symbol` is an identifier (no "::", no dots).
+void check_lib_symbol(const std::string& lib_symbol);
+
+// Parses a dispatch key name an override may be installed at and returns it.
+// Refuses unknown names, Meta, the Composite* keys and other alias keys.
+c10::DispatchKey parse_override_dispatch_key(const std::string& name);
+
+// "mul.Tensor" in "aten" -> {"aten::mul", "Tensor"}; "bmm" -> {"aten::bmm", ""}.
+c10::OperatorName operator_name(const GraphKey& key);
+
+// Letters, digits and '_' kept, anything else turned into '_', capped in
+// length, for minting `_native` op names.
+std::string identifier_fragment(const std::string& text, size_t max_length);
+
+}  // namespace native_registry::detail

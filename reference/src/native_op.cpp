@@ -1,0 +1,59 @@
+#include "native_op.h"
+
+#include "quiet_override_warning.h"
+
+namespace native_registry::detail {
+namespace {
+
+constexpr const char* kNativeNamespace = "_native";
+
+// Shape inference: the target op on meta inputs runs the target's own Meta
+// (or composite) kernel.
+class CallTarget final : public c10::OperatorKernel {
+ public:
+  explicit CallTarget(c10::OperatorHandle target) : target_(std::move(target)) {}
+  void operator()(const c10::OperatorHandle&, c10::DispatchKeySet, Stack* stack) {
+    target_.callBoxed(stack);
+  }
+
+ private:
+  c10::OperatorHandle target_;
+};
+
+class CallImpl final : public c10::OperatorKernel {
+ public:
+  explicit CallImpl(NodePtr node) : node_(std::move(node)) {}
+  void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
+                  Stack* stack) {
+    node_->impl(op, keys, stack);
+  }
+
+ private:
+  NodePtr node_;
+};
+
+}  // namespace
+
+c10::OperatorName NativeOp::name_for(const OverrideNode& node) {
+  return {std::string(kNativeNamespace) + "::" + node.node_id, ""};
+}
+
+NativeOp::NativeOp(const NodePtr& node, const c10::OperatorHandle& target,
+                   c10::DispatchKey dispatch_key) {
+  library_ = std::make_unique<torch::Library>(
+      torch::Library::FRAGMENT, kNativeNamespace, std::nullopt, __FILE__, __LINE__);
+  const std::string name = name_for(*node).name;
+  QuietOverrideWarning quiet;
+  library_->def(target.schema().cloneWithName(name, ""));
+  library_->impl(name.c_str(),
+                 torch::dispatch(c10::DispatchKey::Meta,
+                                 torch::CppFunction::makeFromBoxedFunctor(
+                                     std::make_unique<CallTarget>(target))));
+  library_->impl(name.c_str(),
+                 torch::dispatch(dispatch_key, torch::CppFunction::makeFromBoxedFunctor(
+                                                   std::make_unique<CallImpl>(node))));
+}
+
+NativeOp::~NativeOp() = default;
+
+}  // namespace native_registry::detail

@@ -1,0 +1,28 @@
+#pragma once
+
+// Registering a kernel where one already is makes LibTorch warn "Overriding a
+// previously registered kernel" (once per process). Overriding is the point
+// of this registry, so that one warning is dropped while the registry edits
+// the dispatcher; every other warning reaches the handler that was in place.
+
+#include <c10/util/Exception.h>
+
+namespace native_registry::detail {
+
+class QuietOverrideWarning final : public c10::WarningHandler {
+ public:
+  QuietOverrideWarning();
+  ~QuietOverrideWarning() override;
+  QuietOverrideWarning(const QuietOverrideWarning&) = delete;
+  QuietOverrideWarning& operator=(const QuietOverrideWarning&) = delete;
+
+  void process(const c10::Warning& warning) override;
+
+  // Whether `message` is the kernel-override notice this filter drops.
+  static bool is_override_notice(const std::string& message);
+
+ private:
+  c10::WarningHandler* previous_;
+};
+
+}  // namespace native_registry::detail

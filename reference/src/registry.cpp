@@ -1,0 +1,560 @@
+#include <native_registry/registry.h>
+
+#include "names.h"
+#include "native_op.h"
+#include "router.h"
+
+#include <algorithm>
+#include <iostream>
+
+namespace native_registry {
+
+using detail::NativeOp;
+using detail::quoted;
+using detail::Router;
+
+// ---- snapshot ---------------------------------------------------------------
+
+struct Snapshot::State {
+  const Registry* owner = nullptr;
+  std::map<GraphKey, Graph> graphs;
+  std::map<std::string, std::vector<GraphKey>> by_dsl_name, by_op_symbol,
+      by_dispatch_key;
+  std::set<std::string> disabled_dsl_names, disabled_op_symbols,
+      disabled_dispatch_keys;
+  std::set<std::string> allowlist;
+  std::set<GraphKey> installed;
+  struct RouterRecord {
+    uint64_t router_id;
+    Graph chain;
+  };
+  std::map<GraphKey, RouterRecord> routers;
+};
+
+Snapshot::Snapshot() = default;
+Snapshot::~Snapshot() = default;
+Snapshot::Snapshot(const Snapshot&) = default;
+Snapshot& Snapshot::operator=(const Snapshot&) = default;
+
+// ---- helpers ----------------------------------------------------------------
+
+namespace {
+
+std::atomic<uint64_t> g_next_node_serial{0};
+
+// A `_native` op name no op in the dispatcher has: the serial makes it unique
+// among ours, the lookup keeps it clear of names minted elsewhere.
+std::string mint_node_id(const std::string& dsl_name, const std::string& op_symbol) {
+  for (;;) {
+    const uint64_t serial = g_next_node_serial.fetch_add(1);
+    std::string id = "nr" + std::to_string(serial) + "_" +
+                     detail::identifier_fragment(op_symbol, 64) + "_" +
+                     detail::identifier_fragment(dsl_name, 64);
+    if (!c10::Dispatcher::singleton().findOp({"_native::" + id, ""})) return id;
+  }
+}
+
+void append_once(std::vector<GraphKey>& keys, const GraphKey& key) {
+  if (std::find(keys.begin(), keys.end(), key) == keys.end()) keys.push_back(key);
+}
+
+void check_filter_entries(const char* what, const std::vector<std::string>& entries) {
+  for (const std::string& entry : entries) detail::check_not_blank(what, entry);
+}
+
+std::vector<std::string> sorted(const std::set<std::string>& values) {
+  return {values.begin(), values.end()};
+}
+
+// Why `candidate` cannot replace `original` as the graph of `key`, or "".
+std::string why_not_a_reordering(const GraphKey& key, const Graph& original,
+                                 const Graph& candidate) {
+  std::set<const OverrideNode*> seen;
+  for (const NodePtr& node : candidate) {
+    if (!node) return "it holds a null node";
+    if (!(node->key() == key)) {
+      return "node " + node->node_id + " belongs to the graph of " +
+             node->key().to_string();
+    }
+    if (std::none_of(original.begin(), original.end(),
+                     [&](const NodePtr& n) { return n.get() == node.get(); })) {
+      return "node " + node->node_id + " is not in this graph";
+    }
+    if (!seen.insert(node.get()).second) {
+      return "node " + node->node_id + " appears twice";
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+bool Registry::FilterState::matches(const OverrideNode& node) const {
+  return dsl_names.count(node.dsl_name) || op_symbols.count(node.op_symbol) ||
+         dispatch_keys.count(node.dispatch_key);
+}
+
+// ---- lifetime ---------------------------------------------------------------
+
+Registry::Registry() = default;
+
+Registry::~Registry() {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  routers_.clear();  // routers first: they may route to the `_native` ops' impls
+  native_ops_.clear();
+}
+
+Registry& Registry::global() {
+  static Registry* registry = new Registry();
+  return *registry;
+}
+
+// ---- registration -----------------------------------------------------------
+
+NodePtr Registry::register_op_override(const std::string& dsl_name,
+                                       const std::string& lib_symbol,
+                                       const std::string& op_symbol,
+                                       const std::string& dispatch_key, CondFn cond,
+                                       ImplFn impl, OverrideOptions options) {
+  detail::check_not_blank("dsl_name", dsl_name);
+  detail::check_lib_symbol(lib_symbol);
+  detail::check_op_symbol(op_symbol);
+  const c10::DispatchKey key = detail::parse_override_dispatch_key(dispatch_key);
+  if (!impl) throw InvalidArgumentError("impl must be provided");
+  if (options.unconditional_override) {
+    if (options.try_initialize_runtime) {
+      throw InvalidArgumentError(
+          "try_initialize_runtime cannot be provided with "
+          "unconditional_override=True: an unconditional override has no "
+          "fallback to take when its runtime is unavailable");
+    }
+    if (!cond) {
+      cond = [](const c10::OperatorHandle&, c10::DispatchKeySet, const Stack&) {
+        return true;
+      };
+    }
+  } else if (!cond) {
+    throw InvalidArgumentError("cond must be provided unless unconditional_override=True");
+  }
+
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  if (!allowlist_.count(lib_symbol)) {
+    throw InvalidArgumentError("lib_symbol=" + quoted(lib_symbol) +
+                               " is not overridable; allow it first "
+                               "(allowed: " + [&] {
+                                 std::string names;
+                                 for (const auto& ns : allowlist_) {
+                                   names += (names.empty() ? "" : ", ") + ns;
+                                 }
+                                 return names;
+                               }() + ")");
+  }
+
+  auto node = std::make_shared<OverrideNode>();
+  node->dsl_name = dsl_name;
+  node->lib_symbol = lib_symbol;
+  node->op_symbol = op_symbol;
+  node->dispatch_key = c10::toString(key);
+  node->cond = std::move(cond);
+  node->impl = std::move(impl);
+  node->try_initialize_runtime = std::move(options.try_initialize_runtime);
+  node->unconditional_override = options.unconditional_override;
+  node->divert_when_tracing = options.divert_when_tracing;
+  node->node_id = mint_node_id(dsl_name, op_symbol);
+
+  const GraphKey graph_key = node->key();
+  graphs_[graph_key].push_back(node);
+  append_once(by_dsl_name_[dsl_name], graph_key);
+  append_once(by_op_symbol_[op_symbol], graph_key);
+  append_once(by_dispatch_key_[graph_key.dispatch_key], graph_key);
+  return node;
+}
+
+// ---- filters ----------------------------------------------------------------
+
+std::set<GraphKey> Registry::keys_named_by(const Filter& filter) const {
+  std::set<GraphKey> keys;
+  auto collect = [&](const Index& index, const std::vector<std::string>& names) {
+    for (const std::string& name : names) {
+      auto it = index.find(name);
+      if (it != index.end()) keys.insert(it->second.begin(), it->second.end());
+    }
+  };
+  collect(by_dsl_name_, filter.dsl_names);
+  collect(by_op_symbol_, filter.op_symbols);
+  collect(by_dispatch_key_, filter.dispatch_keys);
+  return keys;
+}
+
+void Registry::deregister_op_overrides(const Filter& disable) {
+  check_filter_entries("disable_dsl_names entry", disable.dsl_names);
+  check_filter_entries("disable_op_symbols entry", disable.op_symbols);
+  check_filter_entries("disable_dispatch_keys entry", disable.dispatch_keys);
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  log(LogLevel::kInfo, "disabling overrides");
+  filters_.dsl_names.insert(disable.dsl_names.begin(), disable.dsl_names.end());
+  filters_.op_symbols.insert(disable.op_symbols.begin(), disable.op_symbols.end());
+  filters_.dispatch_keys.insert(disable.dispatch_keys.begin(),
+                                disable.dispatch_keys.end());
+  republish_installed(keys_named_by(disable));
+}
+
+void Registry::reenable_op_overrides(const Filter& enable) {
+  check_filter_entries("enable_dsl_names entry", enable.dsl_names);
+  check_filter_entries("enable_op_symbols entry", enable.op_symbols);
+  check_filter_entries("enable_dispatch_keys entry", enable.dispatch_keys);
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  log(LogLevel::kInfo, "re-enabling overrides");
+  for (const auto& name : enable.dsl_names) filters_.dsl_names.erase(name);
+  for (const auto& name : enable.op_symbols) filters_.op_symbols.erase(name);
+  for (const auto& name : enable.dispatch_keys) filters_.dispatch_keys.erase(name);
+  republish_installed(keys_named_by(enable));
+}
+
+bool Registry::is_enabled(const OverrideNode& node) const {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  if (!filters_.matches(node)) return true;
+  // An unconditional override is the op's implementation: a disable leaves
+  // it in place unless the mask is also up.
+  return node.unconditional_override && unconditional_mask_depth_ == 0;
+}
+
+Graph Registry::enabled_chain(const GraphKey& key) const {
+  Graph chain;
+  auto it = graphs_.find(key);
+  if (it == graphs_.end()) return chain;
+  for (const NodePtr& node : it->second) {
+    if (is_enabled(*node)) chain.push_back(node);
+  }
+  return chain;
+}
+
+void Registry::republish_installed(const std::set<GraphKey>& keys) {
+  for (const GraphKey& key : keys) {
+    if (installed_.count(key)) publish(key, enabled_chain(key), InstallMode::kUpdate);
+  }
+}
+
+void Registry::republish_all_installed() { republish_installed(installed_); }
+
+// ---- ordering ---------------------------------------------------------------
+
+void Registry::reorder_graphs(const OrderingFn& fn, bool reinstall) {
+  if (!fn) throw InvalidArgumentError("the ordering function must be callable");
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  std::vector<GraphKey> keys;
+  for (const auto& entry : graphs_) keys.push_back(entry.first);
+  for (const GraphKey& key : keys) {
+    auto it = graphs_.find(key);
+    if (it == graphs_.end()) continue;  // the ordering function removed it
+    const Graph original = it->second;
+    const std::string where = key.to_string();
+    Graph reordered;
+    try {
+      reordered = fn(key.op_symbol, key.dispatch_key, original);
+    } catch (const std::exception& e) {
+      log(LogLevel::kWarning, "Graph transformation failed for " + where + ": " +
+                                  e.what() + ". Preserving original graph.");
+      continue;
+    } catch (...) {
+      log(LogLevel::kWarning, "Graph transformation failed for " + where +
+                                  ": unknown exception. Preserving original graph.");
+      continue;
+    }
+    const std::string problem = why_not_a_reordering(key, original, reordered);
+    if (!problem.empty()) {
+      log(LogLevel::kWarning, "Graph transformation failed for " + where +
+                                  ": the returned graph is invalid (" + problem +
+                                  "). Preserving original graph.");
+      continue;
+    }
+    graphs_[key] = reordered;
+    if (reinstall && reordered != original && installed_.count(key)) {
+      publish(key, enabled_chain(key), InstallMode::kUpdate);
+    }
+  }
+}
+
+// ---- installation -----------------------------------------------------------
+
+c10::OperatorHandle Registry::resolve(const GraphKey& key) const {
+  const c10::OperatorName name = detail::operator_name(key);
+  auto op = c10::Dispatcher::singleton().findSchema(name);
+  if (!op) {
+    throw OperatorNotFoundError(
+        "op " + quoted(key.lib_symbol + "::" + key.op_symbol) +
+        " not found; is the namespace " + quoted(key.lib_symbol) +
+        " loaded (its library defined or imported) and the op symbol spelled "
+        "with its overload?");
+  }
+  return *op;
+}
+
+void Registry::ensure_native_ops(const Graph& chain) {
+  for (const NodePtr& node : chain) {
+    if (native_ops_.count(node->node_id)) continue;
+    native_ops_[node->node_id] = std::make_unique<NativeOp>(
+        node, resolve(node->key()),
+        detail::parse_override_dispatch_key(node->dispatch_key));
+  }
+}
+
+void Registry::remove_router(const GraphKey& key) { routers_.erase(key); }
+
+void Registry::publish(const GraphKey& key, const Graph& chain, InstallMode mode) {
+  auto it = routers_.find(key);
+  if (chain.empty()) {
+    if (it == routers_.end()) return;
+    if (mode == InstallMode::kReinstall ||
+        empty_chain_policy_ == EmptyChainPolicy::kRemoveRouter) {
+      remove_router(key);
+    } else {
+      it->second->publish(chain);
+    }
+    return;
+  }
+  const c10::OperatorHandle op = resolve(key);  // throws before any change
+  ensure_native_ops(chain);
+  if (it != routers_.end() && mode == InstallMode::kUpdate) {
+    it->second->publish(chain);
+    return;
+  }
+  // Remove the old router before capturing, so the new one falls back to
+  // the op's own kernel rather than to the router it replaces.
+  if (it != routers_.end()) remove_router(key);
+  routers_[key] = std::make_unique<Router>(
+      op, detail::parse_override_dispatch_key(key.dispatch_key), chain);
+}
+
+void Registry::install_graph(const GraphKey& key, InstallMode mode) {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  publish(key, enabled_chain(key), mode);
+  installed_.insert(key);
+}
+
+void Registry::install_all() {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  for (const auto& entry : graphs_) {
+    if (!enabled_chain(entry.first).empty()) resolve(entry.first);
+  }
+  for (const auto& entry : graphs_) install_graph(entry.first);
+}
+
+// ---- teardown ---------------------------------------------------------------
+
+Snapshot Registry::snapshot() const {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  auto state = std::make_shared<Snapshot::State>();
+  state->owner = this;
+  state->graphs = graphs_;
+  state->by_dsl_name = by_dsl_name_;
+  state->by_op_symbol = by_op_symbol_;
+  state->by_dispatch_key = by_dispatch_key_;
+  state->disabled_dsl_names = filters_.dsl_names;
+  state->disabled_op_symbols = filters_.op_symbols;
+  state->disabled_dispatch_keys = filters_.dispatch_keys;
+  state->allowlist = allowlist_;
+  state->installed = installed_;
+  for (const auto& [key, router] : routers_) {
+    state->routers[key] = {router->id(), router->published()};
+  }
+  Snapshot snapshot;
+  snapshot.state_ = std::move(state);
+  return snapshot;
+}
+
+void Registry::restore(const Snapshot& snapshot) {
+  if (!snapshot.state_) throw InvalidArgumentError("restore: the snapshot is empty");
+  if (snapshot.state_->owner != this) {
+    throw InvalidArgumentError("restore: the snapshot was taken of another registry");
+  }
+  const Snapshot::State& saved = *snapshot.state_;
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+
+  // Routers installed since, or replaced since (a different router id), go
+  // first, so that rebuilding a replaced one captures the op's own kernel.
+  std::vector<GraphKey> stale;
+  for (const auto& [key, router] : routers_) {
+    auto it = saved.routers.find(key);
+    if (it == saved.routers.end() || it->second.router_id != router->id()) {
+      stale.push_back(key);
+    }
+  }
+  for (const GraphKey& key : stale) remove_router(key);
+
+  graphs_ = saved.graphs;
+  by_dsl_name_ = saved.by_dsl_name;
+  by_op_symbol_ = saved.by_op_symbol;
+  by_dispatch_key_ = saved.by_dispatch_key;
+  filters_.dsl_names = saved.disabled_dsl_names;
+  filters_.op_symbols = saved.disabled_op_symbols;
+  filters_.dispatch_keys = saved.disabled_dispatch_keys;
+  allowlist_ = saved.allowlist;
+  installed_ = saved.installed;
+
+  std::vector<std::string> unrestorable;
+  for (const auto& [key, record] : saved.routers) {
+    auto it = routers_.find(key);
+    if (it != routers_.end()) {
+      ensure_native_ops(record.chain);
+      it->second->publish(record.chain);
+      continue;
+    }
+    try {
+      const c10::OperatorHandle op = resolve(key);
+      ensure_native_ops(record.chain);
+      routers_[key] = std::make_unique<Router>(
+          op, detail::parse_override_dispatch_key(key.dispatch_key), record.chain);
+    } catch (const OperatorNotFoundError&) {
+      unrestorable.push_back(key.to_string());  // its op is gone, and so is its table
+    }
+  }
+
+  // `_native` ops of nodes registered since the snapshot are undefined.
+  std::set<std::string> live_ids;
+  for (const auto& entry : graphs_) {
+    for (const NodePtr& node : entry.second) live_ids.insert(node->node_id);
+  }
+  for (auto it = native_ops_.begin(); it != native_ops_.end();) {
+    it = live_ids.count(it->first) ? std::next(it) : native_ops_.erase(it);
+  }
+  for (const std::string& where : unrestorable) {
+    log(LogLevel::kWarning, "restore: the op of " + where +
+                                " no longer exists; its router was not rebuilt");
+  }
+}
+
+// ---- namespaces -------------------------------------------------------------
+
+void Registry::allow_namespace(const std::string& lib_symbol) {
+  detail::check_lib_symbol(lib_symbol);
+  if (lib_symbol == "_native") {
+    throw InvalidArgumentError(
+        "lib_symbol='_native' can never be overridable: it holds the ops that "
+        "carry the overrides");
+  }
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  allowlist_.insert(lib_symbol);
+}
+
+void Registry::disallow_namespace(const std::string& lib_symbol) {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  allowlist_.erase(lib_symbol);
+}
+
+bool Registry::is_namespace_allowed(const std::string& lib_symbol) const {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  return allowlist_.count(lib_symbol) > 0;
+}
+
+std::set<std::string> Registry::allowed_namespaces() const {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  return allowlist_;
+}
+
+// ---- queries ----------------------------------------------------------------
+
+std::vector<std::string> Registry::get_dsl_operations(
+    const std::string& dsl_name, const std::string& lib_symbol) const {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  std::set<std::string> operations;
+  for (const auto& [key, graph] : graphs_) {
+    if (key.lib_symbol != lib_symbol) continue;
+    for (const NodePtr& node : graph) {
+      if (node->dsl_name == dsl_name) operations.insert(key.op_symbol);
+    }
+  }
+  return sorted(operations);
+}
+
+std::vector<GraphKey> Registry::graph_keys() const {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  std::vector<GraphKey> keys;
+  for (const auto& entry : graphs_) keys.push_back(entry.first);
+  return keys;
+}
+
+Graph Registry::graph(const GraphKey& key) const {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  auto it = graphs_.find(key);
+  return it == graphs_.end() ? Graph{} : it->second;
+}
+
+RouterState Registry::router_state(const GraphKey& key) const {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  auto it = routers_.find(key);
+  if (it == routers_.end()) return RouterState::kAbsent;
+  return it->second->published().empty() ? RouterState::kDormant : RouterState::kActive;
+}
+
+Graph Registry::published_chain(const GraphKey& key) const {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  auto it = routers_.find(key);
+  return it == routers_.end() ? Graph{} : it->second->published();
+}
+
+Filter Registry::filters() const {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  return {sorted(filters_.dsl_names), sorted(filters_.op_symbols),
+          sorted(filters_.dispatch_keys)};
+}
+
+std::map<std::string, std::vector<GraphKey>> Registry::graphs_by_dsl_name() const {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  return by_dsl_name_;
+}
+
+std::map<std::string, std::vector<GraphKey>> Registry::graphs_by_op_symbol() const {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  return by_op_symbol_;
+}
+
+std::map<std::string, std::vector<GraphKey>> Registry::graphs_by_dispatch_key() const {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  return by_dispatch_key_;
+}
+
+// ---- settings ---------------------------------------------------------------
+
+void Registry::set_empty_chain_policy(EmptyChainPolicy policy) {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  empty_chain_policy_ = policy;
+}
+
+EmptyChainPolicy Registry::empty_chain_policy() const {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  return empty_chain_policy_;
+}
+
+void Registry::set_log_sink(LogSink sink) {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  log_sink_ = std::move(sink);
+}
+
+void Registry::log(LogLevel level, const std::string& message) const {
+  if (log_sink_) {
+    log_sink_(level, message);
+  } else if (level == LogLevel::kWarning) {
+    std::cerr << "[native_registry] warning: " << message << "\n";
+  }
+}
+
+Registry::UnconditionalMask::UnconditionalMask(Registry& registry)
+    : registry_(registry) {
+  std::lock_guard<std::recursive_mutex> lock(registry_.mutex_);
+  ++registry_.unconditional_mask_depth_;
+  registry_.republish_all_installed();
+}
+
+Registry::UnconditionalMask::~UnconditionalMask() {
+  std::lock_guard<std::recursive_mutex> lock(registry_.mutex_);
+  --registry_.unconditional_mask_depth_;
+  try {
+    registry_.republish_all_installed();
+  } catch (const std::exception& e) {
+    registry_.log(LogLevel::kWarning,
+                  std::string("lifting the unconditional mask failed: ") + e.what());
+  }
+}
+
+}  // namespace native_registry

@@ -1,0 +1,79 @@
+// Calls on many threads while another thread disables, re-enables, reorders,
+// registers and re-installs (in place): every call sees some whole chain, so
+// every result is one a published chain could give, and nothing crashes.
+// Install and teardown happen before the callers start and after they stop,
+// as LibTorch requires.
+
+#include "support.h"
+
+#include <ATen/ops/full.h>
+
+#include <chrono>
+#include <set>
+#include <thread>
+
+namespace native_registry::testing {
+namespace {
+
+using ConcurrencyTest = RegistryTest;
+
+TEST_F(ConcurrencyTest, CallsSeeWholeChainsWhileTheControlPlaneChurns) {
+  register_override(mul_cpu(), constant_cond(true), fill_impl(1), {}, "dsl_a");
+  register_override(mul_cpu(), constant_cond(true), fill_impl(2), {}, "dsl_b");
+  registry().install_graph(mul_cpu());
+
+  // 8 from the fallback (2 * 4); 1, 2, 3 from the overrides.
+  const std::set<float> possible{8.f, 1.f, 2.f, 3.f};
+  std::atomic<bool> stop{false};
+  std::atomic<long> calls{0}, bad{0};
+  std::vector<std::thread> callers;
+  for (int t = 0; t < 4; ++t) {
+    callers.emplace_back([&] {
+      const at::Tensor a = tensor({2, 2});
+      const at::Tensor b = tensor({4, 4});
+      while (!stop.load()) {
+        const at::Tensor out = call_mul(a, b);
+        const float first = out[0].item<float>();
+        if (!possible.count(first) || out[1].item<float>() != first) ++bad;
+        ++calls;
+      }
+    });
+  }
+
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(1500);
+  int round = 0;
+  while (std::chrono::steady_clock::now() < until) {
+    switch (round++ % 6) {
+      case 0: registry().deregister_op_overrides({{"dsl_a"}, {}, {}}); break;
+      case 1: registry().deregister_op_overrides({{"dsl_b"}, {}, {}}); break;
+      case 2: registry().reenable_op_overrides({{"dsl_a", "dsl_b"}, {}, {}}); break;
+      case 3:
+        registry().reorder_graphs(
+            [](const std::string&, const std::string&, const Graph& g) {
+              return Graph(g.rbegin(), g.rend());
+            },
+            /*reinstall=*/true);
+        break;
+      case 4:
+        if (registry().graph(mul_cpu()).size() < 40) {
+          register_override(mul_cpu(), constant_cond(round % 4 == 0), fill_impl(3), {}, "dsl_c");
+        }
+        registry().install_graph(mul_cpu());  // in place: a publish, not a re-install
+        break;
+      case 5: {
+        Registry::UnconditionalMask mask(registry());
+        break;
+      }
+    }
+  }
+  stop = true;
+  for (auto& caller : callers) caller.join();
+  EXPECT_EQ(bad.load(), 0) << "results no published chain could give";
+  EXPECT_GT(calls.load(), 0);
+  EXPECT_GT(round, 6);
+  RecordProperty("calls", std::to_string(calls.load()));
+  RecordProperty("control_rounds", std::to_string(round));
+}
+
+}  // namespace
+}  // namespace native_registry::testing

@@ -1,0 +1,85 @@
+// The `_native::<node_id>` ops: cloned schema, impl at the override's key, a
+// Meta kernel that shape-infers through the target without running the impl
+// or initialising a runtime, and their removal at teardown.
+
+#include "support.h"
+
+#include <ATen/ops/empty.h>
+
+namespace native_registry::testing {
+namespace {
+
+using NativeOpTest = RegistryTest;
+
+std::optional<c10::OperatorHandle> native_op(const OverrideNode& node) {
+  return c10::Dispatcher::singleton().findSchema({"_native::" + node.node_id, ""});
+}
+
+TEST_F(NativeOpTest, DefinedAtInstallWithTheTargetsSchema) {
+  auto node = register_override(mul_cpu(), constant_cond(true), fill_impl(1));
+  EXPECT_FALSE(native_op(*node)) << "defined at registration";
+  registry().install_graph(mul_cpu());
+  auto op = native_op(*node);
+  ASSERT_TRUE(op);
+  const auto target = c10::Dispatcher::singleton().findSchemaOrThrow("aten::mul", "Tensor");
+  EXPECT_EQ(op->schema().arguments(), target.schema().arguments());
+  EXPECT_EQ(op->schema().returns(), target.schema().returns());
+  EXPECT_TRUE(op->hasKernelForDispatchKey(c10::DispatchKey::Meta));
+  EXPECT_TRUE(op->hasKernelForDispatchKey(c10::DispatchKey::CPU));
+}
+
+TEST_F(NativeOpTest, CallingItAtTheOverrideKeyRunsTheImpl) {
+  auto node = register_override(mul_cpu(), constant_cond(false), fill_impl(6));
+  registry().install_graph(mul_cpu());
+  Stack stack{tensor({1, 2}), tensor({3, 4})};
+  native_op(*node)->callBoxed(&stack);
+  ASSERT_EQ(stack.size(), 1u);
+  EXPECT_TRUE(same(stack[0].toTensor(), tensor({6, 6})));
+}
+
+TEST_F(NativeOpTest, MetaInferenceRunsNeitherImplNorRuntime) {
+  MockImpl impl;
+  EXPECT_CALL(impl, Call()).Times(0);
+  ::testing::MockFunction<bool()> runtime;
+  EXPECT_CALL(runtime, Call()).Times(0);
+  OverrideOptions options;
+  options.try_initialize_runtime = runtime.AsStdFunction();
+  auto node = register_override(mul_cpu(), constant_cond(true), impl_from(impl, 1), options);
+  registry().install_graph(mul_cpu());
+
+  const auto meta = at::TensorOptions().device(at::kMeta).dtype(at::kFloat);
+  Stack stack{at::empty({3, 4}, meta), at::empty({3, 4}, meta)};
+  native_op(*node)->callBoxed(&stack);
+  const at::Tensor out = stack.at(0).toTensor();
+  EXPECT_TRUE(out.is_meta());
+  EXPECT_EQ(out.sizes(), at::IntArrayRef({3, 4}));
+  EXPECT_EQ(out.scalar_type(), at::kFloat);
+  // The target op itself on meta inputs never reaches the CPU router.
+  const at::Tensor direct = call_mul(at::empty({2, 5}, meta), at::empty({2, 5}, meta));
+  EXPECT_EQ(direct.sizes(), at::IntArrayRef({2, 5}));
+}
+
+TEST_F(NativeOpTest, MetaInferenceWorksForACompositeOnlyOp) {
+  auto node = register_override(twice_cpu(fixtures::kTestNamespace), constant_cond(true),
+                                forbidden_impl());
+  registry().install_graph(twice_cpu(fixtures::kTestNamespace));
+  const auto meta = at::TensorOptions().device(at::kMeta);
+  Stack stack{at::empty({7}, meta)};
+  native_op(*node)->callBoxed(&stack);
+  EXPECT_EQ(stack.at(0).toTensor().sizes(), at::IntArrayRef({7}));
+}
+
+TEST_F(NativeOpTest, RestoreUndefinesOpsOfNodesRegisteredSince) {
+  auto kept = register_override(mul_cpu(), constant_cond(false), fill_impl(1));
+  registry().install_graph(mul_cpu());
+  const Snapshot snapshot = registry().snapshot();
+  auto added = register_override(mul_cpu(), constant_cond(false), fill_impl(2));
+  registry().install_graph(mul_cpu());
+  ASSERT_TRUE(native_op(*added));
+  registry().restore(snapshot);
+  EXPECT_FALSE(native_op(*added));
+  EXPECT_TRUE(native_op(*kept));
+}
+
+}  // namespace
+}  // namespace native_registry::testing

@@ -1,0 +1,121 @@
+// Reordering graphs with a user ordering function, and what happens when the
+// function fails or returns something that is not a reordering.
+
+#include "support.h"
+
+#include <algorithm>
+
+namespace native_registry::testing {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+class OrderingTest : public RegistryTest {
+ protected:
+  void SetUp() override {
+    RegistryTest::SetUp();
+    c_ = register_override(mul_cpu(), constant_cond(true), fill_impl(3), {}, "dsl_c");
+    a_ = register_override(mul_cpu(), constant_cond(true), fill_impl(1), {}, "dsl_a");
+    b_ = register_override(mul_cpu(), constant_cond(true), fill_impl(2), {}, "dsl_b");
+  }
+  static Graph alphabetical(const std::string&, const std::string&, const Graph& graph) {
+    Graph sorted = graph;
+    std::sort(sorted.begin(), sorted.end(),
+              [](const NodePtr& x, const NodePtr& y) { return x->dsl_name < y->dsl_name; });
+    return sorted;
+  }
+  // Applies `fn` and checks the graph was kept with a warning.
+  void expect_rejected(const OrderingFn& fn, const std::string& reason) {
+    registry().reorder_graphs(fn);
+    EXPECT_THAT(registry().graph(mul_cpu()), ElementsAre(c_, a_, b_));
+    ASSERT_EQ(warnings.size(), 1u);
+    EXPECT_THAT(warnings[0], HasSubstr("Graph transformation failed"));
+    EXPECT_THAT(warnings[0], HasSubstr(reason));
+    warnings.clear();
+  }
+  NodePtr a_, b_, c_;
+};
+
+TEST_F(OrderingTest, OrderingFunctionReordersEveryGraph) {
+  auto bmm_b = register_override(bmm_cpu(), constant_cond(true), fill_impl(1), {}, "dsl_b");
+  auto bmm_a = register_override(bmm_cpu(), constant_cond(true), fill_impl(1), {}, "dsl_a");
+  registry().reorder_graphs(alphabetical);
+  EXPECT_THAT(registry().graph(mul_cpu()), ElementsAre(a_, b_, c_));
+  EXPECT_THAT(registry().graph(bmm_cpu()), ElementsAre(bmm_a, bmm_b));
+  EXPECT_TRUE(warnings.empty());
+}
+
+TEST_F(OrderingTest, OrderingFunctionSeesOpSymbolAndDispatchKey) {
+  std::vector<std::string> seen;
+  registry().reorder_graphs([&](const std::string& op, const std::string& key, const Graph& g) {
+    seen.push_back(op + "/" + key);
+    return g;
+  });
+  EXPECT_THAT(seen, ElementsAre("mul.Tensor/CPU"));
+}
+
+TEST_F(OrderingTest, ThrowingFunctionKeepsTheGraphAndWarns) {
+  expect_rejected(
+      [](const std::string&, const std::string&, const Graph&) -> Graph {
+        throw std::runtime_error("Test exception");
+      },
+      "Test exception");
+  expect_rejected([](const std::string&, const std::string&, const Graph&) -> Graph { throw 42; },
+                  "unknown exception");
+}
+
+TEST_F(OrderingTest, JunkResultsKeepTheGraphAndWarn) {
+  expect_rejected([&](auto&&...) { return Graph{a_, a_}; }, "appears twice");
+  expect_rejected([&](auto&&...) { return Graph{a_, nullptr}; }, "null node");
+  auto foreign = register_override(bmm_cpu(), constant_cond(true), fill_impl(1));
+  registry().reorder_graphs([&](const std::string& op, const std::string&, const Graph& g) {
+    return op == "mul.Tensor" ? Graph{a_, foreign} : g;
+  });
+  EXPECT_THAT(registry().graph(mul_cpu()), ElementsAre(c_, a_, b_));
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_THAT(warnings[0], HasSubstr("belongs to the graph of aten::bmm/CPU"));
+  warnings.clear();
+  // A node of the same key that is no longer (or never was) in the graph.
+  Registry other;
+  auto stranger = other.register_op_override("x", "aten", "mul.Tensor", "CPU",
+                                             constant_cond(true), fill_impl(1));
+  expect_rejected(
+      [&](const std::string& op, const std::string&, const Graph& g) {
+        return op == "mul.Tensor" ? Graph{stranger} : g;
+      },
+      "is not in this graph");
+}
+
+TEST_F(OrderingTest, SubsetsAreAccepted) {
+  registry().reorder_graphs([&](auto&&...) { return Graph{b_}; });
+  EXPECT_THAT(registry().graph(mul_cpu()), ElementsAre(b_));
+  EXPECT_TRUE(warnings.empty());
+}
+
+TEST_F(OrderingTest, ReorderWithoutReinstallLeavesTheInstalledChain) {
+  registry().install_graph(mul_cpu());
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({3})));
+  registry().reorder_graphs(alphabetical);
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({3})));
+  registry().install_graph(mul_cpu());
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({1})));
+}
+
+TEST_F(OrderingTest, ReorderWithReinstallRepublishesChangedGraphs) {
+  registry().install_graph(mul_cpu());
+  registry().reorder_graphs(alphabetical, /*reinstall=*/true);
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({1})));
+  EXPECT_THAT(registry().published_chain(mul_cpu()), ElementsAre(a_, b_, c_));
+}
+
+TEST_F(OrderingTest, RegisterThenReorderIntegration) {
+  EXPECT_THAT(registry().graph(mul_cpu()), ElementsAre(c_, a_, b_));
+  registry().reorder_graphs(alphabetical);
+  std::vector<std::string> names;
+  for (const auto& node : registry().graph(mul_cpu())) names.push_back(node->dsl_name);
+  EXPECT_THAT(names, ElementsAre("dsl_a", "dsl_b", "dsl_c"));
+}
+
+}  // namespace
+}  // namespace native_registry::testing

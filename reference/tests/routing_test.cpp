@@ -1,0 +1,373 @@
+// Routing in the real dispatcher: first match wins, the captured fallback,
+// runtime initialisation, unconditional overrides and the mask, empty chains,
+// replacement, autograd formulas, other namespaces, errors from user code.
+
+#include "support.h"
+
+#include <ATen/ops/bmm.h>
+#include <ATen/ops/ones_like.h>
+#include <ATen/ops/randn.h>
+#include <ATen/ops/sum.h>
+
+namespace native_registry::testing {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Return;
+
+using RoutingTest = RegistryTest;
+
+TEST_F(RoutingTest, CondTrueRoutesToImpl) {
+  register_override(mul_cpu(), constant_cond(true), fill_impl(42));
+  registry().install_graph(mul_cpu());
+  EXPECT_EQ(registry().router_state(mul_cpu()), RouterState::kActive);
+  EXPECT_TRUE(same(call_mul(tensor({2, 3}), tensor({4, 5})), tensor({42, 42})));
+}
+
+TEST_F(RoutingTest, CondFalseFallsThroughToTheCapturedKernel) {
+  register_override(mul_cpu(), constant_cond(false), forbidden_impl());
+  registry().install_graph(mul_cpu());
+  EXPECT_TRUE(same(call_mul(tensor({2, 3}), tensor({4, 5})), tensor({8, 15})));
+}
+
+TEST_F(RoutingTest, FirstMatchingNodeWinsInGraphOrder) {
+  auto declines = std::make_shared<std::atomic<int>>(0);
+  auto later = std::make_shared<std::atomic<int>>(0);
+  register_override(mul_cpu(), counting_cond(declines, false), forbidden_impl());
+  register_override(mul_cpu(), constant_cond(true), fill_impl(1));
+  register_override(mul_cpu(), counting_cond(later, true), fill_impl(2));
+  registry().install_graph(mul_cpu());
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({1})));
+  EXPECT_EQ(declines->load(), 1);
+  EXPECT_EQ(later->load(), 0) << "a node after the match was consulted";
+}
+
+TEST_F(RoutingTest, CondSeesTheBoxedArguments) {
+  // A cond that takes only calls whose first argument has two elements.
+  CondFn two_elements = [](const c10::OperatorHandle& op, c10::DispatchKeySet keys,
+                           const Stack& stack) {
+    EXPECT_EQ(op.operator_name(), c10::OperatorName("aten::mul", "Tensor"));
+    EXPECT_TRUE(keys.has(c10::DispatchKey::CPU));
+    return stack.size() == 2 && stack[0].toTensor().numel() == 2;
+  };
+  register_override(mul_cpu(), two_elements, fill_impl(7));
+  registry().install_graph(mul_cpu());
+  EXPECT_TRUE(same(call_mul(tensor({2, 3}), tensor({4, 5})), tensor({7, 7})));
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({8})));
+}
+
+TEST_F(RoutingTest, UnavailableRuntimeSkipsTheNode) {
+  MockImpl impl;
+  EXPECT_CALL(impl, Call()).Times(0);
+  OverrideOptions options;
+  options.try_initialize_runtime = [] { return false; };
+  register_override(mul_cpu(), constant_cond(true), impl_from(impl, 1), options);
+  registry().install_graph(mul_cpu());
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({8})));
+}
+
+TEST_F(RoutingTest, RuntimeIsRetriedUntilItComesUpThenRemembered) {
+  ::testing::MockFunction<bool()> runtime;
+  EXPECT_CALL(runtime, Call()).WillOnce(Return(false)).WillOnce(Return(true));
+  OverrideOptions options;
+  options.try_initialize_runtime = runtime.AsStdFunction();
+  register_override(mul_cpu(), constant_cond(true), fill_impl(3), options);
+  registry().install_graph(mul_cpu());
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({8})));  // down: skipped
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({3})));  // comes up
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({3})));  // not asked again
+}
+
+TEST_F(RoutingTest, UnconditionalOverrideWithoutCondTakesEveryCall) {
+  MockImpl impl;
+  EXPECT_CALL(impl, Call()).Times(2);
+  OverrideOptions options;
+  options.unconditional_override = true;
+  register_override(mul_cpu(), CondFn{}, impl_from(impl, 5), options);
+  registry().install_graph(mul_cpu());
+  EXPECT_TRUE(same(call_mul(tensor({2, 3}), tensor({4, 5})), tensor({5, 5})));
+  EXPECT_TRUE(same(call_mul(tensor({0}), tensor({0})), tensor({5})));
+}
+
+class UnconditionalTest : public RegistryTest {
+ protected:
+  void SetUp() override {
+    RegistryTest::SetUp();
+    OverrideOptions options;
+    options.unconditional_override = true;
+    node_ = register_override(mul_cpu(), CondFn{}, fill_impl(5), options);
+    registry().install_graph(mul_cpu());
+  }
+  at::Tensor mul() { return call_mul(tensor({2, 3}), tensor({4, 5})); }
+  const at::Tensor overridden = tensor({5, 5});
+  const at::Tensor stock = tensor({8, 15});
+  NodePtr node_;
+};
+
+TEST_F(UnconditionalTest, SurvivesDisable) {
+  registry().deregister_op_overrides({{"test_dsl"}, {}, {}});
+  EXPECT_TRUE(registry().is_enabled(*node_));
+  EXPECT_TRUE(same(mul(), overridden));
+}
+
+TEST_F(UnconditionalTest, MaskHidesItOnlyWhileDisabledAndOnlyInScope) {
+  {
+    Registry::UnconditionalMask mask(registry());
+    EXPECT_TRUE(same(mul(), overridden)) << "the mask alone must not hide it";
+  }
+  registry().deregister_op_overrides({{"test_dsl"}, {}, {}});
+  {
+    Registry::UnconditionalMask mask(registry());
+    EXPECT_FALSE(registry().is_enabled(*node_));
+    EXPECT_TRUE(same(mul(), stock));
+    {
+      Registry::UnconditionalMask nested(registry());
+      EXPECT_TRUE(same(mul(), stock));
+    }
+    EXPECT_TRUE(same(mul(), stock)) << "leaving a nested mask lifted the outer one";
+  }
+  EXPECT_TRUE(same(mul(), overridden));
+  registry().reenable_op_overrides({{"test_dsl"}, {}, {}});
+  EXPECT_TRUE(same(mul(), overridden));
+}
+
+TEST_F(RoutingTest, DisableAndReenableRoundTrip) {
+  register_override(mul_cpu(), constant_cond(true), fill_impl(7));
+  registry().install_graph(mul_cpu());
+  const auto a = tensor({2, 3});
+  const auto b = tensor({4, 5});
+  EXPECT_TRUE(same(call_mul(a, b), tensor({7, 7})));
+
+  registry().deregister_op_overrides({{"test_dsl"}, {}, {}});
+  EXPECT_TRUE(same(call_mul(a, b), tensor({8, 15})));
+  EXPECT_EQ(registry().router_state(mul_cpu()), RouterState::kDormant);
+  EXPECT_FALSE(registry().is_enabled(*registry().graph(mul_cpu())[0]));
+
+  registry().reenable_op_overrides({{"test_dsl"}, {}, {}});
+  EXPECT_TRUE(same(call_mul(a, b), tensor({7, 7})));
+  EXPECT_EQ(registry().router_state(mul_cpu()), RouterState::kActive);
+}
+
+TEST_F(RoutingTest, DisableByDispatchKeyAndByOpSymbol) {
+  register_override(mul_cpu(), constant_cond(true), fill_impl(7));
+  registry().install_graph(mul_cpu());
+  registry().deregister_op_overrides({{}, {}, {"CPU"}});
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({8})));
+  registry().reenable_op_overrides({{}, {}, {"CPU"}});
+  registry().deregister_op_overrides({{}, {"mul.Tensor"}, {}});
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({8})));
+  registry().reenable_op_overrides({{}, {"mul.Tensor"}, {}});
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({7})));
+}
+
+TEST_F(RoutingTest, DisablingOneDslLeavesTheOthersRouting) {
+  register_override(mul_cpu(), constant_cond(true), fill_impl(1), {}, "dsl_a");
+  register_override(mul_cpu(), constant_cond(true), fill_impl(2), {}, "dsl_b");
+  registry().install_graph(mul_cpu());
+  registry().deregister_op_overrides({{"dsl_a"}, {}, {}});
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({2})));
+  EXPECT_EQ(registry().published_chain(mul_cpu()).size(), 1u);
+}
+
+TEST_F(RoutingTest, BadFilterEntriesAreRefusedAndChangeNothing) {
+  register_override(mul_cpu(), constant_cond(true), fill_impl(7));
+  registry().install_graph(mul_cpu());
+  EXPECT_THROW(registry().deregister_op_overrides({{"test_dsl", ""}, {}, {}}),
+               InvalidArgumentError);
+  EXPECT_THROW(registry().reenable_op_overrides({{}, {" "}, {}}), InvalidArgumentError);
+  EXPECT_TRUE(registry().filters().dsl_names.empty());
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({7})));
+}
+
+TEST_F(RoutingTest, EmptyChainLeavesNoRouter) {
+  register_override(mul_cpu(), constant_cond(true), fill_impl(1));
+  registry().deregister_op_overrides({{"test_dsl"}, {}, {}});
+  registry().install_graph(mul_cpu());
+  EXPECT_EQ(registry().router_state(mul_cpu()), RouterState::kAbsent);
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({8})));
+}
+
+TEST_F(RoutingTest, EmptiedGraphWithRemovePolicyTearsTheRouterDown) {
+  registry().set_empty_chain_policy(EmptyChainPolicy::kRemoveRouter);
+  register_override(mul_cpu(), constant_cond(true), fill_impl(99));
+  registry().install_graph(mul_cpu());
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({99})));
+  // A filter-out-everything transformation, then an install.
+  registry().reorder_graphs([](const std::string&, const std::string&, const Graph&) {
+    return Graph{};
+  });
+  registry().install_graph(mul_cpu());
+  EXPECT_EQ(registry().router_state(mul_cpu()), RouterState::kAbsent);
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({8})));
+}
+
+TEST_F(RoutingTest, RemovePolicyRemovesOnDisableAndReinstallsOnReenable) {
+  registry().set_empty_chain_policy(EmptyChainPolicy::kRemoveRouter);
+  register_override(mul_cpu(), constant_cond(true), fill_impl(7));
+  registry().install_graph(mul_cpu());
+  registry().deregister_op_overrides({{"test_dsl"}, {}, {}});
+  EXPECT_EQ(registry().router_state(mul_cpu()), RouterState::kAbsent);
+  registry().reenable_op_overrides({{"test_dsl"}, {}, {}});
+  EXPECT_EQ(registry().router_state(mul_cpu()), RouterState::kActive);
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({7})));
+}
+
+TEST_F(RoutingTest, UpdateKeepsTheRouterReinstallReplacesItOnTheOpsOwnKernel) {
+  auto calls = std::make_shared<std::atomic<int>>(0);
+  register_override(mul_cpu(), counting_cond(calls, false), forbidden_impl());
+  registry().install_graph(mul_cpu());
+  const auto first_chain = registry().published_chain(mul_cpu());
+  registry().install_graph(mul_cpu(), InstallMode::kReinstall);
+  registry().install_graph(mul_cpu(), InstallMode::kReinstall);
+  // Had a replacement captured the router it replaced as its fallback, one
+  // call would pass through several routers and consult cond several times.
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({8})));
+  EXPECT_EQ(calls->load(), 1);
+  EXPECT_EQ(registry().published_chain(mul_cpu()), first_chain);
+}
+
+TEST_F(RoutingTest, NewNodesGoLiveAtInstallNotAtRegistration) {
+  register_override(mul_cpu(), constant_cond(false), fill_impl(11));
+  registry().install_graph(mul_cpu());
+  register_override(mul_cpu(), constant_cond(true), fill_impl(99));
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({8})));
+  registry().install_graph(mul_cpu());
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({99})));
+}
+
+TEST_F(RoutingTest, NoRecursionThroughAnAutogradFormula) {
+  const at::Tensor a = at::randn({2, 3, 4}).requires_grad_(true);
+  const at::Tensor b = at::randn({2, 4, 5}).requires_grad_(true);
+  // Expected values from the stock kernels, before any router exists.
+  const at::Tensor expected_out = at::bmm(a.detach(), b.detach());
+  const at::Tensor grad_out = at::ones_like(expected_out);
+  const at::Tensor expected_grad_a = at::bmm(grad_out, b.detach().transpose(1, 2));
+  const at::Tensor expected_grad_b = at::bmm(a.detach().transpose(1, 2), grad_out);
+
+  auto calls = std::make_shared<std::atomic<int>>(0);
+  register_override(bmm_cpu(), counting_cond(calls, false), forbidden_impl());
+  registry().install_graph(bmm_cpu());
+
+  const at::Tensor out = at::bmm(a, b);
+  EXPECT_TRUE(same(out.detach(), expected_out));
+  at::sum(out).backward();
+  EXPECT_TRUE(same(a.grad(), expected_grad_a));
+  EXPECT_TRUE(same(b.grad(), expected_grad_b));
+  // The forward and the two bmm calls of the backward formula each reached
+  // the router once; none re-entered it.
+  EXPECT_EQ(calls->load(), 3);
+}
+
+TEST_F(RoutingTest, ErrorsFromCondAndImplReachTheCallerAndChangeNothing) {
+  CondFn throwing_cond = [](const c10::OperatorHandle&, c10::DispatchKeySet,
+                            const Stack&) -> bool {
+    throw std::invalid_argument("cond exploded");
+  };
+  register_override(mul_cpu(), throwing_cond, fill_impl(1), {}, "dsl_cond");
+  registry().install_graph(mul_cpu());
+  try {
+    call_mul(tensor({2}), tensor({4}));
+    FAIL() << "no exception";
+  } catch (const std::exception& e) {
+    EXPECT_THAT(e.what(), HasSubstr("cond exploded"));
+  }
+  registry().deregister_op_overrides({{"dsl_cond"}, {}, {}});
+  ImplFn throwing_impl = [](const c10::OperatorHandle&, c10::DispatchKeySet, Stack*) {
+    TORCH_CHECK_VALUE(false, "impl exploded");
+  };
+  register_override(mul_cpu(), constant_cond(true), throwing_impl, {}, "dsl_impl");
+  registry().install_graph(mul_cpu());
+  EXPECT_THROW(
+      {
+        try {
+          call_mul(tensor({2}), tensor({4}));
+        } catch (const c10::ValueError& e) {
+          EXPECT_THAT(e.what(), HasSubstr("impl exploded"));
+          throw;
+        }
+      },
+      c10::ValueError);
+  EXPECT_EQ(registry().published_chain(mul_cpu()).size(), 1u);
+  registry().deregister_op_overrides({{"dsl_impl"}, {}, {}});
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({8})));
+}
+
+TEST_F(RoutingTest, UndefinedOpFailsLoudlyAtInstallAndChangesNothing) {
+  const GraphKey missing{fixtures::kMissingNamespace, "twice", "CPU"};
+  register_override(missing, constant_cond(true), fill_impl(1));
+  try {
+    registry().install_graph(missing);
+    FAIL() << "installed an override of an op that does not exist";
+  } catch (const OperatorNotFoundError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("not found; is the namespace"));
+  }
+  EXPECT_EQ(registry().router_state(missing), RouterState::kAbsent);
+  // install_all checks every op before installing any.
+  register_override(mul_cpu(), constant_cond(true), fill_impl(1));
+  EXPECT_THROW(registry().install_all(), OperatorNotFoundError);
+  EXPECT_EQ(registry().router_state(mul_cpu()), RouterState::kAbsent);
+}
+
+TEST_F(RoutingTest, UnknownOverloadFailsAtInstall) {
+  register_override({"aten", "mul.NoSuchOverload", "CPU"}, constant_cond(true), fill_impl(1));
+  EXPECT_THROW(registry().install_all(), OperatorNotFoundError);
+}
+
+TEST_F(RoutingTest, InstallAllInstallsEveryGraph) {
+  register_override(mul_cpu(), constant_cond(true), fill_impl(3));
+  register_override(twice_cpu(fixtures::kTestNamespace), constant_cond(true), fill_impl(9));
+  registry().install_all();
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({3})));
+  EXPECT_TRUE(same(ns1().twice(tensor({1})), tensor({9})));
+}
+
+// ---- other namespaces ---------------------------------------------------------
+
+TEST_F(RoutingTest, OtherNamespaceRoutesToImpl) {
+  register_override(twice_cpu(fixtures::kTestNamespace), constant_cond(true), fill_impl(99));
+  registry().install_graph(twice_cpu(fixtures::kTestNamespace));
+  EXPECT_TRUE(same(ns1().twice(tensor({1, 2})), tensor({99, 99})));
+}
+
+TEST_F(RoutingTest, OtherNamespaceFallsBackToItsCompositeKernel) {
+  register_override(twice_cpu(fixtures::kTestNamespace), constant_cond(false), forbidden_impl());
+  registry().install_graph(twice_cpu(fixtures::kTestNamespace));
+  EXPECT_TRUE(same(ns1().twice(tensor({1, 2})), tensor({2, 4})));
+}
+
+class TwoNamespacesTest : public RegistryTest {
+ protected:
+  void SetUp() override {
+    RegistryTest::SetUp();
+    register_override(twice_cpu(fixtures::kTestNamespace), constant_cond(true), fill_impl(99));
+    register_override(twice_cpu(fixtures::kSecondTestNamespace), constant_cond(true),
+                      fill_impl(7));
+    registry().install_all();
+  }
+  const at::Tensor x = tensor({1, 2});
+};
+
+TEST_F(TwoNamespacesTest, SameOpSymbolRoutesIndependently) {
+  EXPECT_TRUE(same(ns1().twice(x), tensor({99, 99})));
+  EXPECT_TRUE(same(ns2().twice(x), tensor({7, 7})));
+  const auto bucket = registry().graphs_by_op_symbol().at("twice");
+  EXPECT_THAT(bucket, ::testing::UnorderedElementsAre(twice_cpu(fixtures::kTestNamespace),
+                                                      twice_cpu(fixtures::kSecondTestNamespace)));
+}
+
+TEST_F(TwoNamespacesTest, OpSymbolFiltersAreNamespaceBlind) {
+  registry().deregister_op_overrides({{}, {std::string(fixtures::kTestNamespace) + "::twice"}, {}});
+  EXPECT_TRUE(same(ns1().twice(x), tensor({99, 99})));
+  EXPECT_TRUE(same(ns2().twice(x), tensor({7, 7})));
+
+  registry().deregister_op_overrides({{}, {"twice"}, {}});
+  EXPECT_TRUE(same(ns1().twice(x), tensor({2, 4})));
+  EXPECT_TRUE(same(ns2().twice(x), tensor({3, 6})));
+
+  registry().reenable_op_overrides({{}, {"twice"}, {}});
+  EXPECT_TRUE(same(ns1().twice(x), tensor({99, 99})));
+  EXPECT_TRUE(same(ns2().twice(x), tensor({7, 7})));
+}
+
+}  // namespace
+}  // namespace native_registry::testing

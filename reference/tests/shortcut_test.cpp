@@ -1,0 +1,135 @@
+// The trace shortcut and its thread-local re-entrancy guard: an outer call is
+// diverted to the op's top, the re-entered call routes normally (cond once,
+// no recursion), copy-on-write inputs never divert, chains that did not opt
+// in never consult the shortcut, and the guard is released on every exit.
+
+#include "support.h"
+
+#include <ATen/ops/_lazy_clone.h>
+#include <c10/core/impl/COW.h>
+
+namespace native_registry::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::atomic<int> g_shortcut_calls{0};
+bool tracing() {
+  ++g_shortcut_calls;
+  return true;
+}
+bool not_tracing() {
+  ++g_shortcut_calls;
+  return false;
+}
+
+bool is_cow(const at::Tensor& t) {
+  return c10::impl::cow::is_cow_data_ptr(t.storage().data_ptr());
+}
+
+class ShortcutTest : public RegistryTest {
+ protected:
+  void SetUp() override {
+    RegistryTest::SetUp();
+    g_shortcut_calls = 0;
+  }
+  void TearDown() override {
+    set_trace_shortcut(nullptr);
+    RegistryTest::TearDown();
+  }
+  // Registers a declining node whose cond records whether the guard was held.
+  void register_observing_node(bool divert_when_tracing) {
+    OverrideOptions options;
+    options.divert_when_tracing = divert_when_tracing;
+    CondFn cond = [this](const c10::OperatorHandle&, c10::DispatchKeySet, const Stack&) {
+      ++cond_calls;
+      guard_held_in_cond = in_diverted_call();
+      return false;
+    };
+    register_override(mul_cpu(), cond, forbidden_impl(), options);
+    registry().install_graph(mul_cpu());
+  }
+  int cond_calls = 0;
+  bool guard_held_in_cond = false;
+};
+
+TEST_F(ShortcutTest, OuterCallIsDivertedAndTheReenteredCallRoutesOnce) {
+  register_observing_node(/*divert_when_tracing=*/true);
+  set_trace_shortcut(&tracing);
+  EXPECT_TRUE(same(call_mul(tensor({2, 3}), tensor({4, 5})), tensor({8, 15})));
+  EXPECT_EQ(g_shortcut_calls.load(), 1) << "the shortcut must fire for the outer call";
+  EXPECT_EQ(cond_calls, 1) << "cond consulted once: no runaway re-entry";
+  EXPECT_TRUE(guard_held_in_cond) << "cond was reached without the diversion";
+  EXPECT_FALSE(in_diverted_call()) << "the guard outlived the call";
+}
+
+TEST_F(ShortcutTest, NoTracerMeansTheOrdinaryPath) {
+  register_observing_node(true);
+  set_trace_shortcut(&not_tracing);
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({8})));
+  EXPECT_EQ(cond_calls, 1);
+  EXPECT_FALSE(guard_held_in_cond);
+}
+
+TEST_F(ShortcutTest, ChainsThatDidNotOptInNeverConsultTheShortcut) {
+  register_observing_node(false);
+  set_trace_shortcut(&tracing);
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({8})));
+  EXPECT_EQ(g_shortcut_calls.load(), 0);
+  EXPECT_EQ(cond_calls, 1);
+  EXPECT_FALSE(guard_held_in_cond);
+}
+
+TEST_F(ShortcutTest, CopyOnWriteInputsKeepTheOrdinaryPath) {
+  register_observing_node(true);
+  set_trace_shortcut(&tracing);
+  const at::Tensor a = at::_lazy_clone(tensor({2, 3}));
+  const at::Tensor b = at::_lazy_clone(tensor({4, 5}));
+  ASSERT_TRUE(is_cow(a));
+  EXPECT_TRUE(same(call_mul(a, b), tensor({8, 15})));
+  EXPECT_EQ(cond_calls, 1);
+  EXPECT_FALSE(guard_held_in_cond) << "a copy-on-write call was diverted";
+  EXPECT_TRUE(is_cow(a));
+  EXPECT_TRUE(is_cow(b));
+}
+
+TEST_F(ShortcutTest, GuardIsReleasedWhenTheDivertedCallThrows) {
+  OverrideOptions options;
+  options.divert_when_tracing = true;
+  CondFn throwing = [](const c10::OperatorHandle&, c10::DispatchKeySet, const Stack&) -> bool {
+    EXPECT_TRUE(in_diverted_call());
+    throw std::runtime_error("cond failed inside a diverted call");
+  };
+  register_override(mul_cpu(), throwing, forbidden_impl(), options, "thrower");
+  registry().install_graph(mul_cpu());
+  set_trace_shortcut(&tracing);
+  try {
+    call_mul(tensor({2}), tensor({4}));
+    FAIL() << "no exception";
+  } catch (const std::exception& e) {
+    EXPECT_THAT(e.what(), HasSubstr("cond failed inside a diverted call"));
+  }
+  EXPECT_FALSE(in_diverted_call());
+  // And the next call is diverted again, as an outer call.
+  registry().deregister_op_overrides({{"thrower"}, {}, {}});
+  register_observing_node(true);
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({8})));
+  EXPECT_TRUE(guard_held_in_cond);
+}
+
+TEST_F(ShortcutTest, GuardIsPerThread) {
+  register_observing_node(true);
+  set_trace_shortcut(&tracing);
+  bool other_thread_saw_guard = true;
+  CondFn spy = [&](const c10::OperatorHandle&, c10::DispatchKeySet, const Stack&) {
+    std::thread([&] { other_thread_saw_guard = in_diverted_call(); }).join();
+    return false;
+  };
+  register_override(mul_cpu(), spy, forbidden_impl());
+  registry().install_graph(mul_cpu());
+  call_mul(tensor({2}), tensor({4}));
+  EXPECT_FALSE(other_thread_saw_guard);
+}
+
+}  // namespace
+}  // namespace native_registry::testing

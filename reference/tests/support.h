@@ -1,0 +1,78 @@
+#pragma once
+
+// Shared pieces of the reference's GoogleTest suite: a fixture that gives each
+// test its own Registry and the two throwaway namespaces, and checks in
+// TearDown that the dispatcher is exactly as it was; plus small boxed conds
+// and impls.
+
+#include <native_registry/native_registry.h>
+
+#include "dispatcher_fingerprint.h"
+#include "scoped_namespace.h"
+
+#include <ATen/core/Tensor.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace native_registry::testing {
+
+// Ops whose dispatch tables every test checks after teardown.
+std::vector<c10::OperatorName> watched_ops();
+
+// Graph keys the tests use.
+GraphKey mul_cpu();
+GraphKey bmm_cpu();
+GraphKey twice_cpu(const std::string& ns);
+
+// A cond that always answers `answer`.
+CondFn constant_cond(bool answer);
+// A cond that counts its calls into `*calls` and answers `answer`.
+CondFn counting_cond(std::shared_ptr<std::atomic<int>> calls, bool answer);
+// An impl that returns a tensor shaped like the first argument, full of `value`.
+ImplFn fill_impl(double value);
+// An impl that fails the test if it ever runs.
+ImplFn forbidden_impl();
+
+// Boxed GoogleMock-backed callables, to observe calls the way the upstream
+// tests do with MagicMock.
+using MockCond = ::testing::MockFunction<bool()>;
+using MockImpl = ::testing::MockFunction<void()>;
+CondFn cond_from(MockCond& mock);
+// Calls `mock`, then behaves as fill_impl(value).
+ImplFn impl_from(MockImpl& mock, double value);
+
+// Calls through the dispatcher from the top, as user code does.
+at::Tensor call_mul(const at::Tensor& a, const at::Tensor& b);
+at::Tensor tensor(std::vector<float> values);
+bool same(const at::Tensor& a, const at::Tensor& b);  // same shape and values
+
+class RegistryTest : public ::testing::Test {
+ protected:
+  void SetUp() override;
+  void TearDown() override;
+
+  // Registers on registry() with test defaults.
+  NodePtr register_override(const GraphKey& key, CondFn cond, ImplFn impl,
+                            OverrideOptions options = {},
+                            const std::string& dsl = "test_dsl");
+
+  Registry& registry() { return *registry_; }
+  const fixtures::ScopedTwiceNamespace& ns1() const { return *ns1_; }
+  const fixtures::ScopedTwiceNamespace& ns2() const { return *ns2_; }
+
+  // Warnings the registry logged during the test.
+  std::vector<std::string> warnings;
+
+ private:
+  std::unique_ptr<fixtures::ScopedTwiceNamespace> ns1_, ns2_;
+  fixtures::DispatcherFingerprint before_;
+  std::unique_ptr<Registry> registry_;
+};
+
+}  // namespace native_registry::testing

@@ -1,0 +1,137 @@
+// Snapshot and restore: the registry and every dispatch table it touched go
+// back exactly, including after an override replaced one that was live.
+
+#include "support.h"
+
+namespace native_registry::testing {
+namespace {
+
+using ::testing::ElementsAre;
+
+class TeardownTest : public RegistryTest {
+ protected:
+  fixtures::DispatcherFingerprint fingerprint() {
+    return fixtures::DispatcherFingerprint::capture(watched_ops());
+  }
+};
+
+TEST_F(TeardownTest, RestoreRemovesRoutersAndNativeOpsInstalledSince) {
+  const auto before = fingerprint();
+  const Snapshot snapshot = registry().snapshot();
+  register_override(mul_cpu(), constant_cond(true), fill_impl(1));
+  register_override(bmm_cpu(), constant_cond(false), fill_impl(1));
+  register_override(twice_cpu(fixtures::kTestNamespace), constant_cond(true), fill_impl(1));
+  registry().install_all();
+  ASSERT_NE(fingerprint().difference(before), "");
+  registry().restore(snapshot);
+  EXPECT_EQ(fingerprint().difference(before), "");
+  EXPECT_TRUE(registry().graph_keys().empty());
+  EXPECT_EQ(registry().router_state(mul_cpu()), RouterState::kAbsent);
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({8})));
+}
+
+TEST_F(TeardownTest, RestoreRebuildsAReplacedOverrideOnTheOpsOwnKernel) {
+  // Stands in for an override that was live before the test. It declines
+  // every call, so what the op returns is entirely its fallback.
+  auto declines = std::make_shared<std::atomic<int>>(0);
+  register_override(mul_cpu(), counting_cond(declines, false), fill_impl(11));
+  registry().install_graph(mul_cpu());
+  const Snapshot snapshot = registry().snapshot();
+  const auto live = fingerprint();
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({8})));
+
+  // The test's own override replaces it at the same key.
+  register_override(mul_cpu(), constant_cond(true), fill_impl(99));
+  registry().install_graph(mul_cpu(), InstallMode::kReinstall);
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({99})));
+
+  registry().restore(snapshot);
+  declines->store(0);
+  // Had the rebuild captured the replacement as its fallback, this would be 99.
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({8})));
+  EXPECT_EQ(declines->load(), 1);
+  EXPECT_EQ(registry().graph(mul_cpu()).size(), 1u);
+  // The table holds one router again, as before, not a stack of two.
+  const std::string label = "aten::mul.Tensor";
+  EXPECT_EQ(fingerprint().tables.at(label).size(), live.tables.at(label).size());
+}
+
+TEST_F(TeardownTest, RestoreKeepsAnUnreplacedRouterAndRepublishesItsChain) {
+  register_override(mul_cpu(), constant_cond(true), fill_impl(7));
+  registry().install_graph(mul_cpu());
+  const Snapshot snapshot = registry().snapshot();
+  const auto live = fingerprint();
+  registry().deregister_op_overrides({{"test_dsl"}, {}, {}});
+  registry().allow_namespace(fixtures::kTestNamespace);
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({8})));
+  registry().restore(snapshot);
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({7})));
+  EXPECT_TRUE(registry().filters().dsl_names.empty());
+  EXPECT_FALSE(registry().is_namespace_allowed(fixtures::kTestNamespace));
+  EXPECT_EQ(fingerprint().difference(live), "");
+}
+
+TEST_F(TeardownTest, RestoreBringsBackGraphsIndexesAndFilters) {
+  auto a = register_override(mul_cpu(), constant_cond(true), fill_impl(1), {}, "dsl_a");
+  registry().deregister_op_overrides({{"dsl_x"}, {"op_x"}, {"CUDA"}});
+  const Snapshot snapshot = registry().snapshot();
+  register_override(mul_cpu(), constant_cond(true), fill_impl(1), {}, "dsl_b");
+  register_override(bmm_cpu(), constant_cond(true), fill_impl(1), {}, "dsl_b");
+  registry().reenable_op_overrides({{"dsl_x"}, {"op_x"}, {"CUDA"}});
+  registry().restore(snapshot);
+  EXPECT_THAT(registry().graph(mul_cpu()), ElementsAre(a));
+  EXPECT_THAT(registry().graph_keys(), ElementsAre(mul_cpu()));
+  EXPECT_EQ(registry().graphs_by_dsl_name().count("dsl_b"), 0u);
+  EXPECT_THAT(registry().filters().dsl_names, ElementsAre("dsl_x"));
+  EXPECT_THAT(registry().filters().op_symbols, ElementsAre("op_x"));
+  EXPECT_THAT(registry().filters().dispatch_keys, ElementsAre("CUDA"));
+}
+
+TEST_F(TeardownTest, SnapshotsOfAnotherRegistryAndEmptySnapshotsAreRefused) {
+  Registry other;
+  EXPECT_THROW(registry().restore(other.snapshot()), InvalidArgumentError);
+  EXPECT_THROW(registry().restore(Snapshot()), InvalidArgumentError);
+}
+
+TEST_F(TeardownTest, RestoreAcrossSnapshotsTakenInSequence) {
+  const Snapshot empty = registry().snapshot();
+  register_override(mul_cpu(), constant_cond(true), fill_impl(5));
+  registry().install_graph(mul_cpu());
+  const Snapshot with_override = registry().snapshot();
+  registry().restore(empty);
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({8})));
+  // Forward again: the router and its `_native` op come back.
+  registry().restore(with_override);
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({5})));
+  const auto node = registry().graph(mul_cpu()).at(0);
+  EXPECT_TRUE(c10::Dispatcher::singleton().findSchema({"_native::" + node->node_id, ""}));
+}
+
+TEST_F(TeardownTest, DestroyingARegistryTearsDownItsRouters) {
+  const auto before = fingerprint();
+  {
+    Registry scoped;
+    scoped.register_op_override("d", "aten", "mul.Tensor", "CPU", constant_cond(true),
+                                fill_impl(4));
+    scoped.install_all();
+    EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({4})));
+  }
+  EXPECT_EQ(fingerprint().difference(before), "");
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({8})));
+}
+
+TEST_F(TeardownTest, GlobalRegistryRestoresLikeAnyOther) {
+  Registry& global = Registry::global();
+  EXPECT_EQ(&global, &Registry::global());
+  const auto before = fingerprint();
+  const Snapshot snapshot = global.snapshot();
+  global.register_op_override("d", "aten", "mul.Tensor", "CPU", constant_cond(true),
+                              fill_impl(4));
+  global.install_all();
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({4})));
+  global.restore(snapshot);
+  EXPECT_EQ(fingerprint().difference(before), "");
+}
+
+}  // namespace
+}  // namespace native_registry::testing
