@@ -487,6 +487,13 @@ RouterState Registry::router_state(const GraphKey& key) const {
   return it->second->published().empty() ? RouterState::kDormant : RouterState::kActive;
 }
 
+std::vector<GraphKey> Registry::router_keys() const {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  std::vector<GraphKey> keys;
+  for (const auto& entry : routers_) keys.push_back(entry.first);
+  return keys;
+}
+
 Graph Registry::published_chain(const GraphKey& key) const {
   std::lock_guard<std::recursive_mutex> lock(mutex_);
   auto it = routers_.find(key);

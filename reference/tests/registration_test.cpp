@@ -109,10 +109,19 @@ struct BadRegistration {
   std::string label;
   std::string dsl, lib, op, key;
   bool with_cond = true;
-  OverrideOptions options;
+  bool unconditional_with_runtime = false;
   bool with_impl = true;
   std::string message;  // must appear in the error
 };
+
+OverrideOptions options_for(const BadRegistration& bad) {
+  OverrideOptions options;
+  if (bad.unconditional_with_runtime) {
+    options.unconditional_override = true;
+    options.try_initialize_runtime = [] { return true; };
+  }
+  return options;
+}
 
 class RegistrationValidationTest : public RegistryTest,
                                    public ::testing::WithParamInterface<BadRegistration> {};
@@ -126,7 +135,7 @@ TEST_P(RegistrationValidationTest, RefusedWithClearErrorAndNothingChanged) {
   try {
     registry().register_op_override(
         bad.dsl, bad.lib, bad.op, bad.key, bad.with_cond ? constant_cond(true) : CondFn{},
-        bad.with_impl ? fill_impl(1) : ImplFn{}, bad.options);
+        bad.with_impl ? fill_impl(1) : ImplFn{}, options_for(bad));
     FAIL() << "accepted " << bad.label;
   } catch (const InvalidArgumentError& e) {
     EXPECT_THAT(e.what(), HasSubstr(bad.message));
@@ -134,51 +143,45 @@ TEST_P(RegistrationValidationTest, RefusedWithClearErrorAndNothingChanged) {
   EXPECT_TRUE(observe(registry()) == before);
 }
 
-OverrideOptions unconditional_with_runtime() {
-  OverrideOptions options;
-  options.unconditional_override = true;
-  options.try_initialize_runtime = [] { return true; };
-  return options;
-}
 
 INSTANTIATE_TEST_SUITE_P(
     BadInput, RegistrationValidationTest,
     ::testing::Values(
-        BadRegistration{"Meta", "d", "aten", "mul.Tensor", "Meta", true, {}, true, "dispatch_key='Meta'"},
+        BadRegistration{"Meta", "d", "aten", "mul.Tensor", "Meta", true, false, true, "dispatch_key='Meta'"},
         BadRegistration{"CompositeImplicitAutograd", "d", "aten", "mul.Tensor",
-                        "CompositeImplicitAutograd", true, {}, true, "dispatch_key="},
+                        "CompositeImplicitAutograd", true, false, true, "dispatch_key="},
         BadRegistration{"CompositeExplicitAutograd", "d", "aten", "mul.Tensor",
-                        "CompositeExplicitAutograd", true, {}, true, "dispatch_key="},
-        BadRegistration{"AliasKey", "d", "aten", "mul.Tensor", "Autograd", true, {}, true,
+                        "CompositeExplicitAutograd", true, false, true, "dispatch_key="},
+        BadRegistration{"AliasKey", "d", "aten", "mul.Tensor", "Autograd", true, false, true,
                         "not a runtime dispatch key"},
-        BadRegistration{"UnknownKey", "d", "aten", "mul.Tensor", "NotAKey", true, {}, true,
+        BadRegistration{"UnknownKey", "d", "aten", "mul.Tensor", "NotAKey", true, false, true,
                         "unknown dispatch_key='NotAKey'"},
-        BadRegistration{"EmptyKey", "d", "aten", "mul.Tensor", "", true, {}, true,
+        BadRegistration{"EmptyKey", "d", "aten", "mul.Tensor", "", true, false, true,
                         "dispatch_key must be a non-empty name"},
-        BadRegistration{"OffAllowlist", "d", "_native", "some_op", "CPU", true, {}, true,
+        BadRegistration{"OffAllowlist", "d", "_native", "some_op", "CPU", true, false, true,
                         "is not overridable"},
-        BadRegistration{"OtherNamespace", "d", "prims", "mul", "CPU", true, {}, true,
+        BadRegistration{"OtherNamespace", "d", "prims", "mul", "CPU", true, false, true,
                         "lib_symbol='prims' is not overridable"},
-        BadRegistration{"NoCond", "d", "aten", "mul.Tensor", "CPU", false, {}, true,
+        BadRegistration{"NoCond", "d", "aten", "mul.Tensor", "CPU", false, false, true,
                         "cond must be provided"},
         BadRegistration{"UnconditionalWithRuntime", "d", "aten", "mul.Tensor", "CPU", false,
-                        unconditional_with_runtime(), true,
+                        true, true,
                         "try_initialize_runtime cannot be provided"},
-        BadRegistration{"NoImpl", "d", "aten", "mul.Tensor", "CPU", true, {}, false,
+        BadRegistration{"NoImpl", "d", "aten", "mul.Tensor", "CPU", true, false, false,
                         "impl must be provided"},
-        BadRegistration{"EmptyDsl", "", "aten", "mul.Tensor", "CPU", true, {}, true,
+        BadRegistration{"EmptyDsl", "", "aten", "mul.Tensor", "CPU", true, false, true,
                         "dsl_name must be a non-empty name, got ''"},
-        BadRegistration{"BlankDsl", " \t", "aten", "mul.Tensor", "CPU", true, {}, true,
+        BadRegistration{"BlankDsl", " \t", "aten", "mul.Tensor", "CPU", true, false, true,
                         "dsl_name must be a non-empty name"},
-        BadRegistration{"EmptyOp", "d", "aten", "", "CPU", true, {}, true,
+        BadRegistration{"EmptyOp", "d", "aten", "", "CPU", true, false, true,
                         "op_symbol must be a non-empty name"},
-        BadRegistration{"QualifiedOp", "d", "aten", "aten::mul", "CPU", true, {}, true,
+        BadRegistration{"QualifiedOp", "d", "aten", "aten::mul", "CPU", true, false, true,
                         "op_symbol='aten::mul' is not an op symbol"},
-        BadRegistration{"DanglingOverload", "d", "aten", "mul.", "CPU", true, {}, true,
+        BadRegistration{"DanglingOverload", "d", "aten", "mul.", "CPU", true, false, true,
                         "op_symbol='mul.'"},
-        BadRegistration{"EmptyLib", "d", "", "mul.Tensor", "CPU", true, {}, true,
+        BadRegistration{"EmptyLib", "d", "", "mul.Tensor", "CPU", true, false, true,
                         "lib_symbol must be a non-empty name"},
-        BadRegistration{"NonAsciiOp", "d", "aten", "m\xc3\xbcl", "CPU", true, {}, true,
+        BadRegistration{"NonAsciiOp", "d", "aten", "m\xc3\xbcl", "CPU", true, false, true,
                         "op_symbol='m\\xc3\\xbcl'"}),
     [](const ::testing::TestParamInfo<BadRegistration>& info) { return info.param.label; });
 

@@ -148,6 +148,8 @@ class Registry {
   // Whether the filters (and the unconditional mask) leave the node enabled.
   bool is_enabled(const OverrideNode& node) const;
   RouterState router_state(const GraphKey& key) const;
+  // Keys whose router is in the dispatcher (active or dormant).
+  std::vector<GraphKey> router_keys() const;
   // The chain the router of `key` routes through now (empty if none).
   Graph published_chain(const GraphKey& key) const;
   Filter filters() const;  // the disabled entries, each sorted

@@ -1,0 +1,81 @@
+#pragma once
+
+// Conds DSL authors write again and again, in C++, composable, and usable as
+// a node's cond from C++ or Python without any Python on the call path.
+//
+// A tensor check (dtype, device, layout, rank, size) applies to the tensor
+// arguments of the call: to every one of them (tensors in lists included,
+// undefined ones skipped), or to the one at a given argument index. A call
+// with no tensor argument (or none at that index) fails a tensor check.
+//
+//   using namespace native_registry::predicates;
+//   Predicate small_f32 = dtype_in({at::kFloat}) && max_numel(1 << 16) && contiguous();
+//   registry.register_op_override("dsl", "aten", "mul.Tensor", "CPU",
+//                                 small_f32.as_cond(), impl);
+
+#include <native_registry/types.h>
+
+#include <c10/core/DeviceType.h>
+#include <c10/core/ScalarType.h>
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace native_registry::predicates {
+
+// A check of one tensor, with a description for messages and repr().
+struct TensorCheck {
+  std::function<bool(const at::Tensor&)> test;
+  std::string description;
+};
+
+class Predicate {
+ public:
+  // Holds for a call when `check` holds for its tensor arguments (all of
+  // them, or only the one at `arg_index`).
+  static Predicate on_tensors(TensorCheck check, std::optional<size_t> arg_index = {});
+  static Predicate constant(bool answer);
+
+  bool operator()(const Stack& stack) const;
+  // The same, with a cond's signature.
+  bool operator()(const c10::OperatorHandle&, c10::DispatchKeySet,
+                  const Stack& stack) const {
+    return (*this)(stack);
+  }
+  CondFn as_cond() const;
+  const std::string& description() const;
+
+  Predicate operator&&(const Predicate& other) const;
+  Predicate operator||(const Predicate& other) const;
+  Predicate operator!() const;
+
+  struct Node;  // the immutable expression tree
+
+ private:
+  friend Predicate not_cow();
+  friend Predicate same_shape();
+  explicit Predicate(std::shared_ptr<const Node> node) : node_(std::move(node)) {}
+  std::shared_ptr<const Node> node_;
+};
+
+Predicate always();
+Predicate never();
+Predicate dtype_in(std::vector<c10::ScalarType> dtypes, std::optional<size_t> arg = {});
+Predicate device_type_is(c10::DeviceType type, std::optional<size_t> arg = {});
+Predicate contiguous(std::optional<size_t> arg = {});
+Predicate min_rank(int64_t rank, std::optional<size_t> arg = {});
+Predicate max_rank(int64_t rank, std::optional<size_t> arg = {});
+Predicate min_numel(int64_t numel, std::optional<size_t> arg = {});
+Predicate max_numel(int64_t numel, std::optional<size_t> arg = {});
+// Size of dimension `dim` (negative counts from the end) at most `size`; a
+// tensor without that dimension fails.
+Predicate max_size(int64_t dim, int64_t size, std::optional<size_t> arg = {});
+// No tensor argument is copy-on-write (materialising one would copy it).
+Predicate not_cow();
+// Every tensor argument has the same shape.
+Predicate same_shape();
+
+}  // namespace native_registry::predicates

@@ -1,0 +1,463 @@
+"""Upstream's ``torch._native.registry`` API on the C++ reference registry.
+
+Switching is one import::
+
+    import native_registry.registry as registry   # was: torch._native.registry
+
+The functions below have upstream's names, signatures and semantics. The
+state lives in C++ (``native_registry._C``): graphs, filters, routers in the
+dispatcher, ``_native::<node_id>`` ops. This module keeps what only Python can
+hold: the node objects users see, and the decomposition routers that
+:func:`native_decomp_table` hands to ``torch.export`` / ``torch.compile``.
+
+Beyond upstream: :func:`snapshot`, :func:`restore` and :func:`scoped` put the
+registry *and* the dispatcher back exactly; :func:`allow_namespace` opts a
+namespace in; :mod:`native_registry.predicates` gives conds evaluated in C++.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from . import _C
+
+__all__ = [
+    "UserOrderingFn",
+    "register_op_override",
+    "reorder_graphs_from_user_function",
+    "reenable_op_overrides",
+    "deregister_op_overrides",
+    "get_dsl_operations",
+    "native_decomp_table",
+    "register_all_overrides",
+    "snapshot",
+    "restore",
+    "scoped",
+    "allow_namespace",
+    "disallow_namespace",
+    "allowed_namespaces",
+]
+
+log = logging.getLogger(__name__)
+
+GraphKey = tuple[str, str, str]  # (lib_symbol, op_symbol, dispatch_key)
+
+# Keys the router refuses: its fake kernel redispatches through them.
+_DISALLOWED_DISPATCH_KEYS: frozenset[str] = frozenset(
+    {"Meta", "CompositeImplicitAutograd", "CompositeExplicitAutograd"}
+)
+
+
+def _always_true(*args: object, **kwargs: object) -> bool:
+    return True
+
+
+class _OverrideNode:
+    """One override, with upstream's fields and defaults.
+
+    Nodes made by :func:`register_op_override` are bound to the C++ node they
+    describe: ``active`` then reports whether the filters leave it enabled.
+    A node built by hand (as upstream's tests do) is a plain record.
+    """
+
+    __slots__ = (
+        "dsl_name", "lib_symbol", "op_symbol", "dispatch_key", "cond_fn", "impl_fn",
+        "node_id", "try_initialize_runtime", "unconditional_override", "_active", "_handle",
+    )
+
+    def __init__(
+        self,
+        dsl_name: str,
+        lib_symbol: str,
+        op_symbol: str,
+        dispatch_key: str,
+        cond_fn: Callable[..., Any],
+        impl_fn: Callable[..., Any],
+        node_id: str,
+        try_initialize_runtime: Callable[[], bool] | None = None,
+        unconditional_override: bool = False,
+        active: bool = True,
+    ) -> None:
+        self.dsl_name = dsl_name
+        self.lib_symbol = lib_symbol
+        self.op_symbol = op_symbol
+        self.dispatch_key = dispatch_key
+        self.cond_fn = cond_fn
+        self.impl_fn = impl_fn
+        self.node_id = node_id
+        self.try_initialize_runtime = try_initialize_runtime
+        self.unconditional_override = unconditional_override
+        self._active = active
+        self._handle: _C.Node | None = None
+
+    @property
+    def active(self) -> bool:
+        if self._handle is not None:
+            return _C.is_enabled(self._handle)
+        return self._active
+
+    @active.setter
+    def active(self, value: bool) -> None:
+        if self._handle is not None:
+            raise AttributeError(
+                "active of a registered node follows the filters; use "
+                "deregister_op_overrides / reenable_op_overrides"
+            )
+        self._active = value
+
+    def __repr__(self) -> str:
+        return (
+            f"_OverrideNode(dsl_name={self.dsl_name!r}, lib_symbol={self.lib_symbol!r}, "
+            f"op_symbol={self.op_symbol!r}, dispatch_key={self.dispatch_key!r}, "
+            f"node_id={self.node_id!r}, unconditional_override={self.unconditional_override}, "
+            f"active={self.active})"
+        )
+
+
+UserOrderingFn = Callable[[str, str, list[_OverrideNode]], list[_OverrideNode]]
+
+# node_id -> the node object users see; the C++ node is its _handle.
+_nodes: dict[str, _OverrideNode] = {}
+
+# Decomposition-style routers for compile and export, keyed by OpOverload,
+# kept in step with the routers in the dispatcher (see _sync_decomp_table).
+# Never written into a global table: callers opt in via native_decomp_table().
+_native_decomp_overrides: dict[object, Callable[..., Any]] = {}
+
+
+def _forward_log(level: str, message: str) -> None:
+    (log.warning if level == "warning" else log.info)(message)
+
+
+_C.set_log_sink(_forward_log)
+_C.install_dynamo_shortcut()
+
+
+class _RouterActive:
+    """Upstream's thread-local re-entrancy flag, read from the C++ guard."""
+
+    @property
+    def on(self) -> bool:
+        return _C.in_diverted_call()
+
+
+_router_active = _RouterActive()
+
+
+def _resolve_iterable(entries: str | Iterable[str] | None) -> list[str]:
+    if entries is None:
+        return []
+    if isinstance(entries, str):
+        return [entries]
+    resolved = list(entries)
+    for entry in resolved:
+        if not isinstance(entry, str):
+            raise TypeError(f"filter entries must be str, got {type(entry).__name__}: {entry!r}")
+    return resolved
+
+
+def _node_of(handle: _C.Node) -> _OverrideNode:
+    return _nodes[handle.node_id]
+
+
+def _resolve_overload(key: GraphKey) -> torch._ops.OpOverload | None:
+    lib_symbol, op_symbol, _ = key
+    name, _, overload = op_symbol.partition(".")
+    try:
+        return getattr(getattr(getattr(torch.ops, lib_symbol), name), overload or "default")
+    except (AttributeError, RuntimeError):
+        return None
+
+
+def _make_compile_router(chain: list[_OverrideNode]) -> Callable[..., Any]:
+    """First match wins, as in eager; a cond that raises counts as no match
+    (some predicates are undefined on fake tensors); no match returns
+    NotImplemented so the default decomposition or lowering applies. The
+    runtime is never initialised here: this runs while tracing."""
+    entries = [(node.cond_fn, getattr(torch.ops._native, node.node_id).default) for node in chain]
+
+    def compile_router(*args: Any, **kwargs: Any) -> Any:
+        for cond, native_op in entries:
+            try:
+                matched = cond(*args, **kwargs)
+            except Exception:
+                continue
+            if matched:
+                return native_op(*args, **kwargs)
+        return NotImplemented
+
+    return compile_router
+
+
+def _sync_decomp_table() -> None:
+    """One entry per router that routes through a non-empty chain."""
+    table: dict[object, Callable[..., Any]] = {}
+    for key in _C.router_keys():
+        chain = [_node_of(handle) for handle in _C.published_chain(key)]
+        overload = _resolve_overload(key)
+        if chain and overload is not None:
+            table[overload] = _make_compile_router(chain)
+    _native_decomp_overrides.clear()
+    _native_decomp_overrides.update(table)
+
+
+@contextlib.contextmanager
+def _all_or_nothing() -> Iterator[None]:
+    """Runs a mutation that may touch several graphs; if it raises, the
+    registry and the dispatcher go back to how they were."""
+    saved = snapshot()
+    try:
+        yield
+    except BaseException:
+        restore(saved)
+        raise
+    _sync_decomp_table()
+
+
+def register_op_override(
+    dsl_name: str,
+    lib_symbol: str,
+    op_symbol: str,
+    dispatch_key: str,
+    cond: Callable[..., bool] | None,
+    impl: Callable[..., Any],
+    *,
+    try_initialize_runtime: Callable[[], bool] | None = None,
+    unconditional_override: bool = False,
+) -> None:
+    """Append an override to the graph of (lib_symbol, op_symbol, dispatch_key).
+
+    Installs nothing: :func:`register_all_overrides` (or a re-enable touching
+    the graph) does. ``cond`` is a Python callable taking the op's arguments,
+    or a :mod:`native_registry.predicates` predicate evaluated in C++.
+
+    Raises:
+        ValueError: a refused dispatch key (Meta, Composite*), a namespace off
+            the allowlist, ``cond=None`` without ``unconditional_override``,
+            ``try_initialize_runtime`` with it, or a malformed name.
+        TypeError: ``cond``, ``impl`` or ``try_initialize_runtime`` is not callable.
+    """
+    for name, value in (("dsl_name", dsl_name), ("lib_symbol", lib_symbol),
+                        ("op_symbol", op_symbol), ("dispatch_key", dispatch_key)):
+        if not isinstance(value, str):
+            raise TypeError(f"{name} must be a str, got {type(value).__name__}: {value!r}")
+    handle = _C.register_op_override(
+        dsl_name, lib_symbol, op_symbol, dispatch_key, cond, impl,
+        try_initialize_runtime, bool(unconditional_override),
+    )
+    node = _OverrideNode(
+        dsl_name=dsl_name,
+        lib_symbol=lib_symbol,
+        op_symbol=op_symbol,
+        dispatch_key=handle.dispatch_key,
+        cond_fn=cond if cond is not None else _always_true,
+        impl_fn=impl,
+        node_id=handle.node_id,
+        try_initialize_runtime=try_initialize_runtime,
+        unconditional_override=bool(unconditional_override),
+    )
+    node._handle = handle
+    _nodes[handle.node_id] = node
+
+
+def _keys_named_by(dsl_names: list[str], op_symbols: list[str], dispatch_keys: list[str]) -> set:
+    keys: set = set()
+    for index, names in ((_C.graphs_by_dsl_name(), dsl_names),
+                         (_C.graphs_by_op_symbol(), op_symbols),
+                         (_C.graphs_by_dispatch_key(), dispatch_keys)):
+        for name in names:
+            keys.update(index.get(name, ()))
+    return keys
+
+
+def deregister_op_overrides(
+    *,
+    disable_dsl_names: str | list[str] | None = None,
+    disable_op_symbols: str | list[str] | None = None,
+    disable_dispatch_keys: str | list[str] | None = None,
+) -> None:
+    """Disable overrides by dsl name, op symbol (bare, any namespace; "ns::op"
+    matches nothing) or dispatch key, then bring every graph the filters now
+    name in line, as upstream does. Unconditional overrides stay enabled."""
+    dsl, ops, keys = (_resolve_iterable(disable_dsl_names), _resolve_iterable(disable_op_symbols),
+                      _resolve_iterable(disable_dispatch_keys))
+    log.info("Disabling overrides: dsl=%s op_symbol=%s dispatch_key=%s", dsl, ops, keys)
+    with _all_or_nothing():
+        _C.deregister_op_overrides(dsl, ops, keys)
+        for key in sorted(_keys_named_by(*_C.filters())):
+            _C.install_graph(key, False)
+
+
+def reenable_op_overrides(
+    *,
+    enable_dsl_names: str | list[str] | None = None,
+    enable_op_symbols: str | list[str] | None = None,
+    enable_dispatch_keys: str | list[str] | None = None,
+) -> None:
+    """Undo :func:`deregister_op_overrides` for the named entries and bring the
+    graphs they name in line."""
+    dsl, ops, keys = (_resolve_iterable(enable_dsl_names), _resolve_iterable(enable_op_symbols),
+                      _resolve_iterable(enable_dispatch_keys))
+    log.info("Re-enabling overrides: dsl=%s op_symbol=%s dispatch_key=%s", dsl, ops, keys)
+    with _all_or_nothing():
+        _C.reenable_op_overrides(dsl, ops, keys)
+        for key in sorted(_keys_named_by(dsl, ops, keys)):
+            _C.install_graph(key, False)
+
+
+def reorder_graphs_from_user_function(
+    fn: UserOrderingFn, *, reregister_overrides: bool = False
+) -> None:
+    """Replace every graph by ``fn(op_symbol, dispatch_key, graph)``.
+
+    If ``fn`` raises or returns something other than a list of this graph's
+    nodes, a warning containing "Graph transformation failed" is logged and
+    the graph is kept. With ``reregister_overrides``, changed graphs are
+    installed again.
+    """
+    if not callable(fn):
+        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+
+    def on_handles(op_symbol: str, dispatch_key: str, handles: list) -> list:
+        result = fn(op_symbol, dispatch_key, [_node_of(h) for h in handles])
+        if not isinstance(result, list):
+            return result  # the C++ side reports the wrong type
+        out = []
+        for item in result:
+            if not isinstance(item, _OverrideNode) or item._handle is None:
+                raise TypeError(f"ordering function returned {type(item).__name__} {item!r}, "
+                                "not a registered node")
+            out.append(item._handle)
+        return out
+
+    with _all_or_nothing():
+        before = {key: [h.node_id for h in _C.graph(key)] for key in _C.graph_keys()}
+        _C.reorder_graphs(on_handles, False)
+        if reregister_overrides:
+            for key in _C.graph_keys():
+                if [h.node_id for h in _C.graph(key)] != before.get(key):
+                    _C.install_graph(key, False)
+
+
+def get_dsl_operations(dsl_name: str, lib_symbol: str = "aten") -> list[str]:
+    """Sorted op symbols ``dsl_name`` overrides in ``lib_symbol``."""
+    return _C.get_dsl_operations(dsl_name, lib_symbol)
+
+
+def register_all_overrides() -> None:
+    """Install every graph: routers go into the dispatcher. Checks that every
+    op resolves before installing any (AttributeError "... not found; is the
+    namespace ..." otherwise)."""
+    with _all_or_nothing():
+        _C.install_all()
+
+
+# Upstream's private name for the same operation.
+_register_all_overrides = register_all_overrides
+
+
+def native_decomp_table(overrides_only: bool = False) -> dict[object, Callable[..., Any]]:
+    """A decomposition table for ``ExportedProgram.run_decompositions`` or a
+    ``torch.compile`` decomposition set: ``torch.export.default_decompositions()``
+    with one router per installed override graph layered on top (or only the
+    routers, with ``overrides_only``). A matching override becomes a call of
+    its ``_native.<node_id>`` op."""
+    if overrides_only:
+        table: dict[object, Callable[..., Any]] = {}
+    else:
+        from torch.export import default_decompositions
+
+        table = dict(default_decompositions())
+    table.update(_native_decomp_overrides)
+    return table
+
+
+@contextlib.contextmanager
+def _unconditional_masked() -> Iterator[None]:
+    """Mask unconditional overrides that the filters disable, for the scope.
+
+    An unconditional override is the op's implementation, so a plain disable
+    leaves it in place; this hatch (for computing a reference result) lifts
+    that exemption while it is open, and only for disabled overrides."""
+    _C.push_unconditional_mask()
+    _sync_decomp_table()
+    try:
+        yield
+    finally:
+        _C.pop_unconditional_mask()
+        _sync_decomp_table()
+
+
+# ---- beyond upstream ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What :func:`restore` needs to put the registry and the dispatcher back."""
+
+    _native: _C.Snapshot
+    _nodes: dict[str, _OverrideNode]
+
+
+def snapshot() -> Snapshot:
+    """Capture the registry (graphs, filters, allowlist, installed routers)."""
+    return Snapshot(_C.snapshot(), dict(_nodes))
+
+
+def restore(saved: Snapshot) -> None:
+    """Put back what :func:`snapshot` captured: routers installed since are
+    removed, routers replaced since are rebuilt on the op's own kernel,
+    ``_native`` ops of nodes registered since are undefined, and the
+    decomposition table follows."""
+    if not isinstance(saved, Snapshot):
+        raise TypeError(f"restore takes a Snapshot, got {type(saved).__name__}")
+    _C.restore(saved._native)
+    _nodes.clear()
+    _nodes.update(saved._nodes)
+    _sync_decomp_table()
+
+
+@contextlib.contextmanager
+def scoped() -> Iterator[None]:
+    """Everything registered, installed or disabled inside is undone on exit."""
+    saved = snapshot()
+    try:
+        yield
+    finally:
+        restore(saved)
+
+
+def allow_namespace(lib_symbol: str) -> None:
+    """Make ops of ``lib_symbol`` overridable (``aten`` is; ``_native`` never)."""
+    _C.allow_namespace(lib_symbol)
+
+
+def disallow_namespace(lib_symbol: str) -> None:
+    _C.disallow_namespace(lib_symbol)
+
+
+def allowed_namespaces() -> frozenset[str]:
+    return frozenset(_C.allowed_namespaces())
+
+
+def router_state(lib_symbol: str, op_symbol: str, dispatch_key: str) -> str:
+    """'absent', 'dormant' (installed, empty chain) or 'active'."""
+    return _C.router_state((lib_symbol, op_symbol, dispatch_key))
+
+
+def graph(lib_symbol: str, op_symbol: str, dispatch_key: str) -> list[_OverrideNode]:
+    """The nodes of one graph, in routing order."""
+    return [_node_of(h) for h in _C.graph((lib_symbol, op_symbol, dispatch_key))]
+
+
+def set_empty_chain_policy(policy: str) -> None:
+    """'keep_dormant' (default: a router whose chain empties stays, declining
+    every call, so disabling is safe while other threads call the op) or
+    'remove' (upstream's behaviour: the router is taken out)."""
+    _C.set_empty_chain_policy(policy)

@@ -1,0 +1,463 @@
+// native_registry._C: the reference registry for Python. Thin on purpose: the
+// upstream-shaped API (names, argument forms, node objects, the compile-time
+// decomposition table) lives in native_registry/registry.py; this module turns
+// Python callables into boxed conds and impls, maps errors onto Python's
+// exception types, and exposes the C++ predicates.
+//
+// GIL rules: the control plane is entered from Python with the GIL held and
+// never releases it. The call path takes the GIL only inside a Python cond,
+// impl, try_initialize_runtime or the trace shortcut; C++ predicates run
+// without it. Python references held by C++ objects are dropped under the GIL
+// (PyRef), whatever thread drops them.
+
+#include <native_registry/native_registry.h>
+#include <native_registry/predicates.h>
+
+#include <torch/csrc/Dtype.h>
+#include <torch/csrc/jit/python/pybind_utils.h>
+
+#include <pybind11/functional.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <vector>
+
+namespace py = pybind11;
+using namespace native_registry;
+namespace P = native_registry::predicates;
+
+namespace {
+
+Registry& registry() { return Registry::global(); }
+
+// Owns one Python reference and drops it under the GIL from any thread.
+class PyRef {
+ public:
+  explicit PyRef(py::object object) : object_(object.release().ptr()) {}
+  ~PyRef() {
+    if (Py_IsInitialized()) {
+      py::gil_scoped_acquire gil;
+      Py_DECREF(object_);
+    }
+  }
+  PyRef(const PyRef&) = delete;
+  PyRef& operator=(const PyRef&) = delete;
+  py::handle get() const { return object_; }
+
+ private:
+  PyObject* object_;
+};
+
+// Works with the pybind11 of every PyTorch we build against.
+std::string type_name(const py::handle& value) { return Py_TYPE(value.ptr())->tp_name; }
+
+bool truthy(const py::object& value) {
+  const int answer = PyObject_IsTrue(value.ptr());
+  if (answer < 0) throw py::error_already_set();
+  return answer == 1;
+}
+
+// The boxed call as Python sees a kernel's arguments: positional arguments in
+// order, keyword-only ones as keywords unless they hold their default.
+std::pair<py::tuple, py::dict> python_arguments(const c10::OperatorHandle& op,
+                                                const Stack& stack) {
+  const auto& schema_args = op.schema().arguments();
+  const size_t base = stack.size() - schema_args.size();
+  py::list args;
+  py::dict kwargs;
+  for (size_t i = 0; i < schema_args.size(); ++i) {
+    const c10::Argument& argument = schema_args[i];
+    py::object value = torch::jit::toPyObject(stack[base + i]);
+    if (!argument.kwarg_only()) {
+      args.append(value);
+      continue;
+    }
+    const auto& fallback = argument.default_value();
+    if (fallback && value.equal(torch::jit::toPyObject(*fallback))) continue;
+    kwargs[py::str(argument.name())] = value;
+  }
+  return {py::tuple(args), kwargs};
+}
+
+// One returned value as the IValue the schema promises. toIValue would turn
+// None into an undefined tensor; an impl that returns None for a Tensor is a
+// bug to report, not a result to pass on.
+c10::IValue returned_value(const c10::OperatorHandle& op, const c10::Argument& ret,
+                           const py::handle& value) {
+  if (ret.real_type()->kind() == c10::TypeKind::TensorType && !THPVariable_Check(value.ptr())) {
+    throw py::type_error("the impl of " + c10::toString(op.operator_name()) + " returned " +
+                         type_name(value) + " where the schema promises a Tensor");
+  }
+  return torch::jit::toIValue(value, ret.real_type());
+}
+
+// Pushes what a Python impl returned, converted to the op's return types.
+void push_python_result(const c10::OperatorHandle& op, Stack* stack, const py::object& out) {
+  const auto& returns = op.schema().returns();
+  if (returns.empty()) return;
+  if (returns.size() == 1) {
+    stack->push_back(returned_value(op, returns[0], out));
+    return;
+  }
+  if (!py::isinstance<py::tuple>(out) || py::len(out) != returns.size()) {
+    throw py::type_error("the impl of " + c10::toString(op.operator_name()) +
+                         " must return a tuple of " + std::to_string(returns.size()) +
+                         " values, got " + type_name(out));
+  }
+  const py::tuple values = out;
+  for (size_t i = 0; i < returns.size(); ++i) {
+    stack->push_back(returned_value(op, returns[i], values[i]));
+  }
+}
+
+CondFn python_cond(py::object fn) {
+  auto ref = std::make_shared<PyRef>(std::move(fn));
+  return [ref](const c10::OperatorHandle& op, c10::DispatchKeySet, const Stack& stack) {
+    py::gil_scoped_acquire gil;
+    auto [args, kwargs] = python_arguments(op, stack);
+    return truthy(ref->get()(*args, **kwargs));
+  };
+}
+
+ImplFn python_impl(py::object fn) {
+  auto ref = std::make_shared<PyRef>(std::move(fn));
+  return [ref](const c10::OperatorHandle& op, c10::DispatchKeySet, Stack* stack) {
+    py::gil_scoped_acquire gil;
+    auto [args, kwargs] = python_arguments(op, *stack);
+    py::object out = ref->get()(*args, **kwargs);
+    torch::jit::drop(*stack, op.schema().arguments().size());
+    push_python_result(op, stack, out);
+  };
+}
+
+TryInitializeRuntimeFn python_try_initialize(py::object fn) {
+  auto ref = std::make_shared<PyRef>(std::move(fn));
+  return [ref] {
+    py::gil_scoped_acquire gil;
+    return truthy(ref->get()());
+  };
+}
+
+void require_callable(const char* what, const py::object& value) {
+  if (!PyCallable_Check(value.ptr())) {
+    throw py::type_error(std::string(what) + " must be callable, got " + type_name(value));
+  }
+}
+
+// Dynamo folds torch.compiler.is_dynamo_compiling() to True while it traces;
+// it is looked up on every call so that patching it works as in upstream.
+bool dynamo_is_tracing() {
+  py::gil_scoped_acquire gil;
+  try {
+    static py::handle compiler = py::module_::import("torch.compiler").release();
+    return truthy(compiler.attr("is_dynamo_compiling")());
+  } catch (py::error_already_set& e) {
+    e.discard_as_unraisable("native_registry trace shortcut");
+    return false;
+  }
+}
+
+GraphKey to_key(const std::tuple<std::string, std::string, std::string>& key) {
+  return {std::get<0>(key), std::get<1>(key), std::get<2>(key)};
+}
+
+py::tuple from_key(const GraphKey& key) {
+  return py::make_tuple(key.lib_symbol, key.op_symbol, key.dispatch_key);
+}
+
+using MutableNode = std::shared_ptr<OverrideNode>;
+MutableNode mutable_node(const NodePtr& node) { return std::const_pointer_cast<OverrideNode>(node); }
+
+py::list nodes_to_list(const Graph& graph) {
+  py::list out;
+  for (const NodePtr& node : graph) out.append(mutable_node(node));
+  return out;
+}
+
+py::dict index_to_dict(const std::map<std::string, std::vector<GraphKey>>& index) {
+  py::dict out;
+  for (const auto& [name, keys] : index) {
+    py::list list;
+    for (const GraphKey& key : keys) list.append(from_key(key));
+    out[py::str(name)] = list;
+  }
+  return out;
+}
+
+// Masks entered from Python, innermost last.
+std::vector<std::unique_ptr<Registry::UnconditionalMask>>& masks() {
+  static std::vector<std::unique_ptr<Registry::UnconditionalMask>> stack;
+  return stack;
+}
+
+// ---- predicates from Python ---------------------------------------------------
+
+std::optional<size_t> arg_index(const py::object& arg) {
+  if (arg.is_none()) return std::nullopt;
+  const auto index = arg.cast<int64_t>();
+  if (index < 0) throw py::value_error("arg must be a non-negative index, got " + std::to_string(index));
+  return static_cast<size_t>(index);
+}
+
+// Positional arguments as a stack a predicate can read: tensors and lists of
+// tensors as such, anything else as None (predicates look at tensors only).
+Stack predicate_stack(const py::args& args) {
+  Stack stack;
+  for (const py::handle& value : args) {
+    if (THPVariable_Check(value.ptr())) {
+      stack.emplace_back(THPVariable_Unpack(value.ptr()));
+    } else if (py::isinstance<py::list>(value) || py::isinstance<py::tuple>(value)) {
+      std::vector<at::Tensor> tensors;
+      bool all_tensors = py::len(value) > 0;
+      for (const py::handle& item : value) {
+        if (!THPVariable_Check(item.ptr())) {
+          all_tensors = false;
+          break;
+        }
+        tensors.push_back(THPVariable_Unpack(item.ptr()));
+      }
+      stack.emplace_back(all_tensors ? c10::IValue(tensors) : c10::IValue());
+    } else {
+      stack.emplace_back();
+    }
+  }
+  return stack;
+}
+
+void bind_predicates(py::module_& m) {
+  auto p = m.def_submodule("predicates", "Composable conds evaluated in C++");
+  py::class_<P::Predicate>(p, "Predicate")
+      .def("__call__",
+           [](const P::Predicate& self, const py::args& args, const py::kwargs&) {
+             return self(predicate_stack(args));
+           })
+      .def("__and__", [](const P::Predicate& a, const P::Predicate& b) { return a && b; })
+      .def("__or__", [](const P::Predicate& a, const P::Predicate& b) { return a || b; })
+      .def("__invert__", [](const P::Predicate& a) { return !a; })
+      .def("__repr__", [](const P::Predicate& self) { return "<predicate " + self.description() + ">"; })
+      .def_property_readonly("description", &P::Predicate::description);
+
+  p.def("always", &P::always);
+  p.def("never", &P::never);
+  p.def(
+      "dtype_in",
+      [](const py::args& dtypes, const py::object& arg) {
+        std::vector<c10::ScalarType> types;
+        for (const py::handle& dtype : dtypes) {
+          if (!THPDtype_Check(dtype.ptr())) {
+            throw py::type_error("dtype_in takes torch.dtype values, got " + type_name(dtype));
+          }
+          types.push_back(reinterpret_cast<THPDtype*>(dtype.ptr())->scalar_type);
+        }
+        if (types.empty()) throw py::value_error("dtype_in needs at least one dtype");
+        return P::dtype_in(types, arg_index(arg));
+      },
+      py::kw_only(), py::arg("arg") = py::none());
+  p.def(
+      "device_type",
+      [](const std::string& type, const py::object& arg) {
+        return P::device_type_is(c10::Device(type).type(), arg_index(arg));
+      },
+      py::arg("type"), py::kw_only(), py::arg("arg") = py::none());
+  p.def("contiguous", [](const py::object& arg) { return P::contiguous(arg_index(arg)); },
+        py::kw_only(), py::arg("arg") = py::none());
+  auto bound = [&p](const char* name, P::Predicate (*make)(int64_t, std::optional<size_t>)) {
+    p.def(
+        name,
+        [make](int64_t limit, const py::object& arg) { return make(limit, arg_index(arg)); },
+        py::arg("limit"), py::kw_only(), py::arg("arg") = py::none());
+  };
+  bound("min_rank", &P::min_rank);
+  bound("max_rank", &P::max_rank);
+  bound("min_numel", &P::min_numel);
+  bound("max_numel", &P::max_numel);
+  p.def(
+      "max_size",
+      [](int64_t dim, int64_t size, const py::object& arg) {
+        return P::max_size(dim, size, arg_index(arg));
+      },
+      py::arg("dim"), py::arg("size"), py::kw_only(), py::arg("arg") = py::none());
+  p.def("not_cow", &P::not_cow);
+  p.def("same_shape", &P::same_shape);
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "The reference op-override registry (C++), for native_registry.registry";
+
+  py::register_exception_translator([](std::exception_ptr error) {
+    try {
+      if (error) std::rethrow_exception(error);
+    } catch (const InvalidArgumentError& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    } catch (const OperatorNotFoundError& e) {
+      PyErr_SetString(PyExc_AttributeError, e.what());
+    }
+  });
+
+  py::class_<OverrideNode, MutableNode>(m, "Node")
+      .def_readonly("dsl_name", &OverrideNode::dsl_name)
+      .def_readonly("lib_symbol", &OverrideNode::lib_symbol)
+      .def_readonly("op_symbol", &OverrideNode::op_symbol)
+      .def_readonly("dispatch_key", &OverrideNode::dispatch_key)
+      .def_readonly("node_id", &OverrideNode::node_id)
+      .def_readonly("unconditional_override", &OverrideNode::unconditional_override)
+      .def_readonly("divert_when_tracing", &OverrideNode::divert_when_tracing)
+      .def_property_readonly("key", [](const OverrideNode& n) { return from_key(n.key()); });
+
+  py::class_<Snapshot>(m, "Snapshot");
+
+  m.def(
+      "register_op_override",
+      [](const std::string& dsl_name, const std::string& lib_symbol,
+         const std::string& op_symbol, const std::string& dispatch_key, py::object cond,
+         py::object impl, py::object try_initialize_runtime, bool unconditional_override) {
+        OverrideOptions options;
+        options.unconditional_override = unconditional_override;
+        CondFn cond_fn;
+        if (py::isinstance<P::Predicate>(cond)) {
+          cond_fn = cond.cast<P::Predicate>().as_cond();
+        } else if (!cond.is_none()) {
+          require_callable("cond", cond);
+          cond_fn = python_cond(cond);
+        }
+        require_callable("impl", impl);
+        if (!try_initialize_runtime.is_none()) {
+          require_callable("try_initialize_runtime", try_initialize_runtime);
+          options.try_initialize_runtime = python_try_initialize(try_initialize_runtime);
+        }
+        // A Python cond or runtime check runs on every call the router sees,
+        // so a tracer must be able to divert those calls first. Chains whose
+        // conds are all C++ predicates decline without touching Python.
+        options.divert_when_tracing =
+            static_cast<bool>(cond_fn) && !py::isinstance<P::Predicate>(cond);
+        options.divert_when_tracing |= !try_initialize_runtime.is_none();
+        options.divert_when_tracing |= cond.is_none();  // unconditional: the impl runs
+        return mutable_node(registry().register_op_override(
+            dsl_name, lib_symbol, op_symbol, dispatch_key, std::move(cond_fn),
+            python_impl(impl), std::move(options)));
+      },
+      py::arg("dsl_name"), py::arg("lib_symbol"), py::arg("op_symbol"),
+      py::arg("dispatch_key"), py::arg("cond"), py::arg("impl"),
+      py::arg("try_initialize_runtime"), py::arg("unconditional_override"));
+
+  m.def("deregister_op_overrides",
+        [](std::vector<std::string> dsl, std::vector<std::string> ops,
+           std::vector<std::string> keys) {
+          registry().deregister_op_overrides({std::move(dsl), std::move(ops), std::move(keys)});
+        });
+  m.def("reenable_op_overrides",
+        [](std::vector<std::string> dsl, std::vector<std::string> ops,
+           std::vector<std::string> keys) {
+          registry().reenable_op_overrides({std::move(dsl), std::move(ops), std::move(keys)});
+        });
+
+  // `fn(op_symbol, dispatch_key, [Node]) -> [Node]`; a result that is not a
+  // list of nodes counts as a failed transformation.
+  m.def("reorder_graphs", [](py::function fn, bool reinstall) {
+    registry().reorder_graphs(
+        [&fn](const std::string& op, const std::string& key, const Graph& graph) {
+          py::object result = fn(op, key, nodes_to_list(graph));
+          if (!py::isinstance<py::list>(result)) {
+            throw InvalidArgumentError("the ordering function returned " + type_name(result) +
+                                       ", expected a list of nodes");
+          }
+          Graph out;
+          for (const py::handle& item : result) {
+            if (!py::isinstance<OverrideNode>(item)) {
+              throw InvalidArgumentError("the ordering function returned a list holding " +
+                                         type_name(item) + ", expected nodes");
+            }
+            out.push_back(item.cast<MutableNode>());
+          }
+          return out;
+        },
+        reinstall);
+  });
+
+  m.def("install_graph", [](const std::tuple<std::string, std::string, std::string>& key,
+                            bool reinstall) {
+    registry().install_graph(to_key(key), reinstall ? InstallMode::kReinstall : InstallMode::kUpdate);
+  });
+  m.def("install_all", [] { registry().install_all(); });
+
+  m.def("snapshot", [] { return registry().snapshot(); });
+  m.def("restore", [](const Snapshot& s) { registry().restore(s); });
+
+  m.def("allow_namespace", [](const std::string& ns) { registry().allow_namespace(ns); });
+  m.def("disallow_namespace", [](const std::string& ns) { registry().disallow_namespace(ns); });
+  m.def("allowed_namespaces", [] { return registry().allowed_namespaces(); });
+
+  m.def("get_dsl_operations", [](const std::string& dsl, const std::string& ns) {
+    return registry().get_dsl_operations(dsl, ns);
+  });
+  m.def("graph_keys", [] {
+    py::list out;
+    for (const GraphKey& key : registry().graph_keys()) out.append(from_key(key));
+    return out;
+  });
+  m.def("router_keys", [] {
+    py::list out;
+    for (const GraphKey& key : registry().router_keys()) out.append(from_key(key));
+    return out;
+  });
+  m.def("graph", [](const std::tuple<std::string, std::string, std::string>& key) {
+    return nodes_to_list(registry().graph(to_key(key)));
+  });
+  m.def("published_chain", [](const std::tuple<std::string, std::string, std::string>& key) {
+    return nodes_to_list(registry().published_chain(to_key(key)));
+  });
+  m.def("is_enabled", [](const OverrideNode& node) { return registry().is_enabled(node); });
+  m.def("router_state", [](const std::tuple<std::string, std::string, std::string>& key) {
+    switch (registry().router_state(to_key(key))) {
+      case RouterState::kAbsent: return "absent";
+      case RouterState::kDormant: return "dormant";
+      case RouterState::kActive: return "active";
+    }
+    return "absent";
+  });
+  m.def("filters", [] {
+    const Filter f = registry().filters();
+    return py::make_tuple(f.dsl_names, f.op_symbols, f.dispatch_keys);
+  });
+  m.def("graphs_by_dsl_name", [] { return index_to_dict(registry().graphs_by_dsl_name()); });
+  m.def("graphs_by_op_symbol", [] { return index_to_dict(registry().graphs_by_op_symbol()); });
+  m.def("graphs_by_dispatch_key",
+        [] { return index_to_dict(registry().graphs_by_dispatch_key()); });
+
+  m.def("set_empty_chain_policy", [](const std::string& policy) {
+    if (policy == "keep_dormant") {
+      registry().set_empty_chain_policy(EmptyChainPolicy::kKeepDormantRouter);
+    } else if (policy == "remove") {
+      registry().set_empty_chain_policy(EmptyChainPolicy::kRemoveRouter);
+    } else {
+      throw py::value_error("empty chain policy must be 'keep_dormant' or 'remove', got '" +
+                            policy + "'");
+    }
+  });
+  m.def("empty_chain_policy", [] {
+    return registry().empty_chain_policy() == EmptyChainPolicy::kRemoveRouter ? "remove"
+                                                                              : "keep_dormant";
+  });
+  m.def("set_log_sink", [](py::function sink) {
+    auto ref = std::make_shared<PyRef>(std::move(sink));
+    registry().set_log_sink([ref](LogLevel level, const std::string& message) {
+      py::gil_scoped_acquire gil;
+      ref->get()(level == LogLevel::kWarning ? "warning" : "info", message);
+    });
+  });
+
+  m.def("push_unconditional_mask",
+        [] { masks().push_back(std::make_unique<Registry::UnconditionalMask>(registry())); });
+  m.def("pop_unconditional_mask", [] {
+    if (masks().empty()) throw py::value_error("no unconditional mask to lift");
+    masks().pop_back();
+  });
+
+  m.def("install_dynamo_shortcut", [] { set_trace_shortcut(&dynamo_is_tracing); });
+  m.def("remove_trace_shortcut", [] { set_trace_shortcut(nullptr); });
+  m.def("in_diverted_call", &in_diverted_call);
+
+  bind_predicates(m);
+}

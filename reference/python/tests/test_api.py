@@ -1,0 +1,248 @@
+"""The Python API's surface: upstream's names and signatures, node objects,
+validation with upstream's exception types, ordering, the environment hook."""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import subprocess
+import sys
+from unittest.mock import patch
+
+import pytest
+import torch
+
+import native_registry
+import native_registry.registry as registry
+
+
+def true_cond(*a, **k):
+    return True
+
+
+def identity(x, *rest):
+    return x
+
+
+UPSTREAM_SIGNATURES = {
+    "register_op_override": "(dsl_name, lib_symbol, op_symbol, dispatch_key, cond, impl, *, "
+    "try_initialize_runtime=None, unconditional_override=False)",
+    "deregister_op_overrides": "(*, disable_dsl_names=None, disable_op_symbols=None, "
+    "disable_dispatch_keys=None)",
+    "reenable_op_overrides": "(*, enable_dsl_names=None, enable_op_symbols=None, "
+    "enable_dispatch_keys=None)",
+    "reorder_graphs_from_user_function": "(fn, *, reregister_overrides=False)",
+    "get_dsl_operations": "(dsl_name, lib_symbol='aten')",
+    "native_decomp_table": "(overrides_only=False)",
+}
+
+
+@pytest.mark.parametrize("name, expected", sorted(UPSTREAM_SIGNATURES.items()))
+def test_upstream_names_and_signatures(name, expected):
+    sig = inspect.signature(getattr(registry, name))
+    plain = sig.replace(
+        parameters=[p.replace(annotation=inspect.Parameter.empty) for p in sig.parameters.values()],
+        return_annotation=inspect.Signature.empty,
+    )
+    assert str(plain) == expected
+
+
+def test_package_exports_upstream_helpers():
+    for name in ("get_user_ordering_fn", "_unconditional_masked", "_OverrideNode",
+                 "register_all_overrides", "snapshot", "restore", "scoped"):
+        assert callable(getattr(native_registry, name)), name
+
+
+@pytest.mark.parametrize("cwd", ["repo", "elsewhere"])
+def test_importable_from_repository_root_and_elsewhere(cwd, tmp_path):
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parents[3]
+    where = root if cwd == "repo" else tmp_path
+    out = subprocess.run(
+        [sys.executable, "-c", "import native_registry, native_registry.registry as r; "
+         "print(sorted(r.allowed_namespaces()))"],
+        cwd=where, capture_output=True, text=True, timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "['aten']"
+
+
+def test_override_node_fields_and_defaults():
+    node = registry._OverrideNode("test_dsl", "aten", "add.Tensor", "CPU", true_cond, identity,
+                                  "test_node")
+    assert (node.dsl_name, node.lib_symbol, node.op_symbol, node.dispatch_key) == (
+        "test_dsl", "aten", "add.Tensor", "CPU")
+    assert node.cond_fn is true_cond and node.impl_fn is identity
+    assert node.node_id == "test_node"
+    assert node.try_initialize_runtime is None
+    assert node.unconditional_override is False
+    assert node.active is True
+
+
+def test_register_appends_a_bound_node_and_installs_nothing(reg):
+    reg.register_op_override("backend_z", "aten", "mul.Tensor", "CPU", true_cond, identity)
+    reg.register_op_override("backend_a", "aten", "mul.Tensor", "CPU", true_cond, identity)
+    nodes = reg.graph("aten", "mul.Tensor", "CPU")
+    assert [n.dsl_name for n in nodes] == ["backend_z", "backend_a"]
+    assert nodes[0].cond_fn is true_cond and nodes[0].impl_fn is identity
+    assert nodes[0].node_id != nodes[1].node_id
+    assert reg.router_state("aten", "mul.Tensor", "CPU") == "absent"
+
+
+def test_deregister_marks_nodes_inactive_and_reenable_restores(reg):
+    reg.register_op_override("test_backend", "aten", "mul.Tensor", "CPU", true_cond, identity)
+    node = reg.graph("aten", "mul.Tensor", "CPU")[0]
+    assert node.active
+    reg.deregister_op_overrides(disable_dsl_names="test_backend")
+    assert not node.active
+    reg.reenable_op_overrides(enable_dsl_names=["test_backend"])
+    assert node.active
+    with pytest.raises(AttributeError, match="follows the filters"):
+        node.active = False
+
+
+def test_reorder_with_user_function(reg):
+    for dsl in ("dsl_c", "dsl_a", "dsl_b"):
+        reg.register_op_override(dsl, "aten", "mul.Tensor", "CPU", true_cond, identity)
+    seen = []
+
+    def alphabetical(op_symbol, dispatch_key, graph):
+        seen.append((op_symbol, dispatch_key))
+        return sorted(graph, key=lambda n: n.dsl_name)
+
+    reg.reorder_graphs_from_user_function(alphabetical)
+    assert [n.dsl_name for n in reg.graph("aten", "mul.Tensor", "CPU")] == ["dsl_a", "dsl_b", "dsl_c"]
+    assert seen == [("mul.Tensor", "CPU")]
+
+
+@pytest.mark.parametrize(
+    "bad_fn, reason",
+    [
+        (lambda op, key, graph: (_ for _ in ()).throw(ValueError("Test exception")), "Test exception"),
+        (lambda op, key, graph: 42, "expected a list"),
+        (lambda op, key, graph: ["not a node"], "not a registered node"),
+        (lambda op, key, graph: graph + graph, "appears twice"),
+    ],
+)
+def test_failed_transformation_keeps_graph_and_warns(reg, caplog, bad_fn, reason):
+    reg.register_op_override("test_dsl", "aten", "mul.Tensor", "CPU", true_cond, identity)
+    before = reg.graph("aten", "mul.Tensor", "CPU")
+    with caplog.at_level(logging.WARNING, logger="native_registry.registry"):
+        reg.reorder_graphs_from_user_function(bad_fn)
+    records = [r for r in caplog.records if r.name == "native_registry.registry"]
+    assert len(records) == 1
+    assert "Graph transformation failed" in records[0].getMessage()
+    assert reason in records[0].getMessage()
+    assert reg.graph("aten", "mul.Tensor", "CPU") == before
+
+
+def test_reorder_rejects_non_callable(reg):
+    with pytest.raises(TypeError, match="fn must be callable"):
+        reg.reorder_graphs_from_user_function("sorted")
+
+
+def test_user_ordering_fn_unset_gives_none():
+    with patch.dict("os.environ", {}, clear=True):
+        native_registry.get_user_ordering_fn.cache_clear()
+        assert native_registry.get_user_ordering_fn() is None
+    native_registry.get_user_ordering_fn.cache_clear()
+
+
+def test_user_ordering_fn_unresolvable_raises():
+    with patch.dict("os.environ",
+                    {"TORCH_PYTHON_NATIVE_USER_GRAPH_ORDER_FN": "nonexistent.module.function"}):
+        native_registry.get_user_ordering_fn.cache_clear()
+        with pytest.raises(ValueError, match="Could not resolve"):
+            native_registry.get_user_ordering_fn()
+    native_registry.get_user_ordering_fn.cache_clear()
+
+
+def test_user_ordering_fn_resolves_a_function():
+    with patch.dict("os.environ", {"TORCH_PYTHON_NATIVE_USER_GRAPH_ORDER_FN": "builtins.sorted"}):
+        native_registry.get_user_ordering_fn.cache_clear()
+        assert native_registry.get_user_ordering_fn() is sorted
+    native_registry.get_user_ordering_fn.cache_clear()
+
+
+@pytest.mark.parametrize("bad_key", ["Meta", "CompositeImplicitAutograd", "CompositeExplicitAutograd"])
+def test_disallowed_dispatch_keys(reg, bad_key):
+    with pytest.raises(ValueError, match="dispatch_key="):
+        reg.register_op_override("test_dsl", "aten", "mul.Tensor", bad_key, true_cond, identity)
+    assert reg.graph("aten", "mul.Tensor", bad_key) == []
+
+
+def test_namespace_off_the_allowlist(reg):
+    assert "_native" not in reg.allowed_namespaces()
+    with pytest.raises(ValueError, match="is not overridable"):
+        reg.register_op_override("test_dsl", "_native", "some_op", "CPU", true_cond, identity)
+    with pytest.raises(ValueError, match="can never be overridable"):
+        reg.allow_namespace("_native")
+
+
+def test_cond_none_needs_unconditional(reg):
+    with pytest.raises(ValueError, match="cond must be provided"):
+        reg.register_op_override("test_dsl", "aten", "mul.Tensor", "CPU", None, identity)
+
+
+def test_unconditional_refuses_runtime_initialization(reg):
+    with pytest.raises(ValueError, match="try_initialize_runtime cannot be provided"):
+        reg.register_op_override("test_dsl", "aten", "mul.Tensor", "CPU", None, identity,
+                                 try_initialize_runtime=lambda: True, unconditional_override=True)
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, message",
+    [
+        ({"cond": 3}, TypeError, "cond must be callable, got int"),
+        ({"impl": None}, TypeError, "impl must be callable, got NoneType"),
+        ({"try_initialize_runtime": "yes"}, TypeError, "try_initialize_runtime must be callable"),
+        ({"dispatch_key": "NotAKey"}, ValueError, "unknown dispatch_key='NotAKey'"),
+        ({"dispatch_key": 5}, TypeError, "dispatch_key must be a str"),
+        ({"op_symbol": "aten::mul"}, ValueError, "is not an op symbol"),
+        ({"op_symbol": ""}, ValueError, "op_symbol must be a non-empty name"),
+        ({"dsl_name": "  "}, ValueError, "dsl_name must be a non-empty name"),
+    ],
+)
+def test_bad_input_is_refused_and_changes_nothing(reg, kwargs, error, message):
+    args = {"dsl_name": "d", "lib_symbol": "aten", "op_symbol": "mul.Tensor",
+            "dispatch_key": "CPU", "cond": true_cond, "impl": identity}
+    args.update(kwargs)
+    extra = {k: args.pop(k) for k in ("try_initialize_runtime",) if k in args}
+    keys_before = registry._C.graph_keys()
+    with pytest.raises(error, match=message):
+        reg.register_op_override(*args.values(), **extra)
+    assert registry._C.graph_keys() == keys_before
+
+
+def test_bad_filter_entries_are_refused(reg):
+    with pytest.raises(TypeError, match="filter entries must be str"):
+        reg.deregister_op_overrides(disable_dsl_names=["ok", 3])
+    with pytest.raises(ValueError, match="must be a non-empty name"):
+        reg.deregister_op_overrides(disable_dsl_names=[""])
+    assert registry._C.filters() == ([], [], [])
+
+
+def test_get_dsl_operations_defaults_to_aten(reg):
+    reg.register_op_override("test_dsl", "aten", "mul.Tensor", "CPU", true_cond, identity)
+    reg.register_op_override("test_dsl", "aten", "bmm", "CPU", true_cond, identity)
+    reg.register_op_override("other", "aten", "add.Tensor", "CPU", true_cond, identity)
+    assert reg.get_dsl_operations("test_dsl") == ["bmm", "mul.Tensor"]
+    assert reg.get_dsl_operations("nobody") == []
+
+
+def test_snapshot_restore_roundtrip(reg):
+    saved = reg.snapshot()
+    reg.register_op_override("test_dsl", "aten", "mul.Tensor", "CPU", true_cond,
+                             lambda a, b: torch.full_like(a, 3.0))
+    reg.register_all_overrides()
+    reg.deregister_op_overrides(disable_op_symbols="bmm")
+    assert torch.equal(torch.ops.aten.mul.Tensor(torch.tensor([1.0]), torch.tensor([2.0])),
+                       torch.tensor([3.0]))
+    reg.restore(saved)
+    assert reg.graph("aten", "mul.Tensor", "CPU") == []
+    assert registry._C.filters() == ([], [], [])
+    assert torch.equal(torch.ops.aten.mul.Tensor(torch.tensor([1.0]), torch.tensor([2.0])),
+                       torch.tensor([2.0]))
+    with pytest.raises(TypeError, match="takes a Snapshot"):
+        reg.restore("not a snapshot")

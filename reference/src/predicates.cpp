@@ -1,0 +1,227 @@
+#include <native_registry/predicates.h>
+
+#include <c10/core/impl/COW.h>
+
+#include <algorithm>
+
+namespace native_registry::predicates {
+
+// Leaves test tensors; inner nodes combine children. Evaluation short-circuits
+// and allocates nothing.
+struct Predicate::Node {
+  enum class Kind { kConstant, kTensors, kAnd, kOr, kNot, kNotCow, kSameShape } kind;
+  bool constant = false;
+  TensorCheck check;
+  std::optional<size_t> arg_index;
+  std::shared_ptr<const Node> left, right;
+  std::string description;
+};
+
+namespace {
+
+using Node = Predicate::Node;
+
+// Calls `visit` on every defined tensor argument (inside lists too) of the
+// argument at `only` or of all of them; stops when `visit` returns false.
+// Returns whether any tensor was visited.
+template <typename Visit>
+bool for_each_tensor(const Stack& stack, std::optional<size_t> only, Visit visit) {
+  bool any = false;
+  const size_t begin = only ? *only : 0;
+  const size_t end = only ? std::min(*only + 1, stack.size()) : stack.size();
+  for (size_t i = begin; i < end; ++i) {
+    const c10::IValue& value = stack[i];
+    if (value.isTensor()) {
+      const at::Tensor& tensor = value.toTensor();
+      if (!tensor.defined()) continue;
+      any = true;
+      if (!visit(tensor)) return true;
+    } else if (value.isTensorList()) {
+      for (const at::Tensor& tensor : value.toTensorList().vec()) {
+        if (!tensor.defined()) continue;
+        any = true;
+        if (!visit(tensor)) return true;
+      }
+    }
+  }
+  return any;
+}
+
+bool is_cow(const at::Tensor& tensor) {
+  return tensor.has_storage() && c10::impl::cow::is_cow_data_ptr(tensor.storage().data_ptr());
+}
+
+bool evaluate(const Node& node, const Stack& stack) {
+  switch (node.kind) {
+    case Node::Kind::kConstant:
+      return node.constant;
+    case Node::Kind::kTensors: {
+      bool all = true;
+      const bool any = for_each_tensor(stack, node.arg_index, [&](const at::Tensor& t) {
+        all = node.check.test(t);
+        return all;
+      });
+      return any && all;
+    }
+    case Node::Kind::kAnd:
+      return evaluate(*node.left, stack) && evaluate(*node.right, stack);
+    case Node::Kind::kOr:
+      return evaluate(*node.left, stack) || evaluate(*node.right, stack);
+    case Node::Kind::kNot:
+      return !evaluate(*node.left, stack);
+    case Node::Kind::kNotCow: {
+      bool none = true;
+      for_each_tensor(stack, std::nullopt, [&](const at::Tensor& t) {
+        none = !is_cow(t);
+        return none;
+      });
+      return none;
+    }
+    case Node::Kind::kSameShape: {
+      std::optional<c10::IntArrayRef> first;
+      bool same = true;
+      for_each_tensor(stack, std::nullopt, [&](const at::Tensor& t) {
+        if (!first) first = t.sizes();
+        same = t.sizes() == *first;
+        return same;
+      });
+      return same;
+    }
+  }
+  return false;
+}
+
+std::string where(std::optional<size_t> arg) {
+  return arg ? "args[" + std::to_string(*arg) + "]" : "all tensors";
+}
+
+}  // namespace
+
+Predicate Predicate::on_tensors(TensorCheck check, std::optional<size_t> arg_index) {
+  auto node = std::make_shared<Node>();
+  node->kind = Node::Kind::kTensors;
+  node->description = check.description + " (" + where(arg_index) + ")";
+  node->check = std::move(check);
+  node->arg_index = arg_index;
+  return Predicate(std::move(node));
+}
+
+Predicate Predicate::constant(bool answer) {
+  auto node = std::make_shared<Node>();
+  node->kind = Node::Kind::kConstant;
+  node->constant = answer;
+  node->description = answer ? "always" : "never";
+  return Predicate(std::move(node));
+}
+
+bool Predicate::operator()(const Stack& stack) const { return evaluate(*node_, stack); }
+
+CondFn Predicate::as_cond() const {
+  return [node = node_](const c10::OperatorHandle&, c10::DispatchKeySet, const Stack& stack) {
+    return evaluate(*node, stack);
+  };
+}
+
+const std::string& Predicate::description() const { return node_->description; }
+
+Predicate Predicate::operator&&(const Predicate& other) const {
+  auto node = std::make_shared<Node>();
+  node->kind = Node::Kind::kAnd;
+  node->left = node_;
+  node->right = other.node_;
+  node->description = "(" + description() + " & " + other.description() + ")";
+  return Predicate(std::move(node));
+}
+
+Predicate Predicate::operator||(const Predicate& other) const {
+  auto node = std::make_shared<Node>();
+  node->kind = Node::Kind::kOr;
+  node->left = node_;
+  node->right = other.node_;
+  node->description = "(" + description() + " | " + other.description() + ")";
+  return Predicate(std::move(node));
+}
+
+Predicate Predicate::operator!() const {
+  auto node = std::make_shared<Node>();
+  node->kind = Node::Kind::kNot;
+  node->left = node_;
+  node->description = "~" + description();
+  return Predicate(std::move(node));
+}
+
+Predicate always() { return Predicate::constant(true); }
+Predicate never() { return Predicate::constant(false); }
+
+Predicate dtype_in(std::vector<c10::ScalarType> dtypes, std::optional<size_t> arg) {
+  std::string names;
+  for (auto dtype : dtypes) names += (names.empty() ? "" : ", ") + std::string(c10::toString(dtype));
+  return Predicate::on_tensors(
+      {[dtypes](const at::Tensor& t) {
+         return std::find(dtypes.begin(), dtypes.end(), t.scalar_type()) != dtypes.end();
+       },
+       "dtype in {" + names + "}"},
+      arg);
+}
+
+Predicate device_type_is(c10::DeviceType type, std::optional<size_t> arg) {
+  return Predicate::on_tensors(
+      {[type](const at::Tensor& t) { return t.device().type() == type; },
+       "device type " + c10::DeviceTypeName(type, /*lower_case=*/true)},
+      arg);
+}
+
+Predicate contiguous(std::optional<size_t> arg) {
+  return Predicate::on_tensors({[](const at::Tensor& t) { return t.is_contiguous(); }, "contiguous"},
+                               arg);
+}
+
+Predicate min_rank(int64_t rank, std::optional<size_t> arg) {
+  return Predicate::on_tensors(
+      {[rank](const at::Tensor& t) { return t.dim() >= rank; }, "rank >= " + std::to_string(rank)},
+      arg);
+}
+
+Predicate max_rank(int64_t rank, std::optional<size_t> arg) {
+  return Predicate::on_tensors(
+      {[rank](const at::Tensor& t) { return t.dim() <= rank; }, "rank <= " + std::to_string(rank)},
+      arg);
+}
+
+Predicate min_numel(int64_t numel, std::optional<size_t> arg) {
+  return Predicate::on_tensors({[numel](const at::Tensor& t) { return t.sym_numel() >= numel; },
+                                "numel >= " + std::to_string(numel)},
+                               arg);
+}
+
+Predicate max_numel(int64_t numel, std::optional<size_t> arg) {
+  return Predicate::on_tensors({[numel](const at::Tensor& t) { return t.sym_numel() <= numel; },
+                                "numel <= " + std::to_string(numel)},
+                               arg);
+}
+
+Predicate max_size(int64_t dim, int64_t size, std::optional<size_t> arg) {
+  return Predicate::on_tensors(
+      {[dim, size](const at::Tensor& t) {
+         const int64_t d = dim < 0 ? dim + t.dim() : dim;
+         return d >= 0 && d < t.dim() && t.sym_size(d) <= size;
+       },
+       "size(" + std::to_string(dim) + ") <= " + std::to_string(size)},
+      arg);
+}
+
+Predicate not_cow() {
+  auto node = std::make_shared<Predicate::Node>();
+  node->kind = Predicate::Node::Kind::kNotCow;
+  node->description = "not copy-on-write";
+  return Predicate(std::move(node));
+}
+
+Predicate same_shape() {
+  auto node = std::make_shared<Predicate::Node>();
+  node->kind = Predicate::Node::Kind::kSameShape;
+  node->description = "same shape";
+  return Predicate(std::move(node));
+}
+
+}  // namespace native_registry::predicates
