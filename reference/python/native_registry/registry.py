@@ -42,6 +42,7 @@ __all__ = [
     "allow_namespace",
     "disallow_namespace",
     "allowed_namespaces",
+    "compile_backend",
 ]
 
 log = logging.getLogger(__name__)
@@ -376,6 +377,38 @@ def native_decomp_table(overrides_only: bool = False) -> dict[object, Callable[.
         table = dict(default_decompositions())
     table.update(_native_decomp_overrides)
     return table
+
+
+def compile_backend(kind: str = "inductor") -> Callable[..., Any]:
+    """A ``torch.compile`` backend that applies the installed overrides:
+    ``native_decomp_table()`` (read when each graph is compiled) threaded
+    into Inductor ("inductor") or AOTAutograd without codegen ("aot_eager").
+
+    Inductor's FX graph cache does not key on a custom decomposition table,
+    so it is switched off for these compilations; otherwise a graph compiled
+    before an override was installed would be served again unchanged.
+    """
+    if kind == "inductor":
+        from torch._inductor.compile_fx import compile_fx
+
+        def inductor_backend(gm: torch.fx.GraphModule, example_inputs: list) -> Any:
+            return compile_fx(gm, example_inputs, decompositions=native_decomp_table(),
+                              config_patches={"fx_graph_cache": False})
+
+        return inductor_backend
+    if kind == "aot_eager":
+        from functorch.compile import make_boxed_func
+        from torch._dynamo.backends.common import aot_autograd
+
+        def aot_eager_backend(gm: torch.fx.GraphModule, example_inputs: list) -> Any:
+            def boxed(graph: torch.fx.GraphModule, _inputs: list) -> Any:
+                return make_boxed_func(graph.forward)
+
+            return aot_autograd(fw_compiler=boxed, decompositions=native_decomp_table())(
+                gm, example_inputs)
+
+        return aot_eager_backend
+    raise ValueError(f"compile_backend kind must be 'inductor' or 'aot_eager', got {kind!r}")
 
 
 @contextlib.contextmanager
