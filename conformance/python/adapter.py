@@ -1,0 +1,79 @@
+"""The interface an implementation exposes to the Python conformance suite,
+and how the suite finds it: a ``module:factory`` path given by ``--impl`` or
+the environment variable NATIVE_REGISTRY_IMPL (default: the reference).
+
+An adapter is any object with the attributes and methods of ``Adapter``. Node
+objects it returns carry upstream's attributes: dsl_name, lib_symbol,
+op_symbol, dispatch_key, cond_fn, impl_fn, node_id, try_initialize_runtime,
+unconditional_override, active.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
+
+ENV_VAR = "NATIVE_REGISTRY_IMPL"
+DEFAULT = "adapters.reference:make"
+
+# Features an adapter may declare; a behaviour that requires one the adapter
+# lacks is reported "unsupported" rather than run (catalogue field `requires`).
+FEATURES = frozenset({
+    "namespaces",                      # lib_symbol other than aten, allowlist
+    "runtime-init",                    # try_initialize_runtime
+    "unconditional-survives-disable",  # the exemption exists as an API concept
+    "unconditional-hatch",             # _unconditional_masked()
+    "dynamo-shortcut",                 # the trace shortcut and its re-entrancy flag
+    "native-op-meta",                  # _native::<node_id> with a fake/meta kernel
+    "concurrent-control-plane",        # chain changes safe while calls run
+})
+
+
+class Adapter(Protocol):
+    name: str           # short, used for expectation files: expectations/<name>.toml
+    description: str    # what exactly is under test, with versions
+    features: frozenset[str]
+    log_name: str       # the logger that receives "Graph transformation failed"
+
+    def scope(self) -> AbstractContextManager[None]:
+        """Everything done inside is undone on exit, dispatcher included."""
+
+    def register(self, dsl_name: str, lib_symbol: str, op_symbol: str, dispatch_key: str,
+                 cond: Callable[..., bool] | None, impl: Callable[..., Any], *,
+                 try_initialize_runtime: Callable[[], bool] | None = None,
+                 unconditional_override: bool = False) -> None: ...
+    def graph(self, lib_symbol: str, op_symbol: str, dispatch_key: str) -> list[Any]: ...
+    def set_graph(self, lib_symbol: str, op_symbol: str, dispatch_key: str,
+                  nodes: list[Any]) -> None: ...
+    def install(self, lib_symbol: str, op_symbol: str, dispatch_key: str) -> None:
+        """(Re)install one graph: the router is replaced, capturing the kernel
+        live once the old one is gone; an empty chain leaves no router."""
+    def install_all(self) -> None: ...
+    def router_installed(self, lib_symbol: str, op_symbol: str, dispatch_key: str) -> bool: ...
+    def disable(self, *, dsl_names=None, op_symbols=None, dispatch_keys=None) -> None: ...
+    def enable(self, *, dsl_names=None, op_symbols=None, dispatch_keys=None) -> None: ...
+    def reorder(self, fn: Callable, *, reregister: bool = False) -> None: ...
+    def dsl_operations(self, dsl_name: str, lib_symbol: str | None = None) -> list[str]: ...
+    def allow_namespace(self, lib_symbol: str) -> None: ...
+    def allowed_namespaces(self) -> frozenset[str]: ...
+    def decomp_table(self, overrides_only: bool = False) -> dict: ...
+    def unconditional_masked(self) -> AbstractContextManager[None]: ...
+    def in_reentrant_call(self) -> bool: ...
+    def make_node(self, *fields: Any) -> Any: ...
+    def user_ordering_fn(self) -> Callable: ...
+    def native_op(self, node: Any) -> Any: ...
+
+
+def load(spec: str | None = None) -> Adapter:
+    spec = spec or os.environ.get(ENV_VAR) or DEFAULT
+    module_name, _, factory = spec.partition(":")
+    if not factory:
+        raise ValueError(f"an implementation is named 'module:factory', got {spec!r}")
+    adapter = getattr(importlib.import_module(module_name), factory)()
+    unknown = set(adapter.features) - FEATURES
+    if unknown:
+        raise ValueError(f"{spec} declares unknown features {sorted(unknown)}")
+    return adapter

@@ -1,0 +1,96 @@
+"""The reference registry (native_registry) under the conformance suite."""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+import native_registry
+import native_registry.registry as registry
+
+
+class ReferenceAdapter:
+    name = "reference"
+    log_name = "native_registry.registry"
+    features = frozenset({
+        "namespaces", "runtime-init", "unconditional-survives-disable", "unconditional-hatch",
+        "dynamo-shortcut", "native-op-meta", "concurrent-control-plane",
+    })
+
+    def __init__(self) -> None:
+        self.description = f"native_registry (reference, C++) on torch {torch.__version__}"
+
+    def scope(self):
+        return registry.scoped()
+
+    def register(self, dsl_name, lib_symbol, op_symbol, dispatch_key, cond, impl, *,
+                 try_initialize_runtime=None, unconditional_override=False):
+        registry.register_op_override(dsl_name, lib_symbol, op_symbol, dispatch_key, cond, impl,
+                                      try_initialize_runtime=try_initialize_runtime,
+                                      unconditional_override=unconditional_override)
+
+    def graph(self, lib_symbol, op_symbol, dispatch_key):
+        return registry.graph(lib_symbol, op_symbol, dispatch_key)
+
+    def set_graph(self, lib_symbol, op_symbol, dispatch_key, nodes):
+        def only_this(op, key, graph):
+            mine = (op, key) == (op_symbol, dispatch_key) and graph and graph[0].lib_symbol == lib_symbol
+            return list(nodes) if mine else graph
+
+        registry.reorder_graphs_from_user_function(only_this)
+
+    def install(self, lib_symbol, op_symbol, dispatch_key):
+        # Upstream's install always replaces the router; so does this one.
+        registry._C.install_graph((lib_symbol, op_symbol, dispatch_key), True)
+        registry._sync_decomp_table()
+
+    def install_all(self):
+        registry.register_all_overrides()
+
+    def router_installed(self, lib_symbol, op_symbol, dispatch_key):
+        return registry.router_state(lib_symbol, op_symbol, dispatch_key) == "active"
+
+    def disable(self, *, dsl_names=None, op_symbols=None, dispatch_keys=None):
+        registry.deregister_op_overrides(disable_dsl_names=dsl_names, disable_op_symbols=op_symbols,
+                                         disable_dispatch_keys=dispatch_keys)
+
+    def enable(self, *, dsl_names=None, op_symbols=None, dispatch_keys=None):
+        registry.reenable_op_overrides(enable_dsl_names=dsl_names, enable_op_symbols=op_symbols,
+                                       enable_dispatch_keys=dispatch_keys)
+
+    def reorder(self, fn, *, reregister=False):
+        registry.reorder_graphs_from_user_function(fn, reregister_overrides=reregister)
+
+    def dsl_operations(self, dsl_name, lib_symbol=None):
+        if lib_symbol is None:
+            return registry.get_dsl_operations(dsl_name)
+        return registry.get_dsl_operations(dsl_name, lib_symbol=lib_symbol)
+
+    def allow_namespace(self, lib_symbol):
+        registry.allow_namespace(lib_symbol)
+
+    def allowed_namespaces(self):
+        return registry.allowed_namespaces()
+
+    def decomp_table(self, overrides_only=False):
+        return registry.native_decomp_table(overrides_only=overrides_only)
+
+    def unconditional_masked(self):
+        return native_registry._unconditional_masked()
+
+    def in_reentrant_call(self):
+        return registry._router_active.on
+
+    def make_node(self, *fields):
+        return registry._OverrideNode(*fields)
+
+    def user_ordering_fn(self):
+        return native_registry.get_user_ordering_fn
+
+    def native_op(self, node):
+        return getattr(torch.ops._native, node.node_id).default
+
+
+def make() -> ReferenceAdapter:
+    return ReferenceAdapter()

@@ -1,0 +1,179 @@
+"""Upstream's torch._native.registry, as the installed PyTorch ships it.
+
+Versions differ: newer ones key graphs by (lib_symbol, op_symbol,
+dispatch_key) and have an allowlist, try_initialize_runtime, the Dynamo
+shortcut and _unconditional_masked(); older ones (2.13 among them) key by
+(op_symbol, dispatch_key) and accept aten only. The adapter probes what is
+there and declares only those features; a behaviour needing a missing one is
+reported unsupported, and behaviour differences are expectation entries.
+
+Teardown follows what upstream's own tests do: save the module's tables,
+destroy every router library the test created, put the tables back, and
+rebuild any saved router a test replaced.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+
+import torch
+
+try:
+    import torch._native as native
+    import torch._native.registry as registry
+except ImportError:  # a PyTorch without torch._native
+    native = registry = None
+
+
+class UpstreamAdapter:
+    name = "upstream"
+    log_name = "torch._native.registry"
+
+    def __init__(self) -> None:
+        if registry is None:
+            raise ImportError(f"torch {torch.__version__} has no torch._native.registry")
+        self.description = f"torch._native.registry of torch {torch.__version__}"
+        params = inspect.signature(registry.register_op_override).parameters
+        self._namespaced = hasattr(registry, "_ALLOWED_LIB_SYMBOLS")
+        self._override_libs_name = ("_override_libs" if hasattr(registry, "_override_libs")
+                                    else "_aten_override_libs")
+        features = {"native-op-meta", "unconditional-survives-disable"}
+        if self._namespaced:
+            features.add("namespaces")
+        if "try_initialize_runtime" in params:
+            features.add("runtime-init")
+        if hasattr(native, "_unconditional_masked"):
+            features.add("unconditional-hatch")
+        if hasattr(registry, "_router_active"):
+            features.add("dynamo-shortcut")
+        self.features = frozenset(features)
+
+    # ---- keys: (lib, op, key) here, (op, key) in older versions -------------
+
+    def _key(self, lib_symbol, op_symbol, dispatch_key):
+        return (lib_symbol, op_symbol, dispatch_key) if self._namespaced else (op_symbol, dispatch_key)
+
+    def _override_libs(self):
+        return getattr(registry, self._override_libs_name)
+
+    # ---- teardown -----------------------------------------------------------
+
+    _MAPS = ("_dsl_name_to_lib_graph", "_op_symbol_to_lib_graph", "_dispatch_key_to_lib_graph")
+
+    @contextlib.contextmanager
+    def scope(self):
+        r = registry
+        saved_libs = dict(self._override_libs())
+        saved = {
+            "graphs": dict(r._graphs),
+            "decomp": dict(r._native_decomp_overrides),
+            "maps": {m: {k: list(v) for k, v in getattr(r, m).items()} for m in self._MAPS},
+            "filters": (set(r._filter_state._dsl_names), set(r._filter_state._op_symbols),
+                        set(r._filter_state._dispatch_keys)),
+            "allowed": getattr(r, "_ALLOWED_LIB_SYMBOLS", None),
+        }
+        r._graphs.clear()
+        for m in self._MAPS:
+            getattr(r, m).clear()
+        for s in (r._filter_state._dsl_names, r._filter_state._op_symbols,
+                  r._filter_state._dispatch_keys):
+            s.clear()
+        try:
+            yield
+        finally:
+            libs = self._override_libs()
+            for key, lib in list(libs.items()):
+                if saved_libs.get(key) is not lib:
+                    lib._destroy()
+            clobbered = [k for k, lib in saved_libs.items() if libs.get(k) is not lib]
+            libs.clear()
+            libs.update({k: lib for k, lib in saved_libs.items() if k not in clobbered})
+            r._graphs.clear()
+            r._graphs.update(saved["graphs"])
+            for m, content in saved["maps"].items():
+                target = getattr(r, m)
+                target.clear()
+                target.update({k: list(v) for k, v in content.items()})
+            for s, content in zip((r._filter_state._dsl_names, r._filter_state._op_symbols,
+                                   r._filter_state._dispatch_keys), saved["filters"]):
+                s.clear()
+                s.update(content)
+            if saved["allowed"] is not None:
+                r._ALLOWED_LIB_SYMBOLS = saved["allowed"]
+            r._native_decomp_overrides.clear()
+            r._native_decomp_overrides.update(saved["decomp"])
+            if clobbered:
+                r._register_all_overrides()
+
+    # ---- the API ------------------------------------------------------------
+
+    def register(self, dsl_name, lib_symbol, op_symbol, dispatch_key, cond, impl, *,
+                 try_initialize_runtime=None, unconditional_override=False):
+        kwargs = {"unconditional_override": unconditional_override}
+        if try_initialize_runtime is not None:
+            kwargs["try_initialize_runtime"] = try_initialize_runtime
+        registry.register_op_override(dsl_name, lib_symbol, op_symbol, dispatch_key, cond, impl,
+                                      **kwargs)
+
+    def graph(self, lib_symbol, op_symbol, dispatch_key):
+        return list(registry._graphs.get(self._key(lib_symbol, op_symbol, dispatch_key), []))
+
+    def set_graph(self, lib_symbol, op_symbol, dispatch_key, nodes):
+        registry._graphs[self._key(lib_symbol, op_symbol, dispatch_key)] = list(nodes)
+
+    def install(self, lib_symbol, op_symbol, dispatch_key):
+        key = self._key(lib_symbol, op_symbol, dispatch_key)
+        registry._register_overrides_from_graph(*key, registry._graphs.get(key, []))
+
+    def install_all(self):
+        registry._register_all_overrides()
+
+    def router_installed(self, lib_symbol, op_symbol, dispatch_key):
+        return self._key(lib_symbol, op_symbol, dispatch_key) in self._override_libs()
+
+    def disable(self, *, dsl_names=None, op_symbols=None, dispatch_keys=None):
+        registry.deregister_op_overrides(disable_dsl_names=dsl_names, disable_op_symbols=op_symbols,
+                                         disable_dispatch_keys=dispatch_keys)
+
+    def enable(self, *, dsl_names=None, op_symbols=None, dispatch_keys=None):
+        registry.reenable_op_overrides(enable_dsl_names=dsl_names, enable_op_symbols=op_symbols,
+                                       enable_dispatch_keys=dispatch_keys)
+
+    def reorder(self, fn, *, reregister=False):
+        registry.reorder_graphs_from_user_function(fn, reregister_overrides=reregister)
+
+    def dsl_operations(self, dsl_name, lib_symbol=None):
+        if lib_symbol is None:
+            return registry.get_dsl_operations(dsl_name)
+        return registry.get_dsl_operations(dsl_name, lib_symbol=lib_symbol)
+
+    def allow_namespace(self, lib_symbol):
+        registry._ALLOWED_LIB_SYMBOLS = registry._ALLOWED_LIB_SYMBOLS | {lib_symbol}
+
+    def allowed_namespaces(self):
+        return frozenset(getattr(registry, "_ALLOWED_LIB_SYMBOLS", {"aten"}))
+
+    def decomp_table(self, overrides_only=False):
+        return registry.native_decomp_table(overrides_only=overrides_only)
+
+    def unconditional_masked(self):
+        return native._unconditional_masked()
+
+    def in_reentrant_call(self):
+        return getattr(registry._router_active, "on", False)
+
+    def make_node(self, *fields):
+        return registry._OverrideNode(*fields)
+
+    def user_ordering_fn(self):
+        from torch._native import get_user_ordering_fn
+
+        return get_user_ordering_fn
+
+    def native_op(self, node):
+        return getattr(torch.ops._native, node.node_id).default
+
+
+def make() -> UpstreamAdapter:
+    return UpstreamAdapter()

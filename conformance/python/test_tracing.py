@@ -1,0 +1,155 @@
+"""The registry under PyTorch's tracers: FakeTensorMode, the Dynamo shortcut
+and its re-entrancy flag, copy-on-write inputs, torch.export, and the
+kernel-override notice."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from unittest.mock import MagicMock, patch
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from conftest import behaviour
+
+A = torch.tensor([2.0, 3.0])
+B = torch.tensor([4.0, 5.0])
+STOCK = torch.tensor([8.0, 15.0])
+KEY = ("aten", "mul.Tensor", "CPU")
+
+
+def mul(a=A, b=B):
+    return torch.ops.aten.mul.Tensor(a, b)
+
+
+def install_declining(impl, cond):
+    impl.register("test_dsl", *KEY, cond, MagicMock(side_effect=AssertionError("impl ran")))
+    impl.install(*KEY)
+
+
+@behaviour("fake.shape-inference-without-impl")
+def test_fake_tensor_shape_inference(impl):
+    body = MagicMock(side_effect=AssertionError("implementation ran"))
+    runtime = MagicMock(side_effect=AssertionError("runtime initialization ran"))
+    extra = {"try_initialize_runtime": runtime} if "runtime-init" in impl.features else {}
+    impl.register("test_dsl", *KEY, lambda *a, **k: True, body, **extra)
+    impl.install(*KEY)
+    native = impl.native_op(impl.graph(*KEY)[0])
+    with FakeTensorMode():
+        a = torch.empty(3, 4, dtype=torch.float32)
+        b = torch.empty(3, 4, dtype=torch.float32)
+        outs = [torch.ops.aten.mul.Tensor(a, b), native(a, b)]
+    for out in outs:
+        assert out.shape == torch.Size([3, 4]) and out.dtype == torch.float32
+    body.assert_not_called()
+    runtime.assert_not_called()
+
+
+@behaviour("dynamo.compile-session-no-recursion")
+def test_compile_session_flag_falls_through(impl):
+    install_declining(impl, lambda *a, **k: False)
+    with torch.compiler._compile_session_context():
+        assert torch.equal(mul(), STOCK)
+
+
+@behaviour("dynamo.folded-flag-reenters-once")
+def test_folded_flag_reenters_once_under_the_guard(impl):
+    guard_states = []
+
+    def cond(*a, **k):
+        guard_states.append(impl.in_reentrant_call())
+        return False
+
+    install_declining(impl, cond)
+    with patch.object(torch.compiler, "is_dynamo_compiling", return_value=True):
+        assert torch.equal(mul(), STOCK)
+    assert guard_states == [True]
+
+
+@behaviour("dynamo.shortcut-fires-for-outer-call")
+def test_shortcut_fires_for_the_outer_call(impl):
+    calls = []
+    install_declining(impl, lambda *a, **k: calls.append(1) or False)
+    with patch.object(torch.compiler, "is_dynamo_compiling", return_value=True) as flag:
+        assert torch.equal(mul(), STOCK)
+    assert flag.called
+    assert calls == [1]
+    assert not impl.in_reentrant_call()
+
+
+@behaviour("cow.keeps-eager-path")
+def test_cow_inputs_keep_the_eager_fallback(impl, fresh_dynamo):
+    seen = []
+    install_declining(impl, lambda *a, **k: seen.append(1) or False)
+
+    @torch.compile(backend="eager")
+    def fn(a, b):
+        with torch.device("cpu"):
+            return torch.mul(a, b)
+
+    a = torch._lazy_clone(torch.tensor([2.0, 3.0]))
+    b = torch._lazy_clone(torch.tensor([4.0, 5.0]))
+    assert torch.equal(fn(a, b), STOCK)
+    assert seen
+    assert torch._C._is_cow_tensor(a) and torch._C._is_cow_tensor(b)
+
+
+class MulPlusOne(torch.nn.Module):
+    def forward(self, a, b):
+        return torch.mul(a, b) + 1
+
+
+def call_targets(ep):
+    return {str(n.target) for n in ep.graph.nodes if n.op == "call_function"}
+
+
+@behaviour("export.decomp-table-routes-to-native-op")
+def test_export_routes_through_the_native_op(impl):
+    impl.register("test_dsl", *KEY, lambda a, b: True, lambda a, b: torch.full_like(a, 42.0))
+    impl.install(*KEY)
+    node_id = impl.graph(*KEY)[0].node_id
+    ep = torch.export.export(MulPlusOne(), (A, B)).run_decompositions(impl.decomp_table())
+    assert f"_native.{node_id}.default" in call_targets(ep)
+    assert "aten.mul.Tensor" not in call_targets(ep)
+    assert torch.equal(ep.module()(A, B), torch.tensor([43.0, 43.0]))
+
+
+@behaviour("export.decomp-table-routes-to-native-op")
+def test_export_counts_cond_exceptions_as_no_match(impl):
+    def cond(a, b):
+        raise RuntimeError("undefined while tracing")
+
+    impl.register("test_dsl", *KEY, cond, lambda a, b: a)
+    impl.install(*KEY)
+    ep = torch.export.export(MulPlusOne(), (A, B)).run_decompositions(impl.decomp_table())
+    assert "aten.mul.Tensor" in call_targets(ep)
+
+
+@behaviour("warnings.override-notice-filtered")
+def test_install_prints_no_override_notice(impl, request):
+    # LibTorch prints the notice once per process, so each check gets a fresh one.
+    spec = request.config.getoption("--impl") or ""
+    script = textwrap.dedent(f"""
+        import sys, warnings
+        sys.path.insert(0, {str(__import__('pathlib').Path(__file__).parent)!r})
+        import torch, adapter
+        impl = adapter.load({spec!r} or None)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with impl.scope():
+                impl.register("d", "aten", "mul.Tensor", "CPU", lambda *a: False, lambda a, b: a)
+                impl.install("aten", "mul.Tensor", "CPU")
+                torch.ops.aten.mul.Tensor(torch.ones(1), torch.ones(1))
+                warnings.warn("an unrelated warning")
+        texts = [str(w.message) for w in caught]
+        print(any("Overriding a previously registered kernel" in t for t in texts),
+              any("an unrelated warning" in t for t in texts))
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr
+    notice_seen, other_seen = out.stdout.split()
+    assert other_seen == "True", "the probe must see ordinary warnings"
+    assert notice_seen == "False", "the kernel-override notice reached the user"
