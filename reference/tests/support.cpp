@@ -1,9 +1,5 @@
 #include "support.h"
 
-#include <ATen/ops/equal.h>
-#include <ATen/ops/full_like.h>
-#include <ATen/ops/mul.h>
-#include <ATen/ops/tensor.h>
 
 namespace native_registry::testing {
 
@@ -19,35 +15,6 @@ GraphKey mul_cpu() { return {"aten", "mul.Tensor", "CPU"}; }
 GraphKey bmm_cpu() { return {"aten", "bmm", "CPU"}; }
 GraphKey twice_cpu(const std::string& ns) { return {ns, "twice", "CPU"}; }
 
-CondFn constant_cond(bool answer) {
-  return [answer](const c10::OperatorHandle&, c10::DispatchKeySet, const Stack&) {
-    return answer;
-  };
-}
-
-CondFn counting_cond(std::shared_ptr<std::atomic<int>> calls, bool answer) {
-  return [calls, answer](const c10::OperatorHandle&, c10::DispatchKeySet, const Stack&) {
-    ++*calls;
-    return answer;
-  };
-}
-
-ImplFn fill_impl(double value) {
-  return [value](const c10::OperatorHandle& op, c10::DispatchKeySet, Stack* stack) {
-    const size_t arity = op.schema().arguments().size();
-    at::Tensor first = (*stack)[stack->size() - arity].toTensor();
-    torch::jit::drop(*stack, arity);
-    stack->emplace_back(at::full_like(first, value));
-  };
-}
-
-ImplFn forbidden_impl() {
-  return [](const c10::OperatorHandle& op, c10::DispatchKeySet, Stack*) {
-    ADD_FAILURE() << "impl ran for " << op.operator_name();
-    throw std::runtime_error("impl must not run");
-  };
-}
-
 CondFn cond_from(MockCond& mock) {
   return [&mock](const c10::OperatorHandle&, c10::DispatchKeySet, const Stack&) {
     return mock.Call();
@@ -61,16 +28,6 @@ ImplFn impl_from(MockImpl& mock, double value) {
     mock.Call();
     fill(op, keys, stack);
   };
-}
-
-at::Tensor call_mul(const at::Tensor& a, const at::Tensor& b) { return at::mul(a, b); }
-
-at::Tensor tensor(std::vector<float> values) {
-  return at::tensor(at::ArrayRef<float>(values));
-}
-
-bool same(const at::Tensor& a, const at::Tensor& b) {
-  return a.sizes() == b.sizes() && a.dtype() == b.dtype() && at::equal(a, b);
 }
 
 void RegistryTest::SetUp() {

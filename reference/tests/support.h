@@ -8,6 +8,7 @@
 #include <native_registry/native_registry.h>
 
 #include "dispatcher_fingerprint.h"
+#include "fake_dsl.h"
 #include "scoped_namespace.h"
 
 #include <ATen/core/Tensor.h>
@@ -30,14 +31,13 @@ GraphKey mul_cpu();
 GraphKey bmm_cpu();
 GraphKey twice_cpu(const std::string& ns);
 
-// A cond that always answers `answer`.
-CondFn constant_cond(bool answer);
-// A cond that counts its calls into `*calls` and answers `answer`.
-CondFn counting_cond(std::shared_ptr<std::atomic<int>> calls, bool answer);
-// An impl that returns a tensor shaped like the first argument, full of `value`.
-ImplFn fill_impl(double value);
-// An impl that fails the test if it ever runs.
-ImplFn forbidden_impl();
+using fixtures::call_mul;
+using fixtures::constant_cond;
+using fixtures::counting_cond;
+using fixtures::fill_impl;
+using fixtures::forbidden_impl;
+using fixtures::same;
+using fixtures::tensor;
 
 // Boxed GoogleMock-backed callables, to observe calls the way the upstream
 // tests do with MagicMock.
@@ -46,11 +46,6 @@ using MockImpl = ::testing::MockFunction<void()>;
 CondFn cond_from(MockCond& mock);
 // Calls `mock`, then behaves as fill_impl(value).
 ImplFn impl_from(MockImpl& mock, double value);
-
-// Calls through the dispatcher from the top, as user code does.
-at::Tensor call_mul(const at::Tensor& a, const at::Tensor& b);
-at::Tensor tensor(std::vector<float> values);
-bool same(const at::Tensor& a, const at::Tensor& b);  // same shape and values
 
 class RegistryTest : public ::testing::Test {
  protected:

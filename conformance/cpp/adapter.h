@@ -1,0 +1,113 @@
+#pragma once
+
+// The interface an implementation exposes to the C++ conformance suite.
+//
+// The suite (a static library of value-parameterised GoogleTest tests) is
+// written once against RegistryAdapter. An implementation links the suite and
+// instantiates it with a factory for its adapter:
+//
+//   INSTANTIATE_TEST_SUITE_P(Mine, Conformance,
+//       ::testing::Values(conformance::Implementation{"mine", &make_my_adapter}));
+//
+// Conds, impls and runtime checks are the boxed callables of
+// <native_registry/types.h>, so any implementation on the c10 dispatcher can
+// take them. Errors are reported with the two exception types below.
+
+#include <native_registry/types.h>
+
+#include <ATen/core/dispatch/Dispatcher.h>
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace conformance {
+
+using Key = native_registry::GraphKey;  // (lib_symbol, op_symbol, dispatch_key)
+using native_registry::CondFn;
+using native_registry::Filter;
+using native_registry::ImplFn;
+using native_registry::TryInitializeRuntimeFn;
+
+// Refused input (Python: ValueError).
+struct InvalidArgument : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+// An op that does not resolve at install (Python: AttributeError).
+struct OperatorNotFound : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct Override {
+  std::string dsl_name, lib_symbol, op_symbol, dispatch_key;
+  CondFn cond;  // empty: none given
+  ImplFn impl;
+  TryInitializeRuntimeFn try_initialize_runtime;  // empty: none given
+  bool unconditional_override = false;
+};
+
+// What the suite can see of a node.
+struct NodeInfo {
+  std::string dsl_name, lib_symbol, op_symbol, dispatch_key, node_id;
+  bool unconditional_override = false;
+  bool has_try_initialize_runtime = false;
+  bool active = true;
+};
+
+// Undoes something when destroyed (a scope, a mask).
+struct Scope {
+  virtual ~Scope() = default;
+};
+
+// Receives (op_symbol, dispatch_key, nodes) and returns node ids in the new order.
+using Ordering = std::function<std::vector<std::string>(
+    const std::string& op_symbol, const std::string& dispatch_key,
+    const std::vector<NodeInfo>& graph)>;
+
+class RegistryAdapter {
+ public:
+  virtual ~RegistryAdapter() = default;
+  virtual std::string name() const = 0;
+  // Feature names as in conformance/catalogue.toml's `requires`.
+  virtual bool supports(const std::string& feature) const = 0;
+
+  // Everything done while the returned scope lives is undone when it dies,
+  // dispatcher included.
+  virtual std::unique_ptr<Scope> scope() = 0;
+
+  virtual void register_override(const Override& o) = 0;
+  virtual std::vector<NodeInfo> graph(const Key& key) = 0;
+  // Replaces the graph by the named nodes of it, in that order.
+  virtual void set_graph(const Key& key, const std::vector<std::string>& node_ids) = 0;
+  virtual void reorder(const Ordering& fn) = 0;
+  // Warnings logged since the adapter was made.
+  virtual std::vector<std::string> warnings() = 0;
+
+  // (Re)installs one graph: the router is replaced on a fresh capture of the
+  // live kernel; an empty chain leaves no router.
+  virtual void install(const Key& key) = 0;
+  virtual void install_all() = 0;
+  virtual bool router_installed(const Key& key) = 0;
+
+  virtual void disable(const Filter& filter) = 0;
+  virtual void enable(const Filter& filter) = 0;
+  virtual std::unique_ptr<Scope> unconditional_masked() = 0;
+
+  virtual std::vector<std::string> dsl_operations(const std::string& dsl,
+                                                  const std::string& lib_symbol) = 0;
+  virtual void allow_namespace(const std::string& lib_symbol) = 0;
+  virtual bool namespace_allowed(const std::string& lib_symbol) = 0;
+
+  // The `_native::<node_id>` op carrying a node, if the implementation has one.
+  virtual std::optional<c10::OperatorHandle> native_op(const NodeInfo& node) = 0;
+};
+
+struct Implementation {
+  std::string name;
+  std::function<std::unique_ptr<RegistryAdapter>()> make;
+};
+
+}  // namespace conformance

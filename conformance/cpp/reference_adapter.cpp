@@ -1,0 +1,150 @@
+// The reference registry (native_registry::Registry) under the C++
+// conformance suite. Each adapter owns a Registry of its own; a scope is a
+// snapshot restored when it dies.
+
+#include "suite.h"
+
+#include <native_registry/native_registry.h>
+
+#include <map>
+
+namespace conformance {
+namespace {
+
+namespace nr = native_registry;
+
+class ReferenceAdapter final : public RegistryAdapter {
+ public:
+  ReferenceAdapter() {
+    registry_.set_log_sink([this](nr::LogLevel level, const std::string& message) {
+      if (level == nr::LogLevel::kWarning) warnings_.push_back(message);
+    });
+  }
+
+  std::string name() const override { return "reference"; }
+  bool supports(const std::string&) const override { return true; }
+
+  std::unique_ptr<Scope> scope() override {
+    struct Restore final : Scope {
+      Restore(nr::Registry& r) : registry(r), saved(r.snapshot()) {}
+      ~Restore() override { registry.restore(saved); }
+      nr::Registry& registry;
+      nr::Snapshot saved;
+    };
+    return std::make_unique<Restore>(registry_);
+  }
+
+  void register_override(const Override& o) override {
+    nr::OverrideOptions options;
+    options.try_initialize_runtime = o.try_initialize_runtime;
+    options.unconditional_override = o.unconditional_override;
+    translated([&] {
+      registry_.register_op_override(o.dsl_name, o.lib_symbol, o.op_symbol, o.dispatch_key,
+                                     o.cond, o.impl, options);
+    });
+  }
+
+  std::vector<NodeInfo> graph(const Key& key) override {
+    std::vector<NodeInfo> out;
+    for (const nr::NodePtr& node : registry_.graph(key)) {
+      out.push_back({node->dsl_name, node->lib_symbol, node->op_symbol, node->dispatch_key,
+                     node->node_id, node->unconditional_override,
+                     static_cast<bool>(node->try_initialize_runtime), registry_.is_enabled(*node)});
+    }
+    return out;
+  }
+
+  void set_graph(const Key& key, const std::vector<std::string>& node_ids) override {
+    registry_.reorder_graphs([&](const std::string&, const std::string&, const nr::Graph& g) {
+      if (g.empty() || !(g[0]->key() == key)) return g;
+      return by_ids(g, node_ids);
+    });
+  }
+
+  void reorder(const Ordering& fn) override {
+    registry_.reorder_graphs([&](const std::string& op, const std::string& key, const nr::Graph& g) {
+      std::vector<NodeInfo> infos;
+      for (const auto& node : g) infos.push_back({node->dsl_name, node->lib_symbol,
+                                                  node->op_symbol, node->dispatch_key, node->node_id});
+      return by_ids(g, fn(op, key, infos));
+    });
+  }
+
+  std::vector<std::string> warnings() override { return warnings_; }
+
+  void install(const Key& key) override {
+    translated([&] { registry_.install_graph(key, nr::InstallMode::kReinstall); });
+  }
+  void install_all() override {
+    translated([&] { registry_.install_all(); });
+  }
+  bool router_installed(const Key& key) override {
+    return registry_.router_state(key) == nr::RouterState::kActive;
+  }
+
+  void disable(const Filter& filter) override {
+    translated([&] { registry_.deregister_op_overrides(filter); });
+  }
+  void enable(const Filter& filter) override {
+    translated([&] { registry_.reenable_op_overrides(filter); });
+  }
+
+  std::unique_ptr<Scope> unconditional_masked() override {
+    struct Mask final : Scope {
+      explicit Mask(nr::Registry& r) : mask(r) {}
+      nr::Registry::UnconditionalMask mask;
+    };
+    return std::make_unique<Mask>(registry_);
+  }
+
+  std::vector<std::string> dsl_operations(const std::string& dsl,
+                                          const std::string& lib_symbol) override {
+    return registry_.get_dsl_operations(dsl, lib_symbol);
+  }
+  void allow_namespace(const std::string& lib_symbol) override {
+    translated([&] { registry_.allow_namespace(lib_symbol); });
+  }
+  bool namespace_allowed(const std::string& lib_symbol) override {
+    return registry_.is_namespace_allowed(lib_symbol);
+  }
+
+  std::optional<c10::OperatorHandle> native_op(const NodeInfo& node) override {
+    return c10::Dispatcher::singleton().findSchema({"_native::" + node.node_id, ""});
+  }
+
+ private:
+  // Nodes of `graph` named by `ids`, in that order; an unknown id keeps no node.
+  static nr::Graph by_ids(const nr::Graph& graph, const std::vector<std::string>& ids) {
+    std::map<std::string, nr::NodePtr> by_id;
+    for (const auto& node : graph) by_id[node->node_id] = node;
+    nr::Graph out;
+    for (const auto& id : ids) {
+      if (by_id.count(id)) out.push_back(by_id[id]);
+    }
+    return out;
+  }
+
+  template <typename F>
+  static void translated(F&& f) {
+    try {
+      f();
+    } catch (const nr::InvalidArgumentError& e) {
+      throw InvalidArgument(e.what());
+    } catch (const nr::OperatorNotFoundError& e) {
+      throw OperatorNotFound(e.what());
+    }
+  }
+
+  nr::Registry registry_;
+  std::vector<std::string> warnings_;
+};
+
+}  // namespace
+
+INSTANTIATE_TEST_SUITE_P(
+    Reference, Conformance,
+    ::testing::Values(Implementation{"reference",
+                                     [] { return std::make_unique<ReferenceAdapter>(); }}),
+    [](const ::testing::TestParamInfo<Implementation>& info) { return info.param.name; });
+
+}  // namespace conformance

@@ -1,0 +1,56 @@
+#pragma once
+
+// The fixture every C++ conformance test uses: one adapter per test, made by
+// the implementation's factory, two throwaway namespaces, and a check that the
+// dispatcher is exactly as before once the test's scope is gone.
+//
+// Each test names its catalogue behaviours with BEHAVIOUR("id") (recorded as
+// a JUnit property and read statically by the traceability check) and its
+// required features with REQUIRE_FEATURE("name"), which reports the test as
+// unsupported (skipped, with that reason) for implementations without it.
+
+#include "adapter.h"
+
+#include "dispatcher_fingerprint.h"
+#include "fake_dsl.h"
+#include "scoped_namespace.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+namespace conformance {
+
+#define BEHAVIOUR(id) RecordProperty("behaviour", id)
+#define REQUIRE_FEATURE(feature)                                                       \
+  do {                                                                                 \
+    if (!adapter().supports(feature)) {                                                \
+      GTEST_SKIP() << "unsupported: " << adapter().name() << " lacks feature " << feature; \
+    }                                                                                  \
+  } while (0)
+
+class Conformance : public ::testing::TestWithParam<Implementation> {
+ protected:
+  void SetUp() override;
+  void TearDown() override;
+
+  RegistryAdapter& adapter() { return *adapter_; }
+  const native_registry::fixtures::ScopedTwiceNamespace& ns1() const { return *ns1_; }
+  const native_registry::fixtures::ScopedTwiceNamespace& ns2() const { return *ns2_; }
+
+  // Registers with test defaults; allowlists the namespace first if not aten.
+  void add(const Key& key, CondFn cond, ImplFn impl, const std::string& dsl = "test_dsl",
+           TryInitializeRuntimeFn runtime = {}, bool unconditional = false);
+  native_registry::fixtures::DispatcherFingerprint fingerprint() const;
+
+  static Key mul_key() { return {"aten", "mul.Tensor", "CPU"}; }
+  static Key bmm_key() { return {"aten", "bmm", "CPU"}; }
+  static Key twice_key(const std::string& ns) { return {ns, "twice", "CPU"}; }
+
+ private:
+  std::unique_ptr<native_registry::fixtures::ScopedTwiceNamespace> ns1_, ns2_;
+  native_registry::fixtures::DispatcherFingerprint before_;
+  std::unique_ptr<RegistryAdapter> adapter_;
+  std::unique_ptr<Scope> scope_;
+};
+
+}  // namespace conformance

@@ -1,0 +1,236 @@
+// Routing, unconditional overrides, other namespaces, teardown, meta shape
+// inference and concurrent calls, through the adapter and the real dispatcher.
+
+#include "suite.h"
+
+#include <ATen/ops/bmm.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/ones_like.h>
+#include <ATen/ops/randn.h>
+#include <ATen/ops/sum.h>
+
+#include <chrono>
+#include <thread>
+
+namespace conformance {
+namespace {
+
+using namespace native_registry::fixtures;
+using ::testing::HasSubstr;
+
+at::Tensor mul_2_3_by_4_5() { return call_mul(tensor({2, 3}), tensor({4, 5})); }
+const at::Tensor kStock = tensor({8, 15});
+
+TEST_P(Conformance, CondTrueRoutesToImpl) {
+  BEHAVIOUR("routing.cond-true-routes-to-impl");
+  add(mul_key(), constant_cond(true), fill_impl(42));
+  adapter().install(mul_key());
+  EXPECT_TRUE(same(mul_2_3_by_4_5(), tensor({42, 42})));
+}
+
+TEST_P(Conformance, CondFalseFallsBack) {
+  BEHAVIOUR("routing.cond-false-falls-back");
+  add(mul_key(), constant_cond(false), forbidden_impl());
+  adapter().install(mul_key());
+  EXPECT_TRUE(same(mul_2_3_by_4_5(), kStock));
+}
+
+TEST_P(Conformance, FirstMatchWins) {
+  BEHAVIOUR("routing.first-match-wins");
+  auto later = std::make_shared<std::atomic<int>>(0);
+  add(mul_key(), constant_cond(false), forbidden_impl(), "a");
+  add(mul_key(), constant_cond(true), fill_impl(1), "b");
+  add(mul_key(), counting_cond(later, true), fill_impl(2), "c");
+  adapter().install(mul_key());
+  EXPECT_TRUE(same(mul_2_3_by_4_5(), tensor({1, 1})));
+  EXPECT_EQ(later->load(), 0);
+}
+
+TEST_P(Conformance, UnavailableRuntimeSkipsTheNode) {
+  BEHAVIOUR("routing.runtime-unavailable-skips");
+  REQUIRE_FEATURE("runtime-init");
+  add(mul_key(), constant_cond(true), forbidden_impl(), "test_dsl", [] { return false; });
+  adapter().install(mul_key());
+  EXPECT_TRUE(same(mul_2_3_by_4_5(), kStock));
+}
+
+TEST_P(Conformance, NoRecursionThroughBmmBackward) {
+  BEHAVIOUR("routing.no-recursion-through-autograd");
+  const at::Tensor a = at::randn({2, 3, 4}).requires_grad_(true);
+  const at::Tensor b = at::randn({2, 4, 5}).requires_grad_(true);
+  const at::Tensor expected = at::bmm(a.detach(), b.detach());
+  const at::Tensor ones = at::ones_like(expected);
+  const at::Tensor grad_a = at::bmm(ones, b.detach().transpose(1, 2));
+  const at::Tensor grad_b = at::bmm(a.detach().transpose(1, 2), ones);
+  add(bmm_key(), constant_cond(false), forbidden_impl());
+  adapter().install(bmm_key());
+  const at::Tensor out = at::bmm(a, b);
+  EXPECT_TRUE(same(out.detach(), expected));
+  at::sum(out).backward();
+  EXPECT_TRUE(same(a.grad(), grad_a));
+  EXPECT_TRUE(same(b.grad(), grad_b));
+}
+
+TEST_P(Conformance, EmptyGraphTakesTheRouterDown) {
+  BEHAVIOUR("routing.empty-graph-removes-router");
+  add(mul_key(), constant_cond(true), fill_impl(99));
+  adapter().install(mul_key());
+  EXPECT_TRUE(adapter().router_installed(mul_key()));
+  adapter().set_graph(mul_key(), {});
+  adapter().install(mul_key());
+  EXPECT_FALSE(adapter().router_installed(mul_key()));
+  EXPECT_TRUE(same(mul_2_3_by_4_5(), kStock));
+}
+
+TEST_P(Conformance, UserErrorsReachTheCaller) {
+  BEHAVIOUR("routing.user-errors-propagate");
+  CondFn throwing = [](const c10::OperatorHandle&, c10::DispatchKeySet,
+                       const native_registry::Stack&) -> bool {
+    throw std::invalid_argument("cond exploded");
+  };
+  add(mul_key(), throwing, fill_impl(1));
+  adapter().install(mul_key());
+  for (int i = 0; i < 2; ++i) {
+    try {
+      mul_2_3_by_4_5();
+      ADD_FAILURE() << "no exception";
+    } catch (const std::exception& e) {
+      EXPECT_THAT(e.what(), HasSubstr("cond exploded"));
+    }
+  }
+  adapter().disable({{"test_dsl"}, {}, {}});
+  EXPECT_TRUE(same(mul_2_3_by_4_5(), kStock));
+}
+
+TEST_P(Conformance, UnconditionalTakesEveryCall) {
+  BEHAVIOUR("unconditional.cond-none-always-matches");
+  add(mul_key(), CondFn{}, fill_impl(5), "test_dsl", {}, true);
+  adapter().install(mul_key());
+  EXPECT_TRUE(same(mul_2_3_by_4_5(), tensor({5, 5})));
+  EXPECT_TRUE(same(call_mul(tensor({0}), tensor({0})), tensor({5})));
+}
+
+TEST_P(Conformance, UnconditionalSurvivesDisable) {
+  BEHAVIOUR("unconditional.survives-disable");
+  REQUIRE_FEATURE("unconditional-survives-disable");
+  add(mul_key(), CondFn{}, fill_impl(5), "test_dsl", {}, true);
+  adapter().install(mul_key());
+  adapter().disable({{"test_dsl"}, {}, {}});
+  EXPECT_TRUE(same(mul_2_3_by_4_5(), tensor({5, 5})));
+}
+
+TEST_P(Conformance, HatchMasksOnlyWhileDisabledAndInScope) {
+  BEHAVIOUR("unconditional.hatch-masks-while-disabled");
+  REQUIRE_FEATURE("unconditional-hatch");
+  add(mul_key(), CondFn{}, fill_impl(5), "test_dsl", {}, true);
+  adapter().install(mul_key());
+  {
+    auto mask = adapter().unconditional_masked();
+    EXPECT_TRUE(same(mul_2_3_by_4_5(), tensor({5, 5}))) << "the hatch alone must not mask";
+  }
+  adapter().disable({{"test_dsl"}, {}, {}});
+  {
+    auto mask = adapter().unconditional_masked();
+    EXPECT_TRUE(same(mul_2_3_by_4_5(), kStock));
+  }
+  EXPECT_TRUE(same(mul_2_3_by_4_5(), tensor({5, 5})));
+}
+
+TEST_P(Conformance, OtherNamespaceRoutesAndFallsBack) {
+  BEHAVIOUR("namespaces.non-aten-routes");
+  REQUIRE_FEATURE("namespaces");
+  CondFn two_elements = [](const c10::OperatorHandle&, c10::DispatchKeySet,
+                           const native_registry::Stack& stack) {
+    return stack.back().toTensor().numel() == 2;
+  };
+  add(twice_key(kTestNamespace), two_elements, fill_impl(99));
+  adapter().install(twice_key(kTestNamespace));
+  EXPECT_TRUE(same(ns1().twice(tensor({1, 2})), tensor({99, 99})));
+  EXPECT_TRUE(same(ns1().twice(tensor({1})), tensor({2})));
+}
+
+TEST_P(Conformance, ReplacedOverrideIsRebuiltOnTheOpsOwnKernel) {
+  BEHAVIOUR("teardown.replaced-override-rebuilt-on-own-kernel");
+  auto declines = std::make_shared<std::atomic<int>>(0);
+  add(mul_key(), counting_cond(declines, false), fill_impl(11));  // live before "the test"
+  adapter().install(mul_key());
+  {
+    auto test_scope = adapter().scope();
+    add(mul_key(), constant_cond(true), fill_impl(99));
+    adapter().set_graph(mul_key(), {adapter().graph(mul_key()).back().node_id});
+    adapter().install(mul_key());
+    EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({99})));
+  }
+  declines->store(0);
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({8})));
+  EXPECT_EQ(declines->load(), 1);
+}
+
+TEST_P(Conformance, TeardownRestoresEveryTable) {
+  BEHAVIOUR("teardown.dispatcher-restored-exactly");
+  const auto before = fingerprint();
+  {
+    auto test_scope = adapter().scope();
+    add(mul_key(), constant_cond(true), fill_impl(1), "d");
+    add(bmm_key(), constant_cond(false), fill_impl(1), "d");
+    adapter().install_all();
+    EXPECT_NE(fingerprint().difference(before), "") << "installing changed no table";
+    adapter().disable({{"d"}, {}, {}});
+  }
+  EXPECT_EQ(fingerprint().difference(before), "");
+}
+
+TEST_P(Conformance, MetaShapeInferenceRunsNeitherImplNorRuntime) {
+  BEHAVIOUR("fake.shape-inference-without-impl");
+  REQUIRE_FEATURE("native-op-meta");
+  auto runtime_calls = std::make_shared<std::atomic<int>>(0);
+  TryInitializeRuntimeFn runtime;
+  if (adapter().supports("runtime-init")) {
+    runtime = [runtime_calls] { return ++*runtime_calls > 0; };
+  }
+  add(mul_key(), constant_cond(true), forbidden_impl(), "test_dsl", runtime);
+  adapter().install(mul_key());
+  const auto meta = at::TensorOptions().device(at::kMeta).dtype(at::kFloat);
+  const at::Tensor direct = call_mul(at::empty({3, 4}, meta), at::empty({3, 4}, meta));
+  EXPECT_EQ(direct.sizes(), at::IntArrayRef({3, 4}));
+  auto native = adapter().native_op(adapter().graph(mul_key())[0]);
+  ASSERT_TRUE(native.has_value()) << "no _native op for the node";
+  native_registry::Stack stack{at::empty({3, 4}, meta), at::empty({3, 4}, meta)};
+  native->callBoxed(&stack);
+  EXPECT_TRUE(stack.at(0).toTensor().is_meta());
+  EXPECT_EQ(stack.at(0).toTensor().sizes(), at::IntArrayRef({3, 4}));
+  EXPECT_EQ(runtime_calls->load(), 0);
+}
+
+TEST_P(Conformance, CallsSeeWholeChainsWhileTheControlPlaneChanges) {
+  BEHAVIOUR("concurrency.calls-see-whole-chains");
+  REQUIRE_FEATURE("concurrent-control-plane");
+  add(mul_key(), constant_cond(true), fill_impl(1), "dsl_a");
+  add(mul_key(), constant_cond(true), fill_impl(2), "dsl_b");
+  adapter().install(mul_key());
+  std::atomic<bool> stop{false};
+  std::atomic<long> bad{0}, calls{0};
+  std::vector<std::thread> callers;
+  for (int t = 0; t < 3; ++t) {
+    callers.emplace_back([&] {
+      while (!stop) {
+        const float v = call_mul(tensor({2}), tensor({4})).item<float>();
+        if (v != 1.f && v != 2.f && v != 8.f) ++bad;
+        ++calls;
+      }
+    });
+  }
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(400);
+  for (int round = 0; std::chrono::steady_clock::now() < until; ++round) {
+    if (round % 3 == 0) adapter().disable({{"dsl_a"}, {}, {}});
+    if (round % 3 == 1) adapter().disable({{"dsl_b"}, {}, {}});
+    if (round % 3 == 2) adapter().enable({{"dsl_a", "dsl_b"}, {}, {}});
+  }
+  stop = true;
+  for (auto& caller : callers) caller.join();
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_GT(calls.load(), 0);
+}
+
+}  // namespace
+}  // namespace conformance
