@@ -20,13 +20,20 @@
 
 namespace conformance {
 
-#define BEHAVIOUR(id) RecordProperty("behaviour", id)
+// BEHAVIOUR("a.b", "c.d"): one JUnit property "behaviour" holding the ids, comma-separated.
+#define BEHAVIOUR(...) RecordProperty("behaviour", ::conformance::join_ids({__VA_ARGS__}))
 #define REQUIRE_FEATURE(feature)                                                       \
   do {                                                                                 \
     if (!adapter().supports(feature)) {                                                \
       GTEST_SKIP() << "unsupported: " << adapter().name() << " lacks feature " << feature; \
     }                                                                                  \
   } while (0)
+
+inline std::string join_ids(std::initializer_list<const char*> ids) {
+  std::string joined;
+  for (const char* id : ids) joined += (joined.empty() ? "" : ",") + std::string(id);
+  return joined;
+}
 
 class Conformance : public ::testing::TestWithParam<Implementation> {
  protected:

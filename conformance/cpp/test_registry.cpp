@@ -81,7 +81,7 @@ TEST_P(Conformance, NamespacesAreOptIn) {
   BEHAVIOUR("validation.namespace-allowlist");
   EXPECT_FALSE(adapter().namespace_allowed("_native"));
   try {
-    adapter().register_override({"d", "_native", "some_op", "CPU", constant_cond(true), fill_impl(1)});
+    adapter().register_override({"d", "_native", "some_op", "CPU", constant_cond(true), fill_impl(1), {}, false});
     ADD_FAILURE() << "_native was accepted";
   } catch (const InvalidArgument& e) {
     EXPECT_THAT(e.what(), HasSubstr("is not overridable"));
@@ -117,12 +117,12 @@ TEST_P(Conformance, BadInputChangesNothing) {
   const auto tables = fingerprint();
   const auto graph = adapter().graph(mul_key());
   const std::vector<Override> bad = {
-      {"d", "aten", "mul.Tensor", "NotADispatchKey", constant_cond(true), fill_impl(1)},
-      {"d", "aten", "mul.Tensor", "", constant_cond(true), fill_impl(1)},
-      {"d", "aten", "", "CPU", constant_cond(true), fill_impl(1)},
-      {"", "aten", "mul.Tensor", "CPU", constant_cond(true), fill_impl(1)},
-      {"d", "aten", "aten::mul", "CPU", constant_cond(true), fill_impl(1)},
-      {"d", "aten", "mul.Tensor", "CPU", constant_cond(true), ImplFn{}},
+      {"d", "aten", "mul.Tensor", "NotADispatchKey", constant_cond(true), fill_impl(1), {}, false},
+      {"d", "aten", "mul.Tensor", "", constant_cond(true), fill_impl(1), {}, false},
+      {"d", "aten", "", "CPU", constant_cond(true), fill_impl(1), {}, false},
+      {"", "aten", "mul.Tensor", "CPU", constant_cond(true), fill_impl(1), {}, false},
+      {"d", "aten", "aten::mul", "CPU", constant_cond(true), fill_impl(1), {}, false},
+      {"d", "aten", "mul.Tensor", "CPU", constant_cond(true), ImplFn{}, {}, false},
   };
   for (const Override& o : bad) {
     EXPECT_THROW(adapter().register_override(o), InvalidArgument)
@@ -182,8 +182,7 @@ TEST_P(Conformance, DisableByOpSymbolAndByDispatchKey) {
 }
 
 TEST_P(Conformance, OpSymbolFiltersAreNamespaceBlind) {
-  BEHAVIOUR("filters.op-symbol-namespace-blind");
-  BEHAVIOUR("namespaces.same-symbol-independent");
+  BEHAVIOUR("filters.op-symbol-namespace-blind", "namespaces.same-symbol-independent");
   REQUIRE_FEATURE("namespaces");
   add(twice_key(kTestNamespace), constant_cond(true), fill_impl(99));
   add(twice_key(kSecondTestNamespace), constant_cond(true), fill_impl(7));

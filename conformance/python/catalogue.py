@@ -84,7 +84,7 @@ def problems(catalogue: dict[str, Behaviour], seeds: list[str]) -> list[str]:
 # ---- traceability: which tests name which behaviours --------------------------
 
 PY_MARK = re.compile(r"@behaviour\(([^)]*)\)")
-CPP_MARK = re.compile(r"BEHAVIOUR\(\s*\"([^\"]+)\"\s*\)")
+CPP_MARK = re.compile(r"BEHAVIOUR\(([^)]*)\)")
 STRING = re.compile(r"\"([^\"]+)\"")
 
 
@@ -101,8 +101,9 @@ def python_references(root: pathlib.Path) -> dict[str, list[str]]:
 def cpp_references(root: pathlib.Path) -> dict[str, list[str]]:
     refs: dict[str, list[str]] = {}
     for path in sorted(root.glob("*.cpp")):
-        for bid in CPP_MARK.findall(path.read_text()):
-            refs.setdefault(bid, []).append(path.name)
+        for args in CPP_MARK.findall(path.read_text()):
+            for bid in STRING.findall(args):
+                refs.setdefault(bid, []).append(path.name)
     return refs
 
 

@@ -1,0 +1,55 @@
+"""Checks the catalogue and the traceability of both suites.
+
+    python3 conformance/python/check.py [--spec PATH/TO/test_registry.py]
+
+Fails when the catalogue is malformed, a seed test maps to no behaviour, a
+behaviour expressible on a side has no test there, or a test names an unknown
+behaviour. With --spec, also checks that seeds.txt lists exactly that file's
+tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import sys
+
+import catalogue as c
+
+
+def run(spec: pathlib.Path | None = None) -> list[str]:
+    behaviours = c.load()
+    seeds = c.seed_tests()
+    found = c.problems(behaviours, seeds)
+    if spec is not None:
+        actual = c.spec_tests(spec)
+        if sorted(actual) != sorted(seeds):
+            found.append(f"seeds.txt differs from {spec}: missing {sorted(set(actual) - set(seeds))}, "
+                         f"extra {sorted(set(seeds) - set(actual))}")
+    found += c.traceability_problems(
+        behaviours, c.python_references(c.CONFORMANCE / "python"),
+        c.cpp_references(c.CONFORMANCE / "cpp"))
+    return found
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--spec", type=pathlib.Path)
+    args = parser.parse_args()
+    found = run(args.spec if args.spec and args.spec.exists() else None)
+    behaviours = c.load()
+    py = c.python_references(c.CONFORMANCE / "python")
+    cpp = c.cpp_references(c.CONFORMANCE / "cpp")
+    print(f"catalogue: {len(behaviours)} behaviours "
+          f"({sum(b.profile == 'registry' for b in behaviours.values())} registry, "
+          f"{sum(b.profile == 'platform' for b in behaviours.values())} platform, "
+          f"{sum(b.implied for b in behaviours.values())} implied), "
+          f"{len(c.seed_tests())} seed tests mapped; "
+          f"named by python tests: {len(py)}, by C++ tests: {len(cpp)}")
+    for problem in found:
+        print(f"  PROBLEM: {problem}")
+    return 1 if found else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,41 @@
+"""Running Python against a build folder other than the editable install's.
+
+The editable install of native_registry rebuilds and imports from ./build.
+Coverage and mutant runs need the package from another build (instrumented,
+or carrying a seeded fault): this stages it, sources plus that build's _C
+extension, and returns the environment that imports it instead.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import shutil
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+PACKAGE_SOURCES = ROOT / "reference" / "python" / "native_registry"
+
+
+def stage_package(build_dir: pathlib.Path, out_dir: pathlib.Path,
+                  sources: pathlib.Path = PACKAGE_SOURCES) -> pathlib.Path:
+    """Copy the package's Python files and build_dir's extension into out_dir."""
+    target = out_dir / "native_registry"
+    if target.exists():
+        shutil.rmtree(target)
+    target.mkdir(parents=True)
+    for source in sources.glob("*.py"):
+        shutil.copy2(source, target / source.name)
+    extensions = list((build_dir / "reference" / "python").glob("_C*.so"))
+    if len(extensions) != 1:
+        raise FileNotFoundError(f"expected one _C extension in {build_dir}, found {extensions}")
+    shutil.copy2(extensions[0], target / extensions[0].name)
+    return out_dir
+
+
+def environment_for(staged: pathlib.Path) -> dict[str, str]:
+    """os.environ with the editable finder off and the staged package first."""
+    env = dict(os.environ)
+    env["MESONPY_EDITABLE_SKIP"] = os.pathsep.join(
+        filter(None, [env.get("MESONPY_EDITABLE_SKIP"), str(ROOT / "build")]))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(staged), env.get("PYTHONPATH")]))
+    return env
