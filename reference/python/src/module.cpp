@@ -376,6 +376,10 @@ PYBIND11_MODULE(_C, m) {
         reinstall);
   });
 
+  m.def("replace_graph", [](const std::tuple<std::string, std::string, std::string>& key,
+                            const std::vector<MutableNode>& nodes) {
+    registry().replace_graph(to_key(key), Graph(nodes.begin(), nodes.end()));
+  });
   m.def("install_graph", [](const std::tuple<std::string, std::string, std::string>& key,
                             bool reinstall) {
     registry().install_graph(to_key(key), reinstall ? InstallMode::kReinstall : InstallMode::kUpdate);

@@ -1,0 +1,220 @@
+#!/usr/bin/env python3
+"""What a router costs per call, from Python (issue 5).
+
+Calls ``torch.ops.aten.<op>.Tensor(a, b)`` with torch.utils.benchmark, one
+thread, under each of:
+
+  stock                the op with no router
+  decline_cpp          the reference router, every cond a C++ predicate
+                       (native_registry.predicates) that declines
+  accept_cpp           the same, the last node accepting, with a C++ impl
+                       (installed from C++ through libnr_bench_helper.so)
+  decline_py           the reference router, every cond the Python function
+                       ``never`` below
+  upstream_decline_py  upstream's router (torch._native.registry), every cond
+                       the same ``never``; skipped when the installed PyTorch
+                       has no torch._native.registry
+
+Each variant is installed, timed and torn down in turn, in a shuffled order,
+``--rounds`` times; the dispatch table of the op is checked to be back to
+stock after every teardown. Times are the calling thread's CPU time
+(time.thread_time), which a shared, loaded machine disturbs less than wall
+time. Writes one JSON row per (op, numel, variant, chain) with the median and
+quartiles of the per-call times of every timed block.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import json
+import platform
+import random
+import statistics
+import sys
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+import torch.utils.benchmark as benchmark
+
+import native_registry.registry as registry
+from native_registry import predicates as P
+
+warnings.filterwarnings("ignore", message=".*Overriding a previously registered kernel.*")
+
+
+def never(*args: Any, **kwargs: Any) -> bool:
+    """The Python cond of decline_py and upstream_decline_py."""
+    return False
+
+
+def forbidden_impl(*args: Any, **kwargs: Any) -> Any:
+    raise AssertionError("a benchmark that declines ran an impl")
+
+
+# ---- the variants ----------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def stock(op_symbol: str, chain: int) -> Iterator[None]:
+    yield
+
+
+def reference(cond: Any) -> Callable[[str, int], contextlib.AbstractContextManager]:
+    @contextlib.contextmanager
+    def install(op_symbol: str, chain: int) -> Iterator[None]:
+        with registry.scoped():
+            for i in range(chain):
+                registry.register_op_override(f"bench{i}", "aten", op_symbol, "CPU", cond,
+                                              forbidden_impl)
+            registry.register_all_overrides()
+            yield
+
+    return install
+
+
+def helper_accept(helper: ctypes.CDLL) -> Callable[[str, int], contextlib.AbstractContextManager]:
+    @contextlib.contextmanager
+    def install(op_symbol: str, chain: int) -> Iterator[None]:
+        handle = helper.nr_bench_install(op_symbol.encode(), chain, 1)
+        if not handle:
+            raise RuntimeError(f"nr_bench_install({op_symbol!r}, {chain}) failed")
+        try:
+            yield
+        finally:
+            helper.nr_bench_remove(handle)
+
+    return install
+
+
+def load_upstream() -> Any | None:
+    """torch._native.registry, if it has the API this benchmark drives."""
+    try:
+        import torch._native.registry as upstream
+    except ImportError:
+        return None
+    needed = ("register_op_override", "_register_overrides_from_graph", "_aten_override_libs",
+              "_graphs")
+    return upstream if all(hasattr(upstream, name) for name in needed) else None
+
+
+# Upstream's module state a registration touches; put back after each use.
+_UPSTREAM_STATE = ("_graphs", "_dsl_name_to_lib_graph", "_op_symbol_to_lib_graph",
+                   "_dispatch_key_to_lib_graph", "_native_decomp_overrides")
+
+
+def upstream_router(upstream: Any) -> Callable[[str, int], contextlib.AbstractContextManager]:
+    @contextlib.contextmanager
+    def install(op_symbol: str, chain: int) -> Iterator[None]:
+        key = (op_symbol, "CPU")
+        if key in upstream._aten_override_libs:
+            raise RuntimeError(f"upstream already overrides {key}")
+        saved = {name: {k: (list(v) if isinstance(v, list) else v)
+                        for k, v in getattr(upstream, name).items()}
+                 for name in _UPSTREAM_STATE}
+        try:
+            for i in range(chain):
+                upstream.register_op_override(f"bench{i}", "aten", op_symbol, "CPU", never,
+                                              forbidden_impl)
+            upstream._register_overrides_from_graph(op_symbol, "CPU", upstream._graphs[key])
+            yield
+        finally:
+            library = upstream._aten_override_libs.pop(key, None)
+            if library is not None:
+                library._destroy()
+            for name, value in saved.items():
+                state = getattr(upstream, name)
+                state.clear()
+                state.update(value)
+
+    return install
+
+
+# ---- timing ------------------------------------------------------------------------
+
+
+def quantiles(values: list[float]) -> tuple[float, float, float]:
+    q = statistics.quantiles(values, n=4, method="inclusive") if len(values) > 1 else values * 3
+    return q[0], statistics.median(values), q[2]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--helper", required=True, help="path to libnr_bench_helper.so")
+    parser.add_argument("--ops", default="mul,add")
+    parser.add_argument("--sizes", default="2,1000,1000000")
+    parser.add_argument("--chains", default="1,4,16")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--min-run-time", type=float, default=0.1,
+                        help="seconds of calls per timed round of one row")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", required=True, help="where to write the JSON rows")
+    args = parser.parse_args()
+
+    torch.set_num_threads(1)
+    helper = ctypes.CDLL(args.helper)
+    helper.nr_bench_install.restype = ctypes.c_void_p
+    helper.nr_bench_install.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_int]
+    helper.nr_bench_remove.argtypes = [ctypes.c_void_p]
+    upstream = load_upstream()
+
+    variants: dict[str, Callable[[str, int], contextlib.AbstractContextManager]] = {
+        "decline_cpp": reference(P.dtype_in(torch.float16)),
+        "accept_cpp": helper_accept(helper),
+        "decline_py": reference(never),
+    }
+    if upstream is not None:
+        variants["upstream_decline_py"] = upstream_router(upstream)
+    else:
+        print("torch._native.registry not found: no upstream rows", file=sys.stderr)
+
+    chains = [int(c) for c in args.chains.split(",")]
+    rng = random.Random(args.seed)
+    rows = []
+    for op_name in args.ops.split(","):
+        op_symbol = f"{op_name}.Tensor"
+        op = getattr(torch.ops.aten, op_name).Tensor
+        qualified = f"aten::{op_symbol}"
+        before = torch._C._dispatch_dump(qualified)
+        for numel in (int(n) for n in args.sizes.split(",")):
+            a, b = torch.rand(numel), torch.rand(numel)
+            expected = op(a, b)
+            cases = [("stock", 0)] + [(v, c) for v in variants for c in chains]
+            blocks: dict[tuple[str, int], list[float]] = {case: [] for case in cases}
+            for _ in range(args.rounds):
+                rng.shuffle(cases)
+                for variant, chain in cases:
+                    install = stock if variant == "stock" else variants[variant]
+                    with install(op_symbol, chain):
+                        # Not a timing check: the variant must compute what stock does.
+                        if not torch.equal(op(a, b), expected):
+                            raise AssertionError(f"{variant}/{chain} computes another result")
+                        timer = benchmark.Timer(stmt="op(a, b)", globals={"op": op, "a": a, "b": b},
+                                                timer=time.thread_time, num_threads=1)
+                        measurement = timer.blocked_autorange(min_run_time=args.min_run_time)
+                        blocks[(variant, chain)].extend(measurement.times)
+                    if torch._C._dispatch_dump(qualified) != before:
+                        raise AssertionError(f"{variant}/{chain} left {qualified} changed")
+            for (variant, chain), times in blocks.items():
+                p25, median, p75 = quantiles(times)
+                rows.append({"lang": "python", "op": op_name, "variant": variant, "numel": numel,
+                             "chain": chain, "median_ns": median * 1e9, "p25_ns": p25 * 1e9,
+                             "p75_ns": p75 * 1e9, "samples": len(times)})
+                print(f"python {op_name:3s} n={numel:<8d} {variant:20s} chain={chain:<3d} "
+                      f"{median * 1e9:10.0f} ns  [{p25 * 1e9:.0f}, {p75 * 1e9:.0f}]", flush=True)
+
+    with open(args.out, "w") as out:
+        json.dump({"context": {"torch": torch.__version__, "python": platform.python_version(),
+                               "upstream": upstream is not None, "timer": "time.thread_time",
+                               "rounds": args.rounds, "min_run_time": args.min_run_time},
+                   "rows": rows}, out, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

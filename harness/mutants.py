@@ -1,0 +1,147 @@
+"""./harness/run --mutants: the suite's power against seeded faults.
+
+Each fault of fixtures/faults/faults.toml is applied to a copy of the tree
+(build-mutants/src), built incrementally in build-mutants/build, and run
+against the C++ conformance suite, the reference's own C++ tests and the
+Python conformance suite (importing that build's extension). A fault is
+killed when any test fails, or a suite crashes or hangs. Every fault must be
+killed; a fault whose `find` text is gone from the source is an error too.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import shutil
+import subprocess
+import sys
+import time
+import tomllib
+import xml.etree.ElementTree as ET
+
+import staging
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+FAULTS = ROOT / "fixtures" / "faults" / "faults.toml"
+WORK = ROOT / "build-mutants"
+SRC, BUILD = WORK / "src", WORK / "build"
+GTEST = {"conformance": "conformance/cpp/conformance_reference",
+         "reference": "reference/tests/reference_tests"}
+TIMEOUT_S = 300
+
+
+def load_faults() -> list[dict]:
+    with FAULTS.open("rb") as f:
+        return tomllib.load(f)["fault"]
+
+
+def copy_tree() -> None:
+    """The tracked and unignored files of the working tree, into SRC."""
+    files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+                           cwd=ROOT, capture_output=True, check=True).stdout.decode().split("\0")
+    for rel in filter(None, files):
+        source, target = ROOT / rel, SRC / rel
+        if not source.is_file():
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if not target.exists() or target.read_bytes() != source.read_bytes():
+            shutil.copy2(source, target)
+
+
+def build() -> bool:
+    if not (BUILD / "build.ninja").exists():
+        subprocess.run(["meson", "setup", str(BUILD), str(SRC), "-Dbenchmarks=disabled"],
+                       check=True, stdout=subprocess.DEVNULL)
+    return subprocess.run(["ninja", "-C", str(BUILD)], stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL).returncode == 0
+
+
+def failing_gtests(xml: pathlib.Path) -> list[str]:
+    if not xml.exists():
+        return []
+    return [f"{c.get('classname')}.{c.get('name')}" for c in ET.parse(xml).getroot().iter("testcase")
+            if c.find("failure") is not None]
+
+
+def run_suites(out: pathlib.Path) -> dict[str, list[str]]:
+    """Suite -> failing tests ('<crashed>'/'<timeout>' when a suite died)."""
+    killed: dict[str, list[str]] = {}
+    for suite, binary in GTEST.items():
+        xml = out / f"{suite}.xml"
+        xml.unlink(missing_ok=True)
+        try:
+            proc = subprocess.run([str(BUILD / binary), f"--gtest_output=xml:{xml}"],
+                                  capture_output=True, timeout=TIMEOUT_S)
+            failed = failing_gtests(xml)
+            if proc.returncode != 0 and not failed:
+                failed = [f"<crashed: exit {proc.returncode}>"]
+        except subprocess.TimeoutExpired:
+            failed = ["<timeout>"]
+        if failed:
+            killed[f"c++ {suite}"] = failed
+    env = staging.environment_for(staging.stage_package(
+        BUILD, out / "_package", sources=SRC / "reference" / "python" / "native_registry"))
+    xml = out / "python.xml"
+    xml.unlink(missing_ok=True)
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "pytest", "conformance/python", "-q", "-x", "-p", "no:cacheprovider",
+             "--impl=adapters.reference:make", f"--junitxml={xml}"],
+            cwd=SRC, env=env, capture_output=True, timeout=TIMEOUT_S)
+        failed = failing_gtests(xml) or ([f"<exit {proc.returncode}>"] if proc.returncode else [])
+    except subprocess.TimeoutExpired:
+        failed = ["<timeout>"]
+    if failed:
+        killed["python conformance"] = failed
+    return killed
+
+
+def run(args) -> int:
+    out = args.results / "mutants"
+    out.mkdir(parents=True, exist_ok=True)
+    faults = load_faults()
+    only = {n for n in args.only.split(",") if n}
+    if only:
+        faults = [f for f in faults if f["name"] in only]
+    print(f"== {len(faults)} seeded faults; baseline build in {BUILD}")
+    copy_tree()
+    if not build():
+        print("baseline build failed")
+        return 1
+    baseline = run_suites(out)
+    if baseline:
+        print(f"baseline is not green: {baseline}")
+        return 1
+
+    rows, errors = [], 0
+    for fault in faults:
+        start = time.monotonic()
+        path = SRC / fault["file"]
+        pristine = (ROOT / fault["file"]).read_text()
+        if pristine.count(fault["find"]) != 1:
+            rows.append((fault, "STALE", f"`find` occurs {pristine.count(fault['find'])} times in {fault['file']}"))
+            errors += 1
+            print(f"  {fault['name']:40s} STALE", flush=True)
+            continue
+        path.write_text(pristine.replace(fault["find"], fault["replace"]))
+        try:
+            if not build():
+                verdict, detail = "killed", "does not compile"
+            else:
+                killed = run_suites(out)
+                verdict = "killed" if killed else "SURVIVED"
+                detail = "; ".join(f"{suite}: {len(tests)} ({', '.join(tests[:3])}{', ...' if len(tests) > 3 else ''})"
+                                   for suite, tests in killed.items()) or "no test failed"
+        finally:
+            path.write_text(pristine)
+        errors += verdict != "killed"
+        rows.append((fault, verdict, detail))
+        print(f"  {fault['name']:40s} {verdict:8s} {time.monotonic() - start:5.0f} s  {detail[:110]}",
+              flush=True)
+    build()  # leave the copy pristine
+
+    lines = ["# Seeded faults", "", f"{sum(r[1] == 'killed' for r in rows)} of {len(rows)} killed.", "",
+             "| fault | breaks | verdict | failing tests |", "|---|---|---|---|"]
+    lines += [f"| {f['name']} | {f['breaks']} | {v} | {d} |" for f, v, d in rows]
+    (out / "mutants.md").write_text("\n".join(lines) + "\n")
+    print(f"\n{sum(r[1] == 'killed' for r in rows)} of {len(rows)} faults killed; table: {out / 'mutants.md'}")
+    return 1 if errors else 0

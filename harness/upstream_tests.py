@@ -1,0 +1,79 @@
+"""./harness/run --upstream-tests PATH: an upstream PyTorch test file (such as
+test/test_registry.py) run twice, side by side: against the installed
+PyTorch's torch._native, and against the reference through
+native_registry.upstream_compat, which presents upstream's module surface.
+The project does not contain such a file; CI passes the seed file."""
+
+from __future__ import annotations
+
+import pathlib
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+
+import staging
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+HERE = pathlib.Path(__file__).resolve().parent
+
+
+def outcomes(xml: pathlib.Path) -> dict[str, str]:
+    result = {}
+    if not xml.exists():
+        return result
+    for case in ET.parse(xml).getroot().iter("testcase"):
+        name = f"{case.get('classname', '').rsplit('.', 1)[-1]}.{case.get('name')}"
+        if case.find("failure") is not None or case.find("error") is not None:
+            result[name] = "fail"
+        elif case.find("skipped") is not None:
+            result[name] = "skip"
+        else:
+            result[name] = "pass"
+    return result
+
+
+def run(args) -> int:
+    path = args.upstream_tests.resolve()
+    if not path.exists():
+        print(f"no such test file: {path}")
+        return 1
+    out = args.results / "upstream-tests"
+    out.mkdir(parents=True, exist_ok=True)
+    env = staging.environment_for(staging.stage_package(args.build, out / "_package"))
+    env["PYTHONPATH"] = f"{HERE}:{env['PYTHONPATH']}"
+    runs = {
+        "installed torch._native": [],
+        "reference (upstream_compat)": ["-p", "upstream_compat_plugin"],
+    }
+    results = {}
+    for label, extra in runs.items():
+        xml = out / ("installed.xml" if "installed" in label else "reference.xml")
+        print(f"== {path.name} against {label}", flush=True)
+        with (out / f"{xml.stem}.log").open("w") as log:
+            subprocess.run([sys.executable, "-m", "pytest", str(path), "-q", "-p", "no:cacheprovider",
+                            "--rootdir", str(path.parent), f"--junitxml={xml}", *extra],
+                           cwd=out, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=1800)
+        results[label] = outcomes(xml)
+
+    labels = list(results)
+    names = sorted(set().union(*results.values()))
+    lines = [f"# {path.name}: installed PyTorch vs reference", "",
+             "| test | " + " | ".join(labels) + " |", "|---|" + "---|" * len(labels)]
+    lines += [f"| {n} | " + " | ".join(results[l].get(n, "-") for l in labels) + " |" for n in names]
+    totals = {l: sum(v == "pass" for v in results[l].values()) for l in labels}
+    lines += ["", "| | " + " | ".join(labels) + " |", "|---|" + "---:|" * len(labels),
+              "| passed | " + " | ".join(str(totals[l]) for l in labels) + " |",
+              "| of | " + " | ".join(str(len(results[l])) for l in labels) + " |"]
+    (out / "upstream-tests.md").write_text("\n".join(lines) + "\n")
+    for label in labels:
+        print(f"  {label}: {totals[label]} of {len(results[label])} passed")
+    print(f"table: {out / 'upstream-tests.md'}")
+    # The reference must pass every test of the registry profile; platform
+    # tests check the host PyTorch, whatever the registry.
+    import catalogue
+
+    platform_only = {seed for b in catalogue.load().values() if b.profile == "platform" for seed in b.seeds}
+    unexpected = [n for n, v in results[labels[1]].items() if v == "fail" and n not in platform_only]
+    for name in unexpected:
+        print(f"  UNEXPECTED: the reference fails {name}")
+    return 0 if all(results.values()) and not unexpected else 1
