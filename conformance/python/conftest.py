@@ -16,9 +16,9 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import pathlib
+import sys
 import tomllib
 
 import pytest
@@ -27,13 +27,11 @@ import torch
 import adapter as adapter_module
 import catalogue as catalogue_module
 
+sys.path.insert(0, str(catalogue_module.CONFORMANCE.parent / "fixtures" / "python"))
+from torch_fixtures import MISSING_NS, NS, NS2, dispatcher_state, twice_namespaces  # noqa: E402,F401
+
 CATALOGUE = catalogue_module.load()
 EXPECTATIONS = catalogue_module.CONFORMANCE / "expectations"
-
-NS = "_native_registry_test"
-NS2 = "_native_registry_test2"
-MISSING_NS = "_native_registry_missing_ns"
-WATCHED = ["aten::mul.Tensor", "aten::add.Tensor", "aten::bmm", f"{NS}::twice", f"{NS2}::twice"]
 
 
 def behaviour(*ids: str):
@@ -139,16 +137,6 @@ def pytest_sessionfinish(session):
 # ---- fixtures -----------------------------------------------------------------
 
 
-def dispatcher_state() -> dict[str, str]:
-    state = {}
-    for name in WATCHED:
-        try:
-            state[name] = torch._C._dispatch_dump(name) + torch._C._dispatch_dump_table(name)
-        except RuntimeError:
-            state[name] = "<absent>"
-    return state
-
-
 @pytest.fixture
 def impl(request):
     """The implementation under test, in a scope undone after the test; the
@@ -164,18 +152,12 @@ def impl(request):
 def namespaces(impl):
     """Two throwaway namespaces defining `twice` (composite only): x*2 in NS and
     x*3 in NS2; both, and a missing one, allowlisted. Yields the two ops."""
-    with contextlib.ExitStack() as stack:
-        lib = stack.enter_context(torch.library._scoped_library(NS, "DEF"))
-        lib.define("twice(Tensor self) -> Tensor")
-        lib.impl("twice", lambda x: x * 2, "CompositeExplicitAutograd")
-        lib2 = stack.enter_context(torch.library._scoped_library(NS2, "DEF"))
-        lib2.define("twice(Tensor self) -> Tensor")
-        lib2.impl("twice", lambda x: x * 3, "CompositeExplicitAutograd")
+    with twice_namespaces() as ops:
         # Routers on these ops must go before the namespaces do: an inner scope.
         with impl.scope():
             for ns in (NS, NS2, MISSING_NS):
                 impl.allow_namespace(ns)
-            yield getattr(torch.ops, NS).twice.default, getattr(torch.ops, NS2).twice.default
+            yield ops
 
 
 @pytest.fixture

@@ -10,14 +10,8 @@ import torch
 
 from conftest import NS, NS2, behaviour
 
-A = torch.tensor([2.0, 3.0])
-B = torch.tensor([4.0, 5.0])
-STOCK = torch.tensor([8.0, 15.0])
-KEY = ("aten", "mul.Tensor", "CPU")
-
-
-def mul(a=A, b=B):
-    return torch.ops.aten.mul.Tensor(a, b)
+from torch_fixtures import A, B, STOCK, mul
+from torch_fixtures import MUL_CPU as KEY
 
 
 def fill(value):

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-import contextlib
-
 import torch
 
 import native_registry
 import native_registry.registry as registry
 
+from . import UpstreamShapedAdapter
 
-class ReferenceAdapter:
+
+class ReferenceAdapter(UpstreamShapedAdapter):
+    module = registry
     name = "reference"
     log_name = "native_registry.registry"
     features = frozenset({
@@ -51,30 +52,11 @@ class ReferenceAdapter:
     def router_installed(self, lib_symbol, op_symbol, dispatch_key):
         return registry.router_state(lib_symbol, op_symbol, dispatch_key) == "active"
 
-    def disable(self, *, dsl_names=None, op_symbols=None, dispatch_keys=None):
-        registry.deregister_op_overrides(disable_dsl_names=dsl_names, disable_op_symbols=op_symbols,
-                                         disable_dispatch_keys=dispatch_keys)
-
-    def enable(self, *, dsl_names=None, op_symbols=None, dispatch_keys=None):
-        registry.reenable_op_overrides(enable_dsl_names=dsl_names, enable_op_symbols=op_symbols,
-                                       enable_dispatch_keys=dispatch_keys)
-
-    def reorder(self, fn, *, reregister=False):
-        registry.reorder_graphs_from_user_function(fn, reregister_overrides=reregister)
-
-    def dsl_operations(self, dsl_name, lib_symbol=None):
-        if lib_symbol is None:
-            return registry.get_dsl_operations(dsl_name)
-        return registry.get_dsl_operations(dsl_name, lib_symbol=lib_symbol)
-
     def allow_namespace(self, lib_symbol):
         registry.allow_namespace(lib_symbol)
 
     def allowed_namespaces(self):
         return registry.allowed_namespaces()
-
-    def decomp_table(self, overrides_only=False):
-        return registry.native_decomp_table(overrides_only=overrides_only)
 
     def unconditional_masked(self):
         return native_registry._unconditional_masked()
@@ -82,14 +64,8 @@ class ReferenceAdapter:
     def in_reentrant_call(self):
         return registry._router_active.on
 
-    def make_node(self, *fields):
-        return registry._OverrideNode(*fields)
-
     def user_ordering_fn(self):
         return native_registry.get_user_ordering_fn
-
-    def native_op(self, node):
-        return getattr(torch.ops._native, node.node_id).default
 
 
 def make() -> ReferenceAdapter:

@@ -26,7 +26,11 @@ except ImportError:  # a PyTorch without torch._native
     native = registry = None
 
 
-class UpstreamAdapter:
+from . import UpstreamShapedAdapter
+
+
+class UpstreamAdapter(UpstreamShapedAdapter):
+    module = registry
     name = "upstream"
     log_name = "torch._native.registry"
 
@@ -132,30 +136,11 @@ class UpstreamAdapter:
     def router_installed(self, lib_symbol, op_symbol, dispatch_key):
         return self._key(lib_symbol, op_symbol, dispatch_key) in self._override_libs()
 
-    def disable(self, *, dsl_names=None, op_symbols=None, dispatch_keys=None):
-        registry.deregister_op_overrides(disable_dsl_names=dsl_names, disable_op_symbols=op_symbols,
-                                         disable_dispatch_keys=dispatch_keys)
-
-    def enable(self, *, dsl_names=None, op_symbols=None, dispatch_keys=None):
-        registry.reenable_op_overrides(enable_dsl_names=dsl_names, enable_op_symbols=op_symbols,
-                                       enable_dispatch_keys=dispatch_keys)
-
-    def reorder(self, fn, *, reregister=False):
-        registry.reorder_graphs_from_user_function(fn, reregister_overrides=reregister)
-
-    def dsl_operations(self, dsl_name, lib_symbol=None):
-        if lib_symbol is None:
-            return registry.get_dsl_operations(dsl_name)
-        return registry.get_dsl_operations(dsl_name, lib_symbol=lib_symbol)
-
     def allow_namespace(self, lib_symbol):
         registry._ALLOWED_LIB_SYMBOLS = registry._ALLOWED_LIB_SYMBOLS | {lib_symbol}
 
     def allowed_namespaces(self):
         return frozenset(getattr(registry, "_ALLOWED_LIB_SYMBOLS", {"aten"}))
-
-    def decomp_table(self, overrides_only=False):
-        return registry.native_decomp_table(overrides_only=overrides_only)
 
     def unconditional_masked(self):
         return native._unconditional_masked()
@@ -163,16 +148,10 @@ class UpstreamAdapter:
     def in_reentrant_call(self):
         return getattr(registry._router_active, "on", False)
 
-    def make_node(self, *fields):
-        return registry._OverrideNode(*fields)
-
     def user_ordering_fn(self):
         from torch._native import get_user_ordering_fn
 
         return get_user_ordering_fn
-
-    def native_op(self, node):
-        return getattr(torch.ops._native, node.node_id).default
 
 
 def make() -> UpstreamAdapter:

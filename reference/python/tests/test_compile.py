@@ -14,9 +14,7 @@ import native_registry.registry as registry
 from native_registry import predicates as P
 from conftest import mul
 
-A = torch.tensor([2.0, 3.0])
-B = torch.tensor([4.0, 5.0])
-STOCK = torch.tensor([8.0, 15.0])
+from torch_fixtures import A, B, STOCK
 
 
 @pytest.fixture(autouse=True)

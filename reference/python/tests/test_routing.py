@@ -13,9 +13,7 @@ import native_registry
 import native_registry.registry as registry
 from conftest import MISSING_NS, NS, NS2, mul
 
-A = torch.tensor([2.0, 3.0])
-B = torch.tensor([4.0, 5.0])
-STOCK = torch.tensor([8.0, 15.0])
+from torch_fixtures import A, B, STOCK
 
 
 def install(reg):
