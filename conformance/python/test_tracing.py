@@ -9,6 +9,7 @@ import sys
 import textwrap
 from unittest.mock import MagicMock, patch
 
+import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -43,6 +44,8 @@ def test_fake_tensor_shape_inference(impl):
 
 @behaviour("dynamo.compile-session-no-recursion")
 def test_compile_session_flag_falls_through(impl):
+    if not hasattr(torch.compiler, "_compile_session_context"):  # added after torch 2.11
+        pytest.skip(f"unsupported: torch {torch.__version__} has no torch.compiler._compile_session_context")
     install_declining(impl, lambda *a, **k: False)
     with torch.compiler._compile_session_context():
         assert torch.equal(mul(), STOCK)

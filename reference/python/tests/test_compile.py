@@ -31,6 +31,8 @@ def install_declining(reg, cond):
 
 
 def test_compile_session_flag_falls_through_without_recursion(reg):
+    if not hasattr(torch.compiler, "_compile_session_context"):  # added after torch 2.11
+        pytest.skip(f"unsupported: torch {torch.__version__} has no torch.compiler._compile_session_context")
     install_declining(reg, lambda *a, **k: False)
     with torch.compiler._compile_session_context():
         out = mul(A, B)
