@@ -30,9 +30,16 @@ TEST_P(Conformance, CondTrueRoutesToImpl) {
 
 TEST_P(Conformance, CondFalseFallsBack) {
   BEHAVIOUR("routing.cond-false-falls-back");
-  add(mul_key(), constant_cond(false), forbidden_impl());
+  auto calls = std::make_shared<std::atomic<int>>(0);
+  add(mul_key(), counting_cond(calls, false), forbidden_impl());
   adapter().install(mul_key());
   EXPECT_TRUE(same(mul_2_3_by_4_5(), kStock));
+  // Installed again (the router replaced): the fallback is still the op's own
+  // kernel, not the replaced router, so one call consults cond once.
+  adapter().install(mul_key());
+  calls->store(0);
+  EXPECT_TRUE(same(mul_2_3_by_4_5(), kStock));
+  EXPECT_EQ(calls->load(), 1);
 }
 
 TEST_P(Conformance, FirstMatchWins) {

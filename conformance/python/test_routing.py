@@ -32,9 +32,16 @@ def test_cond_true_routes_to_impl(impl):
 @behaviour("routing.cond-false-falls-back")
 def test_cond_false_falls_back(impl):
     body = forbidden()
-    impl.register("test_dsl", *KEY, lambda *a, **k: False, body)
+    cond = MagicMock(return_value=False)
+    impl.register("test_dsl", *KEY, cond, body)
     impl.install(*KEY)
     assert torch.equal(mul(), STOCK)
+    # Installed again (the router replaced): the fallback is still the op's
+    # own kernel, not the replaced router, so one call consults cond once.
+    impl.install(*KEY)
+    cond.reset_mock()
+    assert torch.equal(mul(), STOCK)
+    assert cond.call_count == 1
     body.assert_not_called()
 
 
