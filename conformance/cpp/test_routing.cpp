@@ -44,12 +44,16 @@ TEST_P(Conformance, CondFalseFallsBack) {
 
 TEST_P(Conformance, FirstMatchWins) {
   BEHAVIOUR("routing.first-match-wins");
+  auto first = std::make_shared<std::atomic<int>>(0);
+  auto winner = std::make_shared<std::atomic<int>>(0);
   auto later = std::make_shared<std::atomic<int>>(0);
-  add(mul_key(), constant_cond(false), forbidden_impl(), "a");
-  add(mul_key(), constant_cond(true), fill_impl(1), "b");
+  add(mul_key(), counting_cond(first, false), forbidden_impl(), "a");
+  add(mul_key(), counting_cond(winner, true), fill_impl(1), "b");
   add(mul_key(), counting_cond(later, true), fill_impl(2), "c");
   adapter().install(mul_key());
   EXPECT_TRUE(same(mul_2_3_by_4_5(), tensor({1, 1})));
+  EXPECT_EQ(first->load(), 1);
+  EXPECT_EQ(winner->load(), 1) << "each cond is consulted once per call";
   EXPECT_EQ(later->load(), 0);
 }
 

@@ -47,12 +47,13 @@ def test_cond_false_falls_back(impl):
 
 @behaviour("routing.first-match-wins")
 def test_first_match_wins(impl):
-    later = MagicMock(return_value=True)
-    impl.register("a", *KEY, lambda *a: False, forbidden())
-    impl.register("b", *KEY, lambda *a: True, fill(1.0))
+    first, winner, later = (MagicMock(return_value=v) for v in (False, True, True))
+    impl.register("a", *KEY, first, forbidden())
+    impl.register("b", *KEY, winner, fill(1.0))
     impl.register("c", *KEY, later, fill(2.0))
     impl.install(*KEY)
     assert torch.equal(mul(), torch.tensor([1.0, 1.0]))
+    assert first.call_count == 1 and winner.call_count == 1, "each cond is consulted once per call"
     later.assert_not_called()
 
 
