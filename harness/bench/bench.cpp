@@ -9,6 +9,8 @@
 //   decline_cpp_boxed
 //                decline_cpp through the generic boxed router, which every
 //                signature gets; the typed router is what common signatures get
+//   dormant      a router whose only node was disabled (chain:0): the floor of
+//                any declined call, boxing and the captured kernel
 // plus call/mul/decline_cpp/n:2/chain:1/others:<k>, the same call while other
 // ops carry k installed overrides.
 //
@@ -23,6 +25,9 @@
 //   --nr_overrides=N --nr_ops=M    the control-plane scale (10000 / 1000)
 //   --nr_sizes=2,1000,1000000      tensor sizes
 //   --nr_chains=1,4,16             chain lengths
+//   --nr_control_reps=5            repetitions of each control-plane run
+//   --nr_iterations=K              a fixed number of calls per call benchmark
+//                                  (for instruction counts under valgrind)
 
 #include <native_registry/native_registry.h>
 #include <native_registry/predicates.h>
@@ -36,6 +41,13 @@
 #include <benchmark/benchmark.h>
 #include <malloc.h>
 #include <torch/library.h>
+
+// Under valgrind --tool=callgrind, each call benchmark's loop is dumped on its
+// own, named after the benchmark (harness/bench/run --instructions).
+#if __has_include(<valgrind/callgrind.h>)
+#include <valgrind/callgrind.h>
+#define NR_BENCH_CALLGRIND 1
+#endif
 
 #include <algorithm>
 #include <chrono>
@@ -56,7 +68,7 @@ using native_registry::Stack;
 namespace P = native_registry::predicates;
 
 enum class Op { kMul, kAdd };
-enum class Variant { kStock, kDeclineCpp, kAcceptCpp, kDeclineCppBoxed };
+enum class Variant { kStock, kDeclineCpp, kAcceptCpp, kDeclineCppBoxed, kDormant };
 
 const char* op_name(Op op) { return op == Op::kMul ? "mul" : "add"; }
 const char* op_symbol(Op op) { return op == Op::kMul ? "mul.Tensor" : "add.Tensor"; }
@@ -66,6 +78,7 @@ const char* variant_name(Variant v) {
     case Variant::kDeclineCpp: return "decline_cpp";
     case Variant::kAcceptCpp: return "accept_cpp";
     case Variant::kDeclineCppBoxed: return "decline_cpp_boxed";
+    case Variant::kDormant: return "dormant";
   }
   return "?";
 }
@@ -106,7 +119,13 @@ std::unique_ptr<Registry> install_chain(Op op, int chain, bool accept_last) {
   return registry;
 }
 
-void run_calls(benchmark::State& state, Op op, const at::Tensor& a, const at::Tensor& b) {
+// Not inlined, so that a profiler can count its instructions alone
+// (valgrind --tool=callgrind --toggle-collect='*run_calls*').
+[[gnu::noinline]] void run_calls(benchmark::State& state, Op op, const at::Tensor& a,
+                                 const at::Tensor& b, [[maybe_unused]] const std::string& name) {
+#ifdef NR_BENCH_CALLGRIND
+  CALLGRIND_ZERO_STATS;
+#endif
   if (op == Op::kMul) {
     for (auto _ : state) {
       at::Tensor out = at::mul(a, b);
@@ -118,6 +137,14 @@ void run_calls(benchmark::State& state, Op op, const at::Tensor& a, const at::Te
       benchmark::DoNotOptimize(out);
     }
   }
+#ifdef NR_BENCH_CALLGRIND
+  CALLGRIND_DUMP_STATS_AT(name.c_str());
+#endif
+}
+
+std::string case_name(Op op, Variant variant, int64_t numel, int chain) {
+  return std::string("call/") + op_name(op) + "/" + variant_name(variant) + "/n:" +
+         std::to_string(numel) + "/chain:" + std::to_string(chain);
 }
 
 void bm_call(benchmark::State& state, Op op, Variant variant, int64_t numel, int chain) {
@@ -126,11 +153,14 @@ void bm_call(benchmark::State& state, Op op, Variant variant, int64_t numel, int
   const at::Tensor b = at::rand({numel});
   native_registry::detail::set_typed_routers_enabled(variant != Variant::kDeclineCppBoxed);
   std::unique_ptr<Registry> registry;
-  if (variant != Variant::kStock) {
+  if (variant == Variant::kDormant) {
+    registry = install_chain(op, 1, false);
+    registry->deregister_op_overrides(Filter{{"bench0"}, {}, {}});  // the router stays, empty
+  } else if (variant != Variant::kStock) {
     registry = install_chain(op, chain, variant == Variant::kAcceptCpp);
   }
   native_registry::detail::set_typed_routers_enabled(true);
-  run_calls(state, op, a, b);
+  run_calls(state, op, a, b, case_name(op, variant, numel, chain));
   registry.reset();
 }
 
@@ -287,7 +317,8 @@ void bm_call_with_others(benchmark::State& state, int others, int ops) {
   const at::Tensor a = at::rand({2});
   const at::Tensor b = at::rand({2});
   std::unique_ptr<Registry> registry = install_chain(Op::kMul, 1, false);
-  run_calls(state, Op::kMul, a, b);
+  run_calls(state, Op::kMul, a, b,
+            case_name(Op::kMul, Variant::kDeclineCpp, 2, 1) + "/others:" + std::to_string(others));
   registry.reset();
 }
 
@@ -304,7 +335,8 @@ std::vector<int64_t> parse_list(const std::string& text) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int overrides = 10000, ops = 1000;
+  int overrides = 10000, ops = 1000, control_reps = 5;
+  int64_t iterations = 0;
   std::vector<int64_t> sizes{2, 1000, 1000000}, chains{1, 4, 16};
   std::vector<char*> rest{argv[0]};
   for (int i = 1; i < argc; ++i) {
@@ -317,36 +349,45 @@ int main(int argc, char** argv) {
     else if (const char* v = value("--nr_ops")) ops = std::atoi(v);
     else if (const char* v = value("--nr_sizes")) sizes = parse_list(v);
     else if (const char* v = value("--nr_chains")) chains = parse_list(v);
+    else if (const char* v = value("--nr_control_reps")) control_reps = std::atoi(v);
+    else if (const char* v = value("--nr_iterations")) iterations = std::atoll(v);
     else rest.push_back(argv[i]);
   }
   at::set_num_threads(1);
 
   for (Op op : {Op::kMul, Op::kAdd}) {
     for (int64_t n : sizes) {
-      const std::string base = std::string("call/") + op_name(op) + "/";
-      benchmark::RegisterBenchmark(
-          (base + "stock/n:" + std::to_string(n) + "/chain:0").c_str(),
+      auto* stock = benchmark::RegisterBenchmark(
+          case_name(op, Variant::kStock, n, 0).c_str(),
           [=](benchmark::State& s) { bm_call(s, op, Variant::kStock, n, 0); });
+      if (iterations > 0) stock->Iterations(iterations);
+      auto* dormant = benchmark::RegisterBenchmark(
+          case_name(op, Variant::kDormant, n, 0).c_str(),
+          [=](benchmark::State& s) { bm_call(s, op, Variant::kDormant, n, 0); });
+      if (iterations > 0) dormant->Iterations(iterations);
       for (Variant v : {Variant::kDeclineCpp, Variant::kAcceptCpp, Variant::kDeclineCppBoxed}) {
         for (int64_t c : chains) {
-          benchmark::RegisterBenchmark(
-              (base + variant_name(v) + "/n:" + std::to_string(n) + "/chain:" + std::to_string(c))
-                  .c_str(),
+          auto* routed = benchmark::RegisterBenchmark(
+              case_name(op, v, n, static_cast<int>(c)).c_str(),
               [=](benchmark::State& s) { bm_call(s, op, v, n, static_cast<int>(c)); });
+          if (iterations > 0) routed->Iterations(iterations);
         }
       }
     }
   }
   for (int others : {0, overrides}) {
-    benchmark::RegisterBenchmark(
-        ("call/mul/decline_cpp/n:2/chain:1/others:" + std::to_string(others)).c_str(),
+    auto* call = benchmark::RegisterBenchmark(
+        (case_name(Op::kMul, Variant::kDeclineCpp, 2, 1) + "/others:" + std::to_string(others))
+            .c_str(),
         [=](benchmark::State& s) { bm_call_with_others(s, others, ops); });
+    if (iterations > 0) call->Iterations(iterations);
   }
   for (auto [n, m] : {std::pair{overrides / 10, std::max(ops / 10, 10)}, std::pair{overrides, ops}}) {
     benchmark::RegisterBenchmark(
         ("control/overrides:" + std::to_string(n) + "/ops:" + std::to_string(m)).c_str(),
         [=](benchmark::State& s) { bm_control(s, n, m); })
         ->Iterations(1)
+        ->Repetitions(control_reps)
         ->UseManualTime()
         ->Unit(benchmark::kMillisecond);
   }

@@ -2,6 +2,8 @@
 
 #include "quiet_override_warning.h"
 
+#include <algorithm>
+
 namespace native_registry::detail {
 namespace {
 
@@ -25,7 +27,13 @@ class CallImpl final : public c10::OperatorKernel {
   explicit CallImpl(NodePtr node) : node_(std::move(node)) {}
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
                   Stack* stack) {
+    const size_t below = stack->size() - op.schema().arguments().size();
     node_->impl(op, keys, stack);
+    // As in the router: the caller reads the results where the arguments were.
+    TORCH_CHECK(stack->size() == below + op.schema().returns().size(), "the impl of override ",
+                node_->node_id, " left ", stack->size() - std::min(below, stack->size()),
+                " values on the stack for ", op.operator_name(), ", which returns ",
+                op.schema().returns().size());
   }
 
  private:
@@ -39,7 +47,8 @@ c10::OperatorName NativeOp::name_for(const OverrideNode& node) {
 }
 
 NativeOp::NativeOp(const NodePtr& node, const c10::OperatorHandle& target,
-                   c10::DispatchKey dispatch_key) {
+                   c10::DispatchKey dispatch_key)
+    : node_(node) {
   library_ = std::make_unique<torch::Library>(
       torch::Library::FRAGMENT, kNativeNamespace, std::nullopt, __FILE__, __LINE__);
   const std::string name = name_for(*node).name;

@@ -27,7 +27,10 @@ class NativeOp {
   // "_native::<node_id>", the name the dispatcher knows it by.
   static c10::OperatorName name_for(const OverrideNode& node);
 
+  const NodePtr& node() const { return node_; }
+
  private:
+  NodePtr node_;
   std::unique_ptr<torch::Library> library_;
 };
 

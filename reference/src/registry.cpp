@@ -16,7 +16,7 @@ using detail::Router;
 // ---- snapshot ---------------------------------------------------------------
 
 struct Snapshot::State {
-  const Registry* owner = nullptr;
+  uint64_t owner = 0;  // the registry's serial, not its address, which a later one may reuse
   std::map<GraphKey, Graph> graphs;
   std::map<std::string, std::vector<GraphKey>> by_dsl_name, by_op_symbol,
       by_dispatch_key;
@@ -29,6 +29,7 @@ struct Snapshot::State {
     Graph chain;
   };
   std::map<GraphKey, RouterRecord> routers;
+  std::map<std::string, NodePtr> native_nodes;  // nodes whose `_native` op was defined
 };
 
 Snapshot::Snapshot() = default;
@@ -96,7 +97,11 @@ bool Registry::FilterState::matches(const OverrideNode& node) const {
 
 // ---- lifetime ---------------------------------------------------------------
 
-Registry::Registry() = default;
+namespace {
+std::atomic<uint64_t> g_next_registry_serial{1};
+}  // namespace
+
+Registry::Registry() : serial_(g_next_registry_serial.fetch_add(1)) {}
 
 Registry::~Registry() {
   std::lock_guard<std::recursive_mutex> lock(mutex_);
@@ -164,6 +169,7 @@ NodePtr Registry::register_op_override(const std::string& dsl_name,
 
   const GraphKey graph_key = node->key();
   graphs_[graph_key].push_back(node);
+  registered_[node.get()] = node;
   append_once(by_dsl_name_[dsl_name], graph_key);
   append_once(by_op_symbol_[op_symbol], graph_key);
   append_once(by_dispatch_key_[graph_key.dispatch_key], graph_key);
@@ -192,11 +198,17 @@ void Registry::deregister_op_overrides(const Filter& disable) {
   check_filter_entries("disable_dispatch_keys entry", disable.dispatch_keys);
   std::lock_guard<std::recursive_mutex> lock(mutex_);
   log(LogLevel::kInfo, "disabling overrides");
+  const FilterState saved = filters_;
   filters_.dsl_names.insert(disable.dsl_names.begin(), disable.dsl_names.end());
   filters_.op_symbols.insert(disable.op_symbols.begin(), disable.op_symbols.end());
   filters_.dispatch_keys.insert(disable.dispatch_keys.begin(),
                                 disable.dispatch_keys.end());
-  republish_installed(keys_named_by(disable));
+  try {
+    republish_installed(keys_named_by(disable));
+  } catch (...) {
+    filters_ = saved;  // republish_installed published nothing
+    throw;
+  }
 }
 
 void Registry::reenable_op_overrides(const Filter& enable) {
@@ -205,10 +217,16 @@ void Registry::reenable_op_overrides(const Filter& enable) {
   check_filter_entries("enable_dispatch_keys entry", enable.dispatch_keys);
   std::lock_guard<std::recursive_mutex> lock(mutex_);
   log(LogLevel::kInfo, "re-enabling overrides");
+  const FilterState saved = filters_;
   for (const auto& name : enable.dsl_names) filters_.dsl_names.erase(name);
   for (const auto& name : enable.op_symbols) filters_.op_symbols.erase(name);
   for (const auto& name : enable.dispatch_keys) filters_.dispatch_keys.erase(name);
-  republish_installed(keys_named_by(enable));
+  try {
+    republish_installed(keys_named_by(enable));
+  } catch (...) {
+    filters_ = saved;  // republish_installed published nothing
+    throw;
+  }
 }
 
 bool Registry::is_enabled(const OverrideNode& node) const {
@@ -230,6 +248,14 @@ Graph Registry::enabled_chain(const GraphKey& key) const {
 }
 
 void Registry::republish_installed(const std::set<GraphKey>& keys) {
+  // A graph installed while its chain was empty has no router; if it now has
+  // a chain it needs one, and its op must resolve. Checked for every key
+  // before anything is published, so that an error changes nothing.
+  for (const GraphKey& key : keys) {
+    if (installed_.count(key) && !routers_.count(key) && !enabled_chain(key).empty()) {
+      resolve(key);
+    }
+  }
   for (const GraphKey& key : keys) {
     if (installed_.count(key)) publish(key, enabled_chain(key), InstallMode::kUpdate);
   }
@@ -244,6 +270,7 @@ void Registry::reorder_graphs(const OrderingFn& fn, bool reinstall) {
   std::lock_guard<std::recursive_mutex> lock(mutex_);
   std::vector<GraphKey> keys;
   for (const auto& entry : graphs_) keys.push_back(entry.first);
+  std::map<GraphKey, Graph> replaced;  // the originals of graphs that changed
   for (const GraphKey& key : keys) {
     auto it = graphs_.find(key);
     if (it == graphs_.end()) continue;  // the ordering function removed it
@@ -269,10 +296,38 @@ void Registry::reorder_graphs(const OrderingFn& fn, bool reinstall) {
       continue;
     }
     graphs_[key] = reordered;
-    if (reinstall && reordered != original && installed_.count(key)) {
-      publish(key, enabled_chain(key), InstallMode::kUpdate);
+    if (reordered != original) replaced.emplace(key, original);
+  }
+  if (!reinstall) return;
+  std::set<GraphKey> changed;
+  for (const auto& entry : replaced) changed.insert(entry.first);
+  try {
+    republish_installed(changed);  // all or nothing: see there
+  } catch (...) {
+    for (auto& [key, original] : replaced) graphs_[key] = std::move(original);
+    throw;
+  }
+}
+
+void Registry::replace_graph(const GraphKey& key, const Graph& nodes) {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  std::set<const OverrideNode*> seen;
+  for (const NodePtr& node : nodes) {
+    if (!node) throw InvalidArgumentError("replace_graph: a node is null");
+    if (!(node->key() == key)) {
+      throw InvalidArgumentError("replace_graph: node " + node->node_id + " belongs to " +
+                                 node->key().to_string() + ", not " + key.to_string());
+    }
+    auto known = registered_.find(node.get());
+    if (known == registered_.end() || known->second.lock() != node) {
+      throw InvalidArgumentError("replace_graph: node " + node->node_id +
+                                 " was not registered with this registry");
+    }
+    if (!seen.insert(node.get()).second) {
+      throw InvalidArgumentError("replace_graph: node " + node->node_id + " appears twice");
     }
   }
+  graphs_[key] = nodes;
 }
 
 // ---- installation -----------------------------------------------------------
@@ -327,6 +382,10 @@ void Registry::publish(const GraphKey& key, const Graph& chain, InstallMode mode
 }
 
 void Registry::install_graph(const GraphKey& key, InstallMode mode) {
+  // A key no registration could have made is refused, not recorded.
+  detail::check_lib_symbol(key.lib_symbol);
+  detail::check_op_symbol(key.op_symbol);
+  detail::parse_override_dispatch_key(key.dispatch_key);
   std::lock_guard<std::recursive_mutex> lock(mutex_);
   publish(key, enabled_chain(key), mode);
   installed_.insert(key);
@@ -345,7 +404,7 @@ void Registry::install_all() {
 Snapshot Registry::snapshot() const {
   std::lock_guard<std::recursive_mutex> lock(mutex_);
   auto state = std::make_shared<Snapshot::State>();
-  state->owner = this;
+  state->owner = serial_;
   state->graphs = graphs_;
   state->by_dsl_name = by_dsl_name_;
   state->by_op_symbol = by_op_symbol_;
@@ -358,6 +417,7 @@ Snapshot Registry::snapshot() const {
   for (const auto& [key, router] : routers_) {
     state->routers[key] = {router->id(), router->published()};
   }
+  for (const auto& [id, native_op] : native_ops_) state->native_nodes[id] = native_op->node();
   Snapshot snapshot;
   snapshot.state_ = std::move(state);
   return snapshot;
@@ -365,7 +425,7 @@ Snapshot Registry::snapshot() const {
 
 void Registry::restore(const Snapshot& snapshot) {
   if (!snapshot.state_) throw InvalidArgumentError("restore: the snapshot is empty");
-  if (snapshot.state_->owner != this) {
+  if (snapshot.state_->owner != serial_) {
     throw InvalidArgumentError("restore: the snapshot was taken of another registry");
   }
   const Snapshot::State& saved = *snapshot.state_;
@@ -410,17 +470,23 @@ void Registry::restore(const Snapshot& snapshot) {
     }
   }
 
-  // `_native` ops of nodes registered since the snapshot are undefined.
-  std::set<std::string> live_ids;
-  for (const auto& entry : graphs_) {
-    for (const NodePtr& node : entry.second) live_ids.insert(node->node_id);
-  }
+  // `_native` ops: those defined at the snapshot, no others. Ops defined
+  // since (for nodes registered since, or first published since) are
+  // undefined; ops a restore to an earlier snapshot undefined come back.
   for (auto it = native_ops_.begin(); it != native_ops_.end();) {
-    it = live_ids.count(it->first) ? std::next(it) : native_ops_.erase(it);
+    it = saved.native_nodes.count(it->first) ? std::next(it) : native_ops_.erase(it);
+  }
+  for (const auto& [id, node] : saved.native_nodes) {
+    try {
+      ensure_native_ops({node});
+    } catch (const OperatorNotFoundError&) {
+      unrestorable.push_back(node->key().to_string() + " (for _native::" + id + ")");
+    }
   }
   for (const std::string& where : unrestorable) {
     log(LogLevel::kWarning, "restore: the op of " + where +
-                                " no longer exists; its router was not rebuilt");
+                                " no longer exists; what the registry had put there was "
+                                "not rebuilt");
   }
 }
 
@@ -550,7 +616,12 @@ Registry::UnconditionalMask::UnconditionalMask(Registry& registry)
     : registry_(registry) {
   std::lock_guard<std::recursive_mutex> lock(registry_.mutex_);
   ++registry_.unconditional_mask_depth_;
-  registry_.republish_all_installed();
+  try {
+    registry_.republish_all_installed();
+  } catch (...) {
+    --registry_.unconditional_mask_depth_;
+    throw;
+  }
 }
 
 Registry::UnconditionalMask::~UnconditionalMask() {

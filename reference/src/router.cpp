@@ -6,6 +6,7 @@
 
 #include <c10/core/impl/COW.h>
 
+#include <algorithm>
 #include <atomic>
 #include <optional>
 
@@ -62,61 +63,242 @@ bool in_diverted_call() { return t_in_diverted_call; }
 
 namespace detail {
 
+namespace {
+std::atomic<bool> g_typed_routers_enabled{true};
+}  // namespace
+
+void set_typed_routers_enabled(bool enabled) {
+  g_typed_routers_enabled.store(enabled, std::memory_order_relaxed);
+}
+
+bool typed_routers_enabled() { return g_typed_routers_enabled.load(std::memory_order_relaxed); }
+
+namespace {
+
+// Whether the kernel the dispatcher computed for `key` is a fallthrough. The
+// handle has no query for a computed entry (isKernelFallthroughKernel wants a
+// kernel registered at the key itself, and most fallthroughs are backend
+// fallbacks), so this reads the computed table's dump, where such an entry
+// reads "<Key>: fallthrough registered at ...". Called at install only.
+bool computed_kernel_is_fallthrough(const c10::OperatorHandle& op, c10::DispatchKey key) {
+  const std::string entry = "\n" + std::string(c10::toString(key)) + ": fallthrough ";
+  return ("\n" + op.dumpComputedTable()).find(entry) != std::string::npos;
+}
+
+}  // namespace
+
 struct Router::Shared {
-  Shared(const c10::OperatorHandle& op, c10::DispatchKey key)
-      : dispatch_key(key) {
-    if (op.hasComputedKernelForDispatchKey(key)) {
+  Shared(const c10::OperatorHandle& handle, c10::DispatchKey key)
+      : op(handle), dispatch_key(key) {
+    if (computed_kernel_is_fallthrough(op, key)) {
+      fallthrough = true;
+    } else if (op.hasComputedKernelForDispatchKey(key)) {
       fallback.emplace(op.getComputedKernelForDispatchKey(key));
     }
   }
 
+  c10::OperatorHandle op;
   c10::DispatchKey dispatch_key;
   // The kernel that was live before the router; absent if there was none.
   std::optional<c10::SafeKernelFunction> fallback;
+  // The key was a fallthrough before the router (BackendSelect,
+  // ADInplaceOrView, Autocast*, ... for most ops): a fallthrough kernel must
+  // never be called, so a declined call skips the key instead, as the
+  // dispatcher did.
+  bool fallthrough = false;
   std::atomic<const Chain*> chain{nullptr};
 };
 
 namespace {
 
-// The kernel the dispatcher holds. It only reads `shared`; the Router that
-// owns the registration may publish new chains into it meanwhile.
-class RouterKernel final : public c10::OperatorKernel {
+// The routing itself, on a boxed call; both kernels end here. It only reads
+// `shared`; the Router that owns the registration may publish new chains
+// into it meanwhile.
+void route(const Router::Shared& shared, const c10::OperatorHandle& op,
+           c10::DispatchKeySet keys, Stack* stack) {
+  const Chain* chain = shared.chain.load(std::memory_order_acquire);
+  if (chain->divert_when_tracing && !t_in_diverted_call) {
+    TraceShortcutFn shortcut = g_trace_shortcut.load(std::memory_order_acquire);
+    if (shortcut != nullptr && !has_cow_argument(*stack) && shortcut()) {
+      DivertedCallScope diverted;
+      op.callBoxed(stack);
+      return;
+    }
+  }
+  for (const NodePtr& node : chain->nodes) {
+    if (node->try_initialize_runtime && !node->ensure_runtime()) continue;
+    if (node->cond(op, keys, *stack)) {
+      const size_t below = stack->size() - op.schema().arguments().size();
+      node->impl(op, keys, stack);
+      // The caller unboxes the results from where the arguments were; any
+      // other count would have it read past the stack or take an argument.
+      TORCH_CHECK(stack->size() == below + op.schema().returns().size(), "the impl of override ",
+                  node->node_id, " left ", stack->size() - std::min(below, stack->size()),
+                  " values on the stack for ", op.operator_name(), ", which returns ",
+                  op.schema().returns().size());
+      return;
+    }
+  }
+  if (!shared.fallback) {
+    if (shared.fallthrough) {
+      op.redispatchBoxed(
+          keys & c10::DispatchKeySet(c10::DispatchKeySet::FULL_AFTER, shared.dispatch_key), stack);
+      return;
+    }
+    TORCH_CHECK_NOT_IMPLEMENTED(false, "no override took this call of ",
+                                op.operator_name(), " and the op had no kernel at ",
+                                shared.dispatch_key, " before the router");
+  }
+  // Straight to the captured kernel, not through the dispatcher's entry:
+  // this is what keeps autograd formulas that call this op from coming
+  // back into the router.
+  shared.fallback->callBoxed(op, keys, stack);
+}
+
+// The kernel for every signature: the dispatcher boxes the call for it.
+class BoxedRouterKernel final : public c10::OperatorKernel {
  public:
-  explicit RouterKernel(std::shared_ptr<const Router::Shared> shared)
+  explicit BoxedRouterKernel(std::shared_ptr<const Router::Shared> shared)
       : shared_(std::move(shared)) {}
 
-  void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
-                  Stack* stack) {
-    const Chain* chain = shared_->chain.load(std::memory_order_acquire);
-    if (chain->divert_when_tracing && !t_in_diverted_call) {
-      TraceShortcutFn shortcut = g_trace_shortcut.load(std::memory_order_acquire);
-      if (shortcut != nullptr && !has_cow_argument(*stack) && shortcut()) {
-        DivertedCallScope diverted;
-        op.callBoxed(stack);
-        return;
-      }
-    }
-    for (const NodePtr& node : chain->nodes) {
-      if (!node->ensure_runtime()) continue;
-      if (node->cond(op, keys, *stack)) {
-        node->impl(op, keys, stack);
-        return;
-      }
-    }
-    if (!shared_->fallback) {
-      TORCH_CHECK_NOT_IMPLEMENTED(false, "no override took this call of ",
-                                  op.operator_name(), " and the op had no kernel at ",
-                                  shared_->dispatch_key, " before the router");
-    }
-    // Straight to the captured kernel, not through the dispatcher's entry:
-    // this is what keeps autograd formulas that call this op from coming
-    // back into the router.
-    shared_->fallback->callBoxed(op, keys, stack);
+  void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet keys, Stack* stack) {
+    route(*shared_, op, keys, stack);
   }
 
  private:
   std::shared_ptr<const Router::Shared> shared_;
 };
+
+// ---- the typed kernel ----------------------------------------------------------
+
+// The Stacks typed calls box into: one per nesting depth (an impl, a cond or
+// the fallback may call another routed op, or this one), kept for the life of
+// the thread and reused, so that a typed call allocates nothing of its own
+// once this thread has made one at that depth. Deeper than kScratchDepth, a
+// call boxes into a Stack of its own.
+constexpr size_t kScratchDepth = 8;
+struct ScratchStacks {
+  Stack stacks[kScratchDepth];
+  size_t depth = 0;
+};
+
+// This thread's ScratchStacks. The pointer is a trivial thread_local, so the
+// call path pays no initialisation guard; the stacks are made on the thread's
+// first typed call and freed when it exits. A typed call made after that,
+// from another thread_local's destructor, boxes into a Stack of its own.
+thread_local ScratchStacks* t_scratch = nullptr;
+thread_local bool t_scratch_released = false;
+
+struct ScratchOwner {
+  ScratchStacks stacks;
+  ~ScratchOwner() {
+    t_scratch = nullptr;
+    t_scratch_released = true;
+  }
+};
+
+C10_NOINLINE ScratchStacks* make_scratch() {
+  if (t_scratch_released) return nullptr;
+  thread_local ScratchOwner owner;
+  t_scratch = &owner.stacks;
+  return t_scratch;
+}
+
+// Takes this depth's Stack for one call and leaves it empty on every exit,
+// exceptions included, so that no argument outlives the call.
+class ScratchStack {
+ public:
+  ScratchStack() : scratch_(t_scratch) {
+    if (C10_UNLIKELY(scratch_ == nullptr)) scratch_ = make_scratch();
+    if (C10_LIKELY(scratch_ != nullptr && scratch_->depth < kScratchDepth)) {
+      stack_ = &scratch_->stacks[scratch_->depth++];
+    } else {
+      scratch_ = nullptr;
+      stack_ = &own_.emplace();
+    }
+  }
+  ~ScratchStack() {
+    stack_->clear();
+    if (scratch_ != nullptr) --scratch_->depth;
+  }
+  ScratchStack(const ScratchStack&) = delete;
+  ScratchStack& operator=(const ScratchStack&) = delete;
+  Stack* get() const { return stack_; }
+
+ private:
+  ScratchStacks* scratch_;
+  Stack* stack_;
+  std::optional<Stack> own_;
+};
+
+// An unboxed kernel of signature Tensor(Args...): boxes the arguments into
+// the scratch Stack and routes; the one result comes back unboxed.
+template <class... Args>
+struct TypedRouter {
+  using Signature = at::Tensor(Args...);
+
+  static torch::CppFunction kernel(std::shared_ptr<const Router::Shared> shared) {
+    return torch::CppFunction(
+        [shared = std::move(shared)](c10::DispatchKeySet keys, Args... args) -> at::Tensor {
+          ScratchStack scratch;
+          Stack* stack = scratch.get();
+          (stack->emplace_back(args), ...);
+          route(*shared, shared->op, keys, stack);
+          TORCH_INTERNAL_ASSERT(stack->size() == 1, "a kernel of ", shared->op.operator_name(),
+                                " left ", stack->size(), " values on the stack, expected 1");
+          return std::move(stack->back()).toTensor();
+        });
+  }
+};
+
+// A signature no op has: see has_exactly_signature.
+struct NoSuchArgument {};
+
+// Whether `op` already has an unboxed kernel whose C++ signature is exactly
+// Signature. OperatorHandle::typed<F>() throws when a kernel of another
+// signature was registered and passes when none was; the second probe, with
+// a signature no kernel can have, tells "Signature" from "none". Registering
+// the typed router on an op without a C++ signature would record one the op
+// keeps after the router is gone, so such ops get the boxed kernel.
+template <class Signature>
+bool has_exactly_signature(const c10::OperatorHandle& op) {
+  try {
+    (void)op.typed<Signature>();
+  } catch (const c10::Error&) {
+    return false;
+  }
+  try {
+    (void)op.typed<void(NoSuchArgument)>();
+  } catch (const c10::Error&) {
+    return true;
+  }
+  return false;
+}
+
+template <class Typed>
+bool try_typed(const c10::OperatorHandle& op, const std::shared_ptr<const Router::Shared>& shared,
+               std::optional<torch::CppFunction>& out) {
+  if (out || !has_exactly_signature<typename Typed::Signature>(op)) return false;
+  out.emplace(Typed::kernel(shared));
+  return true;
+}
+
+// The typed kernel for the op's signature, if it is a common one; nullopt
+// otherwise.
+std::optional<torch::CppFunction> typed_kernel(const c10::OperatorHandle& op,
+                                               const std::shared_ptr<const Router::Shared>& shared) {
+  const c10::FunctionSchema& schema = op.schema();
+  if (schema.returns().size() != 1 || schema.is_mutable()) return std::nullopt;
+  std::optional<torch::CppFunction> out;
+  using T = const at::Tensor&;
+  using S = const c10::Scalar&;
+  try_typed<TypedRouter<T>>(op, shared, out);
+  try_typed<TypedRouter<T, T>>(op, shared, out);
+  try_typed<TypedRouter<T, T, S>>(op, shared, out);
+  try_typed<TypedRouter<T, S>>(op, shared, out);
+  try_typed<TypedRouter<T, S, S>>(op, shared, out);
+  return out;
+}
 
 }  // namespace
 
@@ -132,9 +314,16 @@ Router::Router(const c10::OperatorHandle& op, c10::DispatchKey dispatch_key,
       __FILE__, __LINE__);
   std::string symbol = name.name.substr(separator + 2);
   if (!name.overload_name.empty()) symbol += "." + name.overload_name;
+  std::optional<torch::CppFunction> typed;
+  if (typed_routers_enabled()) typed = typed_kernel(op, shared_);
+  typed_ = typed.has_value();
   QuietOverrideWarning quiet;
-  library_->impl(symbol.c_str(), torch::CppFunction::makeFromBoxedFunctor(
-                                     std::make_unique<RouterKernel>(shared_)));
+  if (typed) {
+    library_->impl(symbol.c_str(), std::move(*typed));
+  } else {
+    library_->impl(symbol.c_str(), torch::CppFunction::makeFromBoxedFunctor(
+                                       std::make_unique<BoxedRouterKernel>(shared_)));
+  }
 }
 
 Router::~Router() = default;

@@ -14,6 +14,16 @@
 //    (its own torch::Library handle) and nothing else.
 //  * publish() and destruction are called under the registry's lock; the
 //    call path takes no lock and allocates nothing of its own.
+//  * Where the op's C++ signature is one of a few common ones (see
+//    router.cpp: Tensor(Tensor), Tensor(Tensor, Tensor), Tensor(Tensor,
+//    Tensor, Scalar), Tensor(Tensor, Scalar), Tensor(Tensor, Scalar,
+//    Scalar)) and the op already has an unboxed kernel of exactly that
+//    signature, the router's kernel is typed: a C++ caller reaches it
+//    without the dispatcher boxing the call into a new Stack. It boxes the
+//    arguments into a per-thread, per-nesting-depth Stack that is reused
+//    from call to call, and routes exactly as the boxed kernel does (the
+//    conds and impls are boxed, the fallback is called through its
+//    SafeKernelFunction). Every other op gets the boxed kernel.
 
 #include <native_registry/types.h>
 
@@ -25,6 +35,12 @@
 #include <vector>
 
 namespace native_registry::detail {
+
+// Whether routers constructed from now on may use the typed kernel (the
+// default). Off, every router is boxed: for benchmarks and tests that compare
+// the two. Routers already installed keep their kernel.
+void set_typed_routers_enabled(bool enabled);
+bool typed_routers_enabled();
 
 struct Chain {
   Graph nodes;
@@ -46,6 +62,8 @@ class Router {
   // Unique for the life of the process: tells a router from one that
   // replaced it at the same key, even at the same address.
   uint64_t id() const { return id_; }
+  // Whether the router's kernel is the typed one (see the top of this file).
+  bool typed() const { return typed_; }
 
   struct Shared;  // what the router's kernel functor shares with it
 
@@ -54,6 +72,7 @@ class Router {
   std::map<std::vector<const OverrideNode*>, std::unique_ptr<const Chain>> interned_;
   std::unique_ptr<torch::Library> library_;
   uint64_t id_;
+  bool typed_ = false;
 };
 
 }  // namespace native_registry::detail

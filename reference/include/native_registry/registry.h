@@ -21,8 +21,9 @@
 //  * Every error is raised before anything changes.
 //  * restore(snapshot()) puts back the registry and every dispatch table it
 //    touched: routers installed since are removed, routers replaced since are
-//    rebuilt on a fresh capture of the op's own kernel, `_native` ops of nodes
-//    registered since are undefined.
+//    rebuilt on a fresh capture of the op's own kernel, and the `_native` ops
+//    are those defined at the snapshot (ops of nodes registered or first
+//    installed since are undefined).
 //
 // Installing or removing a kernel while another thread calls that op is
 // unsafe in LibTorch itself; install and teardown inherit that rule.
@@ -113,13 +114,21 @@ class Registry {
   // republished.
   void reorder_graphs(const OrderingFn& fn, bool reinstall = false);
 
+  // Sets the graph of `key` to `nodes`: nodes of that key registered with
+  // this registry, in any order, each at most once (an empty list empties
+  // it). For layers that keep graph structure themselves (the upstream
+  // compatibility module). Installs nothing. Throws InvalidArgumentError,
+  // changing nothing, for a null, foreign, unknown or repeated node.
+  void replace_graph(const GraphKey& key, const Graph& nodes);
+
   // ---- installation ------------------------------------------------------
 
   // Brings the router of `key` in line with its graph: installs one if the
   // enabled chain is non-empty and none is there, publishes the chain into
   // the one in place, or, for an empty chain, leaves none (an existing one
   // follows the EmptyChainPolicy, except in kReinstall mode, where it is gone).
-  // Throws OperatorNotFoundError if the op is not in the dispatcher.
+  // Throws InvalidArgumentError for a key no registration could have made,
+  // and OperatorNotFoundError if the op is not in the dispatcher.
   void install_graph(const GraphKey& key, InstallMode mode = InstallMode::kUpdate);
   // install_graph for every graph, in key order. Nothing is installed unless
   // every op that needs a new router resolves.
@@ -199,8 +208,15 @@ class Registry {
   void ensure_native_ops(const Graph& chain);
   void log(LogLevel level, const std::string& message) const;
 
+  // Unique for the life of the process: tells this registry's snapshots from
+  // those of a registry gone before it at the same address.
+  const uint64_t serial_;
   mutable std::recursive_mutex mutex_;  // serialises the control plane
   std::map<GraphKey, Graph> graphs_;
+  // Every node registered here and still alive somewhere (a graph, a
+  // snapshot, a router's chain); weak, so an address reused later is not
+  // mistaken for it.
+  std::map<const OverrideNode*, std::weak_ptr<const OverrideNode>> registered_;
   Index by_dsl_name_, by_op_symbol_, by_dispatch_key_;
   FilterState filters_;
   std::set<std::string> allowlist_{"aten"};

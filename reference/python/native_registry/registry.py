@@ -151,15 +151,27 @@ class _RouterActive:
 _router_active = _RouterActive()
 
 
+def _check_name(what: str, value: object) -> None:
+    """A name must be a str the C++ side can hold: UTF-8 encodable (a lone
+    surrogate is not), so that the error names the argument."""
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be a str, got {type(value).__name__}: {value!r}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"{what} must be encodable as UTF-8, got {value!r}") from None
+
+
 def _resolve_iterable(entries: str | Iterable[str] | None) -> list[str]:
     if entries is None:
         return []
     if isinstance(entries, str):
-        return [entries]
+        entries = [entries]
     resolved = list(entries)
     for entry in resolved:
         if not isinstance(entry, str):
             raise TypeError(f"filter entries must be str, got {type(entry).__name__}: {entry!r}")
+        _check_name("filter entries", entry)
     return resolved
 
 
@@ -246,8 +258,7 @@ def register_op_override(
     """
     for name, value in (("dsl_name", dsl_name), ("lib_symbol", lib_symbol),
                         ("op_symbol", op_symbol), ("dispatch_key", dispatch_key)):
-        if not isinstance(value, str):
-            raise TypeError(f"{name} must be a str, got {type(value).__name__}: {value!r}")
+        _check_name(name, value)
     handle = _C.register_op_override(
         dsl_name, lib_symbol, op_symbol, dispatch_key, cond, impl,
         try_initialize_runtime, bool(unconditional_override),
@@ -325,8 +336,21 @@ def reorder_graphs_from_user_function(
     if not callable(fn):
         raise TypeError(f"fn must be callable, got {type(fn).__name__}")
 
+    # An Exception from fn is a failed transformation (a warning, the graph
+    # kept); KeyboardInterrupt, SystemExit and the like must not be swallowed:
+    # they end the reordering, which is then undone, and propagate.
+    interrupted: list[BaseException] = []
+
     def on_handles(op_symbol: str, dispatch_key: str, handles: list) -> list:
-        result = fn(op_symbol, dispatch_key, [_node_of(h) for h in handles])
+        if interrupted:
+            return handles
+        try:
+            result = fn(op_symbol, dispatch_key, [_node_of(h) for h in handles])
+        except Exception:
+            raise
+        except BaseException as error:
+            interrupted.append(error)
+            return handles
         if not isinstance(result, list):
             return result  # the C++ side reports the wrong type
         out = []
@@ -340,6 +364,8 @@ def reorder_graphs_from_user_function(
     with _all_or_nothing():
         before = {key: [h.node_id for h in _C.graph(key)] for key in _C.graph_keys()}
         _C.reorder_graphs(on_handles, False)
+        if interrupted:
+            raise interrupted[0]
         if reregister_overrides:
             for key in _C.graph_keys():
                 if [h.node_id for h in _C.graph(key)] != before.get(key):
@@ -348,6 +374,8 @@ def reorder_graphs_from_user_function(
 
 def get_dsl_operations(dsl_name: str, lib_symbol: str = "aten") -> list[str]:
     """Sorted op symbols ``dsl_name`` overrides in ``lib_symbol``."""
+    _check_name("dsl_name", dsl_name)
+    _check_name("lib_symbol", lib_symbol)
     return _C.get_dsl_operations(dsl_name, lib_symbol)
 
 
@@ -468,10 +496,12 @@ def scoped() -> Iterator[None]:
 
 def allow_namespace(lib_symbol: str) -> None:
     """Make ops of ``lib_symbol`` overridable (``aten`` is; ``_native`` never)."""
+    _check_name("lib_symbol", lib_symbol)
     _C.allow_namespace(lib_symbol)
 
 
 def disallow_namespace(lib_symbol: str) -> None:
+    _check_name("lib_symbol", lib_symbol)
     _C.disallow_namespace(lib_symbol)
 
 

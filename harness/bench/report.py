@@ -1,0 +1,371 @@
+#!/usr/bin/env python3
+"""Turns the benchmarks' raw output into results/bench/{table.md,table.json,plot.png}.
+
+Inputs: Google Benchmark's JSON from native_registry_bench (every repetition
+kept) and the JSON rows bench.py writes. Per-call rows give the median and
+the quartiles of the repetitions' CPU time per call; ratio = median / the
+stock median of the same language, op and size; spread = (p75 - p25) /
+median. Control-plane counters are medians over repetitions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+CALL = re.compile(r"^call/(?P<op>\w+)/(?P<variant>\w+)/n:(?P<numel>\d+)/chain:(?P<chain>\d+)"
+                  r"(?:/others:(?P<others>\d+))?")
+CONTROL = re.compile(r"^control/overrides:(?P<overrides>\d+)/ops:(?P<ops>\d+)")
+
+VARIANTS = ["stock", "decline_cpp", "accept_cpp", "decline_cpp_boxed", "decline_py",
+            "upstream_decline_py"]
+DESCRIPTION = {
+    "stock": "the op, no router",
+    "decline_cpp": "reference router, every C++ cond declines",
+    "accept_cpp": "reference router, last node's C++ cond accepts, C++ impl runs",
+    "decline_cpp_boxed": "decline_cpp through the generic boxed kernel (what other signatures get)",
+    "decline_py": "reference router, every Python cond declines",
+    "upstream_decline_py": "torch._native.registry's router, the same Python cond",
+}
+
+# Published targets (issue 5).
+CPP_TARGET = 1.05
+PY_TARGET = 5.0
+
+
+def quartiles(values: list[float]) -> tuple[float, float, float]:
+    if len(values) == 1:
+        return values[0], values[0], values[0]
+    q = statistics.quantiles(values, n=4, method="inclusive")
+    return q[0], statistics.median(values), q[2]
+
+
+def load_cpp(path: Path) -> tuple[list[dict], list[dict], dict]:
+    data = json.loads(path.read_text())
+    samples: dict[tuple, list[float]] = defaultdict(list)
+    counters: dict[tuple, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for entry in data["benchmarks"]:
+        if entry.get("run_type") != "iteration" or entry.get("error_occurred"):
+            continue
+        name = entry["name"]
+        if (m := CALL.match(name)):
+            scale = {"ns": 1, "us": 1e3, "ms": 1e6, "s": 1e9}[entry.get("time_unit", "ns")]
+            key = (m["op"], m["variant"], int(m["numel"]), int(m["chain"]),
+                   int(m["others"]) if m["others"] is not None else None)
+            samples[key].append(entry["cpu_time"] * scale)
+        elif (m := CONTROL.match(name)):
+            key = (int(m["overrides"]), int(m["ops"]))
+            for field, value in entry.items():
+                if field.endswith("_s") or field.startswith("bytes_per"):
+                    counters[key][field].append(float(value))
+    calls = []
+    for (op, variant, numel, chain, others), values in samples.items():
+        p25, median, p75 = quartiles(values)
+        row = {"lang": "cpp", "op": op, "variant": variant, "numel": numel, "chain": chain,
+               "median_ns": median, "p25_ns": p25, "p75_ns": p75, "samples": len(values)}
+        if others is not None:
+            row["others"] = others
+        calls.append(row)
+    control = [{"overrides": n, "ops": m, **{k: statistics.median(v) for k, v in fields.items()},
+                "samples": min(len(v) for v in fields.values())}
+               for (n, m), fields in sorted(counters.items())]
+    return calls, control, data.get("context", {})
+
+
+def add_ratios(rows: list[dict]) -> None:
+    stock = {(r["lang"], r["op"], r["numel"]): r for r in rows
+             if r["variant"] == "stock" and "others" not in r}
+    for row in rows:
+        base = stock.get((row["lang"], row["op"], row["numel"]))
+        if base is None:
+            continue
+        row["ratio"] = row["median_ns"] / base["median_ns"]
+        row["added_ns"] = row["median_ns"] - base["median_ns"]
+        row["spread"] = (row["p75_ns"] - row["p25_ns"]) / row["median_ns"]
+
+
+def fmt_ns(ns: float) -> str:
+    if ns >= 1e6:
+        return f"{ns / 1e6:.2f} ms"
+    if ns >= 1e4:
+        return f"{ns / 1e3:.1f} µs"
+    if ns >= 1e3:
+        return f"{ns / 1e3:.2f} µs"
+    return f"{ns:.0f} ns"
+
+
+def fmt_s(seconds: float) -> str:
+    if seconds >= 1:
+        return f"{seconds:.2f} s"
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:.1f} ms"
+    return f"{seconds * 1e6:.0f} µs"
+
+
+def find(rows: list[dict], **want: Any) -> dict | None:
+    for row in rows:
+        if all(row.get(k) == v for k, v in want.items()) and ("others" in want or "others" not in row):
+            return row
+    return None
+
+
+# ---- the verdicts -------------------------------------------------------------------
+
+
+def targets(calls: list[dict], control: list[dict]) -> list[dict]:
+    out = []
+    row = find(calls, lang="cpp", op="mul", variant="decline_cpp", numel=2, chain=1)
+    stock = find(calls, lang="cpp", op="mul", variant="stock", numel=2, chain=0)
+    if row and stock:
+        out.append({
+            "target": "declining with a C++ cond adds at most 5% to stock aten::mul.Tensor "
+                      "on 2-element tensors, called from C++",
+            "met": row["ratio"] <= CPP_TARGET,
+            "evidence": f"stock {fmt_ns(stock['median_ns'])} (spread {stock['spread']:.0%}), "
+                        f"router declining with a chain of 1: {fmt_ns(row['median_ns'])} "
+                        f"(spread {row['spread']:.0%}): {row['added_ns']:+.0f} ns, "
+                        f"ratio {row['ratio']:.3f} (target <= {CPP_TARGET})"})
+    for op in ("mul", "add"):
+        ref = find(calls, lang="python", op=op, variant="decline_py", numel=2, chain=1)
+        up = find(calls, lang="python", op=op, variant="upstream_decline_py", numel=2, chain=1)
+        if ref and up:
+            factor = up["added_ns"] / ref["added_ns"] if ref["added_ns"] > 0 else float("inf")
+            out.append({
+                "target": f"declining with a Python cond adds at least 5 times less time than "
+                          f"upstream's router adds (aten::{op}.Tensor, 2 elements, from Python)",
+                "met": factor >= PY_TARGET,
+                "evidence": f"reference adds {ref['added_ns']:+.0f} ns, upstream adds "
+                            f"{up['added_ns']:+.0f} ns: {factor:.1f}x less (target >= {PY_TARGET:.0f}x)"})
+    by_scale = {(c["overrides"], c["ops"]): c for c in control}
+    if len(by_scale) >= 2:
+        small, large = sorted(by_scale)[0], sorted(by_scale)[-1]
+        s, l_ = by_scale[small], by_scale[large]
+        toggle = lambda c, n: c[f"disable_{n}_s"] + c[f"reenable_{n}_s"]  # noqa: E731
+        per_graph_10 = toggle(l_, "10ops") / 10
+        per_graph_100 = toggle(l_, "100ops") / 100
+        size_factor = toggle(l_, "10ops") / toggle(s, "10ops")
+        met = size_factor <= 2.0 and per_graph_100 <= 2.0 * per_graph_10
+        out.append({
+            "target": "toggling one dsl costs in proportion to the graphs it touches",
+            "met": met,
+            "evidence": f"disable + re-enable of a dsl touching 1 / 10 / 100 ops among "
+                        f"{large[0]:,} overrides: {fmt_s(toggle(l_, '1op'))} / "
+                        f"{fmt_s(toggle(l_, '10ops'))} / {fmt_s(toggle(l_, '100ops'))} "
+                        f"({fmt_s(per_graph_10)} and {fmt_s(per_graph_100)} per graph at 10 and "
+                        f"100); the 10-op toggle among {small[0]:,} overrides: "
+                        f"{fmt_s(toggle(s, '10ops'))}, so {size_factor:.2f}x for a registry "
+                        f"{large[0] // small[0]}x larger (met when <= 2x, and the per-graph cost "
+                        f"at 100 is <= 2x that at 10)"})
+    return out
+
+
+# ---- the tables ---------------------------------------------------------------------
+
+
+def pivot_table(calls: list[dict]) -> list[str]:
+    """One line per (language, op, size): stock, then each variant's ratio to
+    stock at each chain length."""
+    chains = sorted({r["chain"] for r in calls if r["variant"] != "stock"})
+    variants = [v for v in VARIANTS[1:] if any(r["variant"] == v for r in calls)]
+    head = ["lang", "op", "numel", "stock median (spread)"] + [
+        f"{v} ×stock, chain {'/'.join(map(str, chains))}" for v in variants]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    keys = sorted({(r["lang"], r["op"], r["numel"]) for r in calls},
+                  key=lambda k: (k[0] != "cpp", k[1] != "mul", k[2]))
+    for lang, op, numel in keys:
+        stock = find(calls, lang=lang, op=op, variant="stock", numel=numel, chain=0)
+        if stock is None:
+            continue
+        cells = [lang if lang == "python" else "C++", op, f"{numel:,}",
+                 f"{fmt_ns(stock['median_ns'])} ({stock['spread']:.0%})"]
+        for v in variants:
+            ratios = []
+            for c in chains:
+                row = find(calls, lang=lang, op=op, variant=v, numel=numel, chain=c)
+                ratios.append(f"{row['ratio']:.2f}" if row else "–")
+            cells.append(" / ".join(ratios) if any(r != "–" for r in ratios) else "–")
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def long_table(calls: list[dict]) -> list[str]:
+    head = ["lang", "op", "numel", "variant", "chain", "median", "p25", "p75", "spread",
+            "ratio", "added", "samples"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    order = {v: i for i, v in enumerate(VARIANTS)}
+    for r in sorted(calls, key=lambda r: (r["lang"] != "cpp", r["op"] != "mul", r["numel"],
+                                          order.get(r["variant"], 99), r["chain"],
+                                          r.get("others", -1))):
+        variant = r["variant"] + (f" (others: {r['others']:,})" if "others" in r else "")
+        lines.append("| " + " | ".join([
+            "C++" if r["lang"] == "cpp" else "python", r["op"], f"{r['numel']:,}", variant,
+            str(r["chain"]), fmt_ns(r["median_ns"]), fmt_ns(r["p25_ns"]), fmt_ns(r["p75_ns"]),
+            f"{r.get('spread', 0):.0%}", f"{r['ratio']:.3f}" if "ratio" in r else "–",
+            f"{r['added_ns']:+.0f} ns" if "added_ns" in r else "–", str(r["samples"])]) + " |")
+    return lines
+
+
+def control_table(control: list[dict]) -> list[str]:
+    cols = [("register_s", "register all"), ("install_all_s", "install all"),
+            ("disable_1op_s", "disable 1-op dsl"), ("reenable_1op_s", "re-enable 1-op dsl"),
+            ("disable_10ops_s", "disable 10-op dsl"), ("reenable_10ops_s", "re-enable 10-op dsl"),
+            ("disable_100ops_s", "disable 100-op dsl"),
+            ("reenable_100ops_s", "re-enable 100-op dsl"),
+            ("reorder_all_s", "reorder all (reinstall)"), ("teardown_s", "teardown")]
+    head = ["overrides", "ops"] + [label for _, label in cols] + [
+        "heap/override registered", "heap/override installed"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for c in control:
+        lines.append("| " + " | ".join(
+            [f"{c['overrides']:,}", f"{c['ops']:,}"] + [fmt_s(c[k]) for k, _ in cols] +
+            [f"{c['bytes_per_override_registered']:,.0f} B",
+             f"{c['bytes_per_override_installed']:,.0f} B"]) + " |")
+    return lines
+
+
+def others_lines(calls: list[dict]) -> list[str]:
+    rows = sorted((r for r in calls if "others" in r), key=lambda r: r["others"])
+    if len(rows) < 2:
+        return []
+    base = rows[0]
+    out = ["| overrides on other ops | median | spread | ×(none) |", "|---|---|---|---|"]
+    for r in rows:
+        out.append(f"| {r['others']:,} | {fmt_ns(r['median_ns'])} | "
+                   f"{(r['p75_ns'] - r['p25_ns']) / r['median_ns']:.0%} | "
+                   f"{r['median_ns'] / base['median_ns']:.3f} |")
+    return out
+
+
+def markdown(calls: list[dict], control: list[dict], verdicts: list[dict],
+             machine: dict) -> str:
+    lines = [f"Machine: {machine.get('cpu', '?')}, nproc {machine.get('nproc', '?')}, "
+             f"PyTorch {machine.get('torch', '?')}, one thread; {machine.get('date', '')}. "
+             f"Times are CPU time per call of the calling thread, medians over repetitions; "
+             f"spread = (p75 - p25) / median.", ""]
+    lines += ["### Targets", ""]
+    for v in verdicts:
+        lines.append(f"- **{'met' if v['met'] else 'NOT met'}**: {v['target']}. {v['evidence']}.")
+    lines += ["", "### Per call: ratio to stock at chains of 1 / 4 / 16 nodes", ""]
+    lines += pivot_table(calls)
+    lines += ["", "Variants: " + "; ".join(f"`{v}`: {DESCRIPTION[v]}" for v in VARIANTS
+                                           if any(r['variant'] == v for r in calls)) + "."]
+    if (others := others_lines(calls)):
+        lines += ["", "### A call's cost against overrides on other ops "
+                  "(C++, mul, 2 elements, one declining node)", ""] + others
+    if control:
+        lines += ["", "### Control plane (C++ Registry API; medians of the toggles)", ""]
+        lines += control_table(control)
+    lines += ["", "### Every row", ""] + long_table(calls)
+    return "\n".join(lines) + "\n"
+
+
+# ---- the plot -----------------------------------------------------------------------
+
+
+def plot(calls: list[dict], control: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, 3, figsize=(17, 9), constrained_layout=True)
+    chains = sorted({r["chain"] for r in calls if r["variant"] != "stock"})
+    colors = ["#4C72B0", "#DD8452", "#55A868", "#C44E52"]
+    for i, lang in enumerate(("cpp", "python")):
+        for j, op in enumerate(("mul", "add")):
+            ax = axes[i][j]
+            variants = [v for v in VARIANTS[1:] if find(calls, lang=lang, op=op, variant=v,
+                                                        numel=2, chain=chains[0])]
+            width = 0.8 / max(1, len(chains))
+            for k, c in enumerate(chains):
+                xs, ys, lo, hi = [], [], [], []
+                for x, v in enumerate(variants):
+                    r = find(calls, lang=lang, op=op, variant=v, numel=2, chain=c)
+                    s = find(calls, lang=lang, op=op, variant="stock", numel=2, chain=0)
+                    if not r or not s:
+                        continue
+                    xs.append(x + (k - (len(chains) - 1) / 2) * width)
+                    ys.append(r["ratio"])
+                    lo.append(max(0.0, r["ratio"] - r["p25_ns"] / s["median_ns"]))
+                    hi.append(max(0.0, r["p75_ns"] / s["median_ns"] - r["ratio"]))
+                ax.bar(xs, ys, width, yerr=[lo, hi], capsize=2, label=f"chain {c}",
+                       color=colors[k % len(colors)])
+            ax.axhline(1.0, color="black", linewidth=0.8)
+            if lang == "cpp" and op == "mul":
+                ax.axhline(CPP_TARGET, color="red", linestyle="--", linewidth=0.8,
+                           label="target 1.05")
+            ax.set_xticks(range(len(variants)))
+            ax.set_xticklabels([v.replace("_", "\n", 1) for v in variants], fontsize=8)
+            stock = find(calls, lang=lang, op=op, variant="stock", numel=2, chain=0)
+            ax.set_title(f"{'C++' if lang == 'cpp' else 'Python'}: aten::{op}.Tensor, 2 floats "
+                         f"(stock {fmt_ns(stock['median_ns']) if stock else '?'})")
+            ax.set_ylabel("median / stock median (bars: p25–p75)")
+            ax.legend(fontsize=8)
+
+    ax = axes[0][2]
+    for c in control:
+        ns = [1, 10, 100]
+        ys = [(c[f"disable_{n}_s"] + c[f"reenable_{n}_s"]) * 1e6 for n in ("1op", "10ops", "100ops")]
+        ax.plot(ns, ys, marker="o", label=f"{c['overrides']:,} overrides / {c['ops']:,} ops")
+    if control:
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("ops the dsl touches")
+        ax.set_ylabel("disable + re-enable (µs)")
+        ax.set_title("Control plane: toggling one dsl (C++)")
+        ax.legend(fontsize=8)
+
+    ax = axes[1][2]
+    for lang, style in (("cpp", "-"), ("python", "--")):
+        for v in ("decline_cpp", "decline_py", "upstream_decline_py"):
+            pts = sorted((r["numel"], r["added_ns"]) for r in calls
+                         if r["lang"] == lang and r["op"] == "mul" and r["variant"] == v
+                         and r["chain"] == 1 and "added_ns" in r)
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], style, marker="o",
+                        label=f"{'C++' if lang == 'cpp' else 'Python'} {v}")
+    ax.set_xscale("log")
+    ax.set_yscale("symlog", linthresh=100)
+    ax.axhline(0, color="black", linewidth=0.8)
+    ax.set_xlabel("elements")
+    ax.set_ylabel("median - stock median (ns)")
+    ax.set_title("Added time per call, mul, chain of 1")
+    ax.legend(fontsize=8)
+    fig.savefig(path, dpi=110)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--cpp", type=Path, required=True)
+    parser.add_argument("--python", type=Path)
+    parser.add_argument("--machine", type=Path, help="JSON: cpu, nproc, torch, date")
+    parser.add_argument("--out", type=Path, required=True, help="the results folder")
+    parser.add_argument("--no-plot", action="store_true")
+    args = parser.parse_args()
+
+    calls, control, context = load_cpp(args.cpp)
+    if args.python and args.python.exists():
+        calls += json.loads(args.python.read_text())["rows"]
+    add_ratios(calls)
+    machine = json.loads(args.machine.read_text()) if args.machine else {}
+    verdicts = targets(calls, control)
+    args.out.mkdir(parents=True, exist_ok=True)
+    text = markdown(calls, control, verdicts, machine)
+    (args.out / "table.md").write_text(text)
+    (args.out / "table.json").write_text(json.dumps(
+        {"machine": machine, "google_benchmark_context": context, "targets": verdicts,
+         "calls": calls, "control": control}, indent=1))
+    if not args.no_plot:
+        plot(calls, control, args.out / "plot.png")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
