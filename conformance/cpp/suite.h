@@ -31,7 +31,10 @@ namespace conformance {
 
 inline std::string join_ids(std::initializer_list<const char*> ids) {
   std::string joined;
-  for (const char* id : ids) joined += (joined.empty() ? "" : ",") + std::string(id);
+  for (const char* id : ids) {
+    if (!joined.empty()) joined.push_back(',');
+    joined.append(id);
+  }
   return joined;
 }
 

@@ -21,6 +21,12 @@ stock after every teardown. Times are the calling thread's CPU time
 (time.thread_time), which a shared, loaded machine disturbs less than wall
 time. Writes one JSON row per (op, numel, variant, chain) with the median and
 quartiles of the per-call times of every timed block.
+
+With ``--callgrind-calls K`` it times nothing: run under
+``valgrind --tool=callgrind --collect-atstart=no``, it makes K calls of each
+case with collection on and dumps the counts after each (a loop of K empty
+iterations first, as the baseline to subtract), and writes the order of the
+dumps to ``--out``.
 """
 
 from __future__ import annotations
@@ -154,6 +160,8 @@ def main() -> int:
                         help="seconds of calls per timed round of one row")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", required=True, help="where to write the JSON rows")
+    parser.add_argument("--callgrind-calls", type=int, default=0,
+                        help="count instructions under callgrind instead of timing")
     args = parser.parse_args()
 
     torch.set_num_threads(1)
@@ -174,6 +182,8 @@ def main() -> int:
         print("torch._native.registry not found: no upstream rows", file=sys.stderr)
 
     chains = [int(c) for c in args.chains.split(",")]
+    if args.callgrind_calls:
+        return count_instructions(args, variants, chains)
     rng = random.Random(args.seed)
     rows = []
     for op_name in args.ops.split(","):
@@ -213,6 +223,38 @@ def main() -> int:
                                "upstream": upstream is not None, "timer": "time.thread_time",
                                "rounds": args.rounds, "min_run_time": args.min_run_time},
                    "rows": rows}, out, indent=1)
+    return 0
+
+
+def count_instructions(args: argparse.Namespace, variants: dict, chains: list[int]) -> int:
+    """One callgrind dump per case, in the order written to args.out."""
+    toggle, dump = torch._C._valgrind_toggle, torch._C._valgrind_toggle_and_dump_stats
+    calls = args.callgrind_calls
+    order = []
+
+    toggle()
+    for _ in range(calls):
+        pass
+    dump()
+    order.append({"lang": "python", "case": "baseline", "calls": calls})
+    for op_name in args.ops.split(","):
+        op_symbol = f"{op_name}.Tensor"
+        op = getattr(torch.ops.aten, op_name).Tensor
+        for numel in (int(n) for n in args.sizes.split(",")):
+            a, b = torch.rand(numel), torch.rand(numel)
+            for variant, chain in [("stock", 0)] + [(v, c) for v in variants for c in chains]:
+                install = stock if variant == "stock" else variants[variant]
+                with install(op_symbol, chain):
+                    for _ in range(10):
+                        op(a, b)
+                    toggle()
+                    for _ in range(calls):
+                        op(a, b)
+                    dump()
+                order.append({"lang": "python", "op": op_name, "variant": variant,
+                              "numel": numel, "chain": chain, "calls": calls})
+    with open(args.out, "w") as out:
+        json.dump(order, out, indent=1)
     return 0
 
 

@@ -34,7 +34,7 @@ from conftest import MISSING_NS, NS, NS2, dispatcher_state
 settings.register_profile("reliability", max_examples=60, stateful_step_count=50, deadline=None,
                           database=None, print_blob=True,
                           suppress_health_check=[HealthCheck.too_slow])
-settings.register_profile("thorough", max_examples=600, stateful_step_count=80, deadline=None,
+settings.register_profile("thorough", max_examples=300, stateful_step_count=80, deadline=None,
                           database=None, print_blob=True,
                           suppress_health_check=[HealthCheck.too_slow])
 PROFILE = settings.get_profile(os.environ.get("NR_HYPOTHESIS_PROFILE", "reliability"))
@@ -427,5 +427,6 @@ def test_random_sequences_match_the_model_and_restore_exactly(reg, namespaces, r
     before = steps_run
     run_state_machine_as_test(RegistryMachine, settings=PROFILE)
     record_property("model_steps", steps_run - before)
+    record_property("profile", os.environ.get("NR_HYPOTHESIS_PROFILE", "reliability"))
     print(f"model: {steps_run - before} steps")
     assert steps_run - before >= PROFILE.max_examples
