@@ -225,8 +225,15 @@ std::unique_ptr<Registry> register_overrides(const char* ns, int overrides, int 
   return registry;
 }
 
-// Median seconds of `rounds` disable + re-enable pairs of one dsl.
-std::pair<double, double> toggle(Registry& registry, const std::string& name, int rounds) {
+// Median seconds of `rounds` disable + re-enable pairs of one dsl. Not
+// inlined, and dumped on its own under callgrind like run_calls (with
+// --toggle-collect='*toggle*').
+[[gnu::noinline]] std::pair<double, double> toggle(Registry& registry, const std::string& name,
+                                                   [[maybe_unused]] int touched, int rounds,
+                                                   [[maybe_unused]] int overrides) {
+#ifdef NR_BENCH_CALLGRIND
+  CALLGRIND_ZERO_STATS;
+#endif
   std::vector<double> off, on;
   for (int i = 0; i < rounds; ++i) {
     auto start = std::chrono::steady_clock::now();
@@ -236,6 +243,12 @@ std::pair<double, double> toggle(Registry& registry, const std::string& name, in
     registry.reenable_op_overrides(Filter{{name}, {}, {}});
     on.push_back(seconds_since(start));
   }
+#ifdef NR_BENCH_CALLGRIND
+  const std::string label = "toggle/ops:" + std::to_string(touched) +
+                            "/overrides:" + std::to_string(overrides) +
+                            "/rounds:" + std::to_string(rounds);
+  CALLGRIND_DUMP_STATS_AT(label.c_str());
+#endif
   return {median(off), median(on)};
 }
 
@@ -253,9 +266,9 @@ void bm_control(benchmark::State& state, int overrides, int ops) {
     const size_t heap2 = heap_in_use();
     const double total = overrides + 1 + std::min(100, ops);
 
-    const auto [off1, on1] = toggle(*registry, "narrow", 21);
-    const auto [off10, on10] = toggle(*registry, dsl(0), 21);
-    const auto [off100, on100] = toggle(*registry, "wide", 5);
+    const auto [off1, on1] = toggle(*registry, "narrow", 1, 21, overrides);
+    const auto [off10, on10] = toggle(*registry, dsl(0), 10, 21, overrides);
+    const auto [off100, on100] = toggle(*registry, "wide", std::min(100, ops), 21, overrides);
 
     start = std::chrono::steady_clock::now();
     registry->reorder_graphs(
