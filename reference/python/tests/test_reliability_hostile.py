@@ -227,10 +227,11 @@ def filter_outcome(argument):
         entries = list(entries)
     except TypeError:
         return (TypeError, "not iterable")
+    # Entries are checked in order: the first one that is not a str, or not
+    # UTF-8 encodable, names the error.
     for entry in entries:
         if not isinstance(entry, str):
             return (TypeError, "filter entries must be str")
-    for entry in entries:
         if not encodable(entry):
             return (ValueError, "filter entries must be encodable")
     for entry in entries:

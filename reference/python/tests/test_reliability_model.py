@@ -32,6 +32,7 @@ from native_registry import predicates as P
 from conftest import MISSING_NS, NS, NS2, dispatcher_state
 
 settings.register_profile("reliability", max_examples=60, stateful_step_count=50, deadline=None,
+                          derandomize=True,
                           database=None, print_blob=True,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("thorough", max_examples=300, stateful_step_count=80, deadline=None,
