@@ -165,6 +165,7 @@ NodePtr Registry::register_op_override(const std::string& dsl_name,
   node->try_initialize_runtime = std::move(options.try_initialize_runtime);
   node->unconditional_override = options.unconditional_override;
   node->divert_when_tracing = options.divert_when_tracing;
+  node->needs_host_scope = options.needs_host_scope;
   node->node_id = mint_node_id(dsl_name, op_symbol);
 
   const GraphKey graph_key = node->key();

@@ -14,6 +14,7 @@ namespace native_registry {
 namespace {
 
 std::atomic<TraceShortcutFn> g_trace_shortcut{nullptr};
+std::atomic<HostScopeFn> g_host_scope{nullptr};
 thread_local bool t_in_diverted_call = false;
 
 // Sets the re-entrancy flag for one diverted call; clears it on every exit,
@@ -60,6 +61,8 @@ TraceShortcutFn trace_shortcut() {
 }
 
 bool in_diverted_call() { return t_in_diverted_call; }
+
+void set_host_scope(HostScopeFn fn) { g_host_scope.store(fn, std::memory_order_release); }
 
 namespace detail {
 
@@ -111,33 +114,69 @@ struct Router::Shared {
 
 namespace {
 
+// What a call does, chosen by the trace shortcut and the conds.
+struct Choice {
+  bool divert = false;                  // call the op again from the top
+  const OverrideNode* node = nullptr;   // else this node's impl, else the fallback
+};
+
+Choice choose(const Chain& chain, const c10::OperatorHandle& op, c10::DispatchKeySet keys,
+              const Stack& stack) {
+  if (chain.divert_when_tracing && !t_in_diverted_call) {
+    TraceShortcutFn shortcut = g_trace_shortcut.load(std::memory_order_acquire);
+    if (shortcut != nullptr && !has_cow_argument(stack) && shortcut()) return {true, nullptr};
+  }
+  for (const NodePtr& node : chain.nodes) {
+    if (node->try_initialize_runtime && !node->ensure_runtime()) continue;
+    if (node->cond(op, keys, stack)) return {false, node.get()};
+  }
+  return {};
+}
+
+// choose() inside the host scope, when the chain needs one and a host set it.
+Choice choose_in_scope(const Chain& chain, const c10::OperatorHandle& op,
+                       c10::DispatchKeySet keys, const Stack& stack) {
+  HostScopeFn scope = chain.needs_host_scope ? g_host_scope.load(std::memory_order_acquire)
+                                             : nullptr;
+  if (scope == nullptr) return choose(chain, op, keys, stack);
+  struct Context {
+    const Chain& chain;
+    const c10::OperatorHandle& op;
+    c10::DispatchKeySet keys;
+    const Stack& stack;
+    Choice choice;
+  } context{chain, op, keys, stack, Choice{}};
+  scope(
+      [](void* raw) {
+        auto* c = static_cast<Context*>(raw);
+        c->choice = choose(c->chain, c->op, c->keys, c->stack);
+      },
+      &context);
+  return context.choice;
+}
+
 // The routing itself, on a boxed call; both kernels end here. It only reads
 // `shared`; the Router that owns the registration may publish new chains
 // into it meanwhile.
 void route(const Router::Shared& shared, const c10::OperatorHandle& op,
            c10::DispatchKeySet keys, Stack* stack) {
   const Chain* chain = shared.chain.load(std::memory_order_acquire);
-  if (chain->divert_when_tracing && !t_in_diverted_call) {
-    TraceShortcutFn shortcut = g_trace_shortcut.load(std::memory_order_acquire);
-    if (shortcut != nullptr && !has_cow_argument(*stack) && shortcut()) {
-      DivertedCallScope diverted;
-      op.callBoxed(stack);
-      return;
-    }
+  const Choice choice = choose_in_scope(*chain, op, keys, *stack);
+  if (choice.divert) {
+    DivertedCallScope diverted;
+    op.callBoxed(stack);
+    return;
   }
-  for (const NodePtr& node : chain->nodes) {
-    if (node->try_initialize_runtime && !node->ensure_runtime()) continue;
-    if (node->cond(op, keys, *stack)) {
-      const size_t below = stack->size() - op.schema().arguments().size();
-      node->impl(op, keys, stack);
-      // The caller unboxes the results from where the arguments were; any
-      // other count would have it read past the stack or take an argument.
-      TORCH_CHECK(stack->size() == below + op.schema().returns().size(), "the impl of override ",
-                  node->node_id, " left ", stack->size() - std::min(below, stack->size()),
-                  " values on the stack for ", op.operator_name(), ", which returns ",
-                  op.schema().returns().size());
-      return;
-    }
+  if (const OverrideNode* node = choice.node) {
+    const size_t below = stack->size() - op.schema().arguments().size();
+    node->impl(op, keys, stack);
+    // The caller unboxes the results from where the arguments were; any
+    // other count would have it read past the stack or take an argument.
+    TORCH_CHECK(stack->size() == below + op.schema().returns().size(), "the impl of override ",
+                node->node_id, " left ", stack->size() - std::min(below, stack->size()),
+                " values on the stack for ", op.operator_name(), ", which returns ",
+                op.schema().returns().size());
+    return;
   }
   if (!shared.fallback) {
     if (shared.fallthrough) {
@@ -338,6 +377,7 @@ void Router::publish(const Graph& nodes) {
     chain->nodes = nodes;
     for (const NodePtr& node : nodes) {
       chain->divert_when_tracing |= node->divert_when_tracing;
+      chain->needs_host_scope |= node->needs_host_scope;
     }
     slot = std::move(chain);
   }

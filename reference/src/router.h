@@ -45,6 +45,7 @@ bool typed_routers_enabled();
 struct Chain {
   Graph nodes;
   bool divert_when_tracing = false;  // any node opted into the trace shortcut
+  bool needs_host_scope = false;     // any node's cond runs in a host runtime
 };
 
 class Router {

@@ -2,6 +2,7 @@
 // diverted to the op's top, the re-entered call routes normally (cond once,
 // no recursion), copy-on-write inputs never divert, chains that did not opt
 // in never consult the shortcut, and the guard is released on every exit.
+// Then the host scope: one per call around the choice, never around an impl.
 
 #include "support.h"
 
@@ -129,6 +130,112 @@ TEST_F(ShortcutTest, GuardIsPerThread) {
   registry().install_graph(mul_cpu());
   call_mul(tensor({2}), tensor({4}));
   EXPECT_FALSE(other_thread_saw_guard);
+}
+
+// ---- the host scope ----------------------------------------------------------
+
+thread_local bool t_in_host_scope = false;
+std::atomic<int> g_scopes_entered{0};
+std::atomic<int> g_scopes_entered_inside_a_scope{0};
+
+void counting_scope(void (*choose)(void*), void* context) {
+  ++g_scopes_entered;
+  if (t_in_host_scope) ++g_scopes_entered_inside_a_scope;
+  const bool outer = t_in_host_scope;
+  t_in_host_scope = true;
+  struct Leave {
+    bool restore;
+    ~Leave() { t_in_host_scope = restore; }
+  } leave{outer};
+  choose(context);
+}
+
+class HostScopeTest : public ShortcutTest {
+ protected:
+  void SetUp() override {
+    ShortcutTest::SetUp();
+    g_scopes_entered = 0;
+    g_scopes_entered_inside_a_scope = 0;
+    set_host_scope(&counting_scope);
+  }
+  void TearDown() override {
+    set_host_scope(nullptr);
+    ShortcutTest::TearDown();
+  }
+  // A node whose cond records whether it ran inside the scope.
+  CondFn scoped_cond(bool answer) {
+    return [this, answer](const c10::OperatorHandle&, c10::DispatchKeySet, const Stack&) {
+      conds_in_scope.push_back(t_in_host_scope);
+      return answer;
+    };
+  }
+  static OverrideOptions needing_scope() {
+    OverrideOptions options;
+    options.needs_host_scope = true;
+    return options;
+  }
+  std::vector<bool> conds_in_scope;
+};
+
+TEST_F(HostScopeTest, EveryCondOfACallRunsInsideOneScope) {
+  register_override(mul_cpu(), scoped_cond(false), forbidden_impl(), needing_scope(), "a");
+  register_override(mul_cpu(), scoped_cond(false), forbidden_impl(), {}, "b");
+  registry().install_graph(mul_cpu());
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({8})));
+  EXPECT_EQ(g_scopes_entered.load(), 1) << "one scope per call, not one per cond";
+  EXPECT_EQ(conds_in_scope, (std::vector<bool>{true, true}));
+}
+
+TEST_F(HostScopeTest, TheChosenImplRunsAfterTheScopeIsLeft) {
+  bool impl_in_scope = true;
+  ImplFn impl = [&impl_in_scope](const c10::OperatorHandle& op, c10::DispatchKeySet keys,
+                                 Stack* stack) {
+    impl_in_scope = t_in_host_scope;
+    fill_impl(7.0)(op, keys, stack);
+  };
+  register_override(mul_cpu(), scoped_cond(true), impl, needing_scope());
+  registry().install_graph(mul_cpu());
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({7})));
+  EXPECT_EQ(g_scopes_entered.load(), 1);
+  EXPECT_FALSE(impl_in_scope) << "an impl must not run holding the host's lock";
+}
+
+TEST_F(HostScopeTest, ChainsOfPlainCondsNeverEnterTheScope) {
+  register_override(mul_cpu(), scoped_cond(false), forbidden_impl());
+  registry().install_graph(mul_cpu());
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({8})));
+  EXPECT_EQ(g_scopes_entered.load(), 0);
+  EXPECT_EQ(conds_in_scope, (std::vector<bool>{false}));
+}
+
+TEST_F(HostScopeTest, TheShortcutIsAskedInsideTheScopeAndTheDiversionRunsOutside) {
+  OverrideOptions options = needing_scope();
+  options.divert_when_tracing = true;
+  register_override(mul_cpu(), scoped_cond(false), forbidden_impl(), options);
+  registry().install_graph(mul_cpu());
+  set_trace_shortcut(+[] {
+    ++g_shortcut_calls;
+    return t_in_host_scope;  // diverts only when asked inside the scope
+  });
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({8})));
+  EXPECT_EQ(g_shortcut_calls.load(), 1);
+  // The diverted call re-enters the router, which chooses in a scope of its
+  // own, entered after the first one was left.
+  EXPECT_EQ(g_scopes_entered.load(), 2);
+  EXPECT_EQ(g_scopes_entered_inside_a_scope.load(), 0) << "the diversion ran inside the scope";
+  EXPECT_EQ(conds_in_scope, (std::vector<bool>{true}));
+}
+
+TEST_F(HostScopeTest, ACondThatThrowsLeavesTheScopeAndReachesTheCaller) {
+  CondFn throwing = [](const c10::OperatorHandle&, c10::DispatchKeySet, const Stack&) -> bool {
+    throw std::runtime_error("cond failed inside the scope");
+  };
+  register_override(mul_cpu(), throwing, forbidden_impl(), needing_scope());
+  registry().install_graph(mul_cpu());
+  EXPECT_THAT([] { call_mul(tensor({2}), tensor({4})); },
+              ::testing::ThrowsMessage<std::runtime_error>(HasSubstr("inside the scope")));
+  EXPECT_FALSE(t_in_host_scope);
+  EXPECT_EQ(g_scopes_entered.load(), 1);
 }
 
 }  // namespace

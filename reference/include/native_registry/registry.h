@@ -242,4 +242,16 @@ TraceShortcutFn trace_shortcut();
 // True while this thread is inside a call the shortcut diverted.
 bool in_diverted_call();
 
+// ---- the host scope -----------------------------------------------------------
+//
+// Conds written for a host runtime (Python) must enter it to run, and entering
+// costs more than a cheap cond. When a router's chain holds a node with
+// needs_host_scope, the router makes its choice (the trace shortcut, then each
+// node's try_initialize_runtime and cond, in order) inside one call of the
+// host scope function, which must call choose(context) exactly once with the
+// runtime entered and let its exceptions through. The chosen impl, the
+// fallback and a diverted call all run after the scope has been left.
+using HostScopeFn = void (*)(void (*choose)(void*), void* context);
+void set_host_scope(HostScopeFn fn);  // nullptr: conds enter the runtime themselves
+
 }  // namespace native_registry

@@ -61,6 +61,11 @@ struct OverrideOptions {
   // that reach this node's router. The Python binding sets it for nodes with
   // Python callables; chains of pure C++ nodes never consult the shortcut.
   bool divert_when_tracing = false;
+  // The cond or try_initialize_runtime runs code of a host runtime that must
+  // be entered first (Python: the GIL). A call whose chain holds such a node
+  // consults every cond, and the trace shortcut, inside one host scope (see
+  // set_host_scope) instead of entering the runtime once per callable.
+  bool needs_host_scope = false;
 };
 
 // One registered override. Immutable once registered: reordering, disabling
@@ -76,6 +81,7 @@ struct OverrideNode {
   TryInitializeRuntimeFn try_initialize_runtime;  // may be empty
   bool unconditional_override = false;
   bool divert_when_tracing = false;
+  bool needs_host_scope = false;
   // Names the opaque op `_native::<node_id>` that carries this override.
   // Unique for the life of the process and never reused.
   std::string node_id;

@@ -5,9 +5,10 @@
 // exception types, and exposes the C++ predicates.
 //
 // GIL rules: the control plane is entered from Python with the GIL held and
-// never releases it. The call path takes the GIL only inside a Python cond,
-// impl, try_initialize_runtime or the trace shortcut; C++ predicates run
-// without it. Python references held by C++ objects are dropped under the GIL
+// never releases it. The call path takes the GIL only where Python runs: once
+// around a router's choice when its chain holds a Python cond or runtime check
+// (the host scope, which also covers the trace shortcut), and inside a Python
+// impl; chains of C++ predicates decline without it. Python references held by C++ objects are dropped under the GIL
 // (PyRef), whatever thread drops them.
 
 #include <native_registry/native_registry.h>
@@ -20,6 +21,7 @@
 #include <pybind11/stl.h>
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 namespace py = pybind11;
@@ -48,6 +50,20 @@ class PyRef {
   PyObject* object_;
 };
 
+// Holds the GIL for a scope: takes it unless this thread holds it already
+// (inside the router's host scope, see with_gil), where taking it again would
+// cost a Python cond more than the cond itself. PyGILState_Check is exact
+// without sub-interpreters, which PyTorch does not support.
+class GilForPython {
+ public:
+  GilForPython() {
+    if (!PyGILState_Check()) acquired_.emplace();
+  }
+
+ private:
+  std::optional<py::gil_scoped_acquire> acquired_;
+};
+
 // Works with the pybind11 of every PyTorch we build against.
 std::string type_name(const py::handle& value) { return Py_TYPE(value.ptr())->tp_name; }
 
@@ -57,26 +73,41 @@ bool truthy(const py::object& value) {
   return answer == 1;
 }
 
-// The boxed call as Python sees a kernel's arguments: positional arguments in
-// order, keyword-only ones as keywords unless they hold their default.
-std::pair<py::tuple, py::dict> python_arguments(const c10::OperatorHandle& op,
-                                                const Stack& stack) {
+// Calls `fn` with the boxed call's arguments as Python sees them: positional
+// arguments in order, keyword-only ones as keywords unless they hold their
+// default. Through vectorcall, so that no argument tuple or keyword dict is
+// built: this is the whole per-call cost of a Python cond besides the GIL.
+py::object call_with_arguments(const py::handle& fn, const c10::OperatorHandle& op,
+                               const Stack& stack) {
   const auto& schema_args = op.schema().arguments();
   const size_t base = stack.size() - schema_args.size();
-  py::list args;
-  py::dict kwargs;
+  // Slot 0 is scratch for PY_VECTORCALL_ARGUMENTS_OFFSET; positional arguments
+  // follow, then keyword values in the order of `keywords`.
+  c10::SmallVector<py::object, 8> values(1);
+  c10::SmallVector<py::object, 2> keywords;
   for (size_t i = 0; i < schema_args.size(); ++i) {
     const c10::Argument& argument = schema_args[i];
     py::object value = torch::jit::toPyObject(stack[base + i]);
-    if (!argument.kwarg_only()) {
-      args.append(value);
-      continue;
+    if (argument.kwarg_only()) {
+      const auto& fallback = argument.default_value();
+      if (fallback && value.equal(torch::jit::toPyObject(*fallback))) continue;
+      keywords.push_back(py::str(argument.name()));
     }
-    const auto& fallback = argument.default_value();
-    if (fallback && value.equal(torch::jit::toPyObject(*fallback))) continue;
-    kwargs[py::str(argument.name())] = value;
+    values.push_back(std::move(value));
   }
-  return {py::tuple(args), kwargs};
+  c10::SmallVector<PyObject*, 8> argv;
+  for (const py::object& value : values) argv.push_back(value.ptr());
+  py::object names;
+  if (!keywords.empty()) {
+    py::tuple tuple(keywords.size());
+    for (size_t i = 0; i < keywords.size(); ++i) tuple[i] = keywords[i];
+    names = std::move(tuple);
+  }
+  const size_t positional = values.size() - 1 - keywords.size();
+  PyObject* out = PyObject_Vectorcall(fn.ptr(), argv.data() + 1,
+                                      positional | PY_VECTORCALL_ARGUMENTS_OFFSET, names.ptr());
+  if (out == nullptr) throw py::error_already_set();
+  return py::reinterpret_steal<py::object>(out);
 }
 
 // One returned value as the IValue the schema promises. toIValue would turn
@@ -113,18 +144,16 @@ void push_python_result(const c10::OperatorHandle& op, Stack* stack, const py::o
 CondFn python_cond(py::object fn) {
   auto ref = std::make_shared<PyRef>(std::move(fn));
   return [ref](const c10::OperatorHandle& op, c10::DispatchKeySet, const Stack& stack) {
-    py::gil_scoped_acquire gil;
-    auto [args, kwargs] = python_arguments(op, stack);
-    return truthy(ref->get()(*args, **kwargs));
+    GilForPython gil;
+    return truthy(call_with_arguments(ref->get(), op, stack));
   };
 }
 
 ImplFn python_impl(py::object fn) {
   auto ref = std::make_shared<PyRef>(std::move(fn));
   return [ref](const c10::OperatorHandle& op, c10::DispatchKeySet, Stack* stack) {
-    py::gil_scoped_acquire gil;
-    auto [args, kwargs] = python_arguments(op, *stack);
-    py::object out = ref->get()(*args, **kwargs);
+    GilForPython gil;
+    py::object out = call_with_arguments(ref->get(), op, *stack);
     torch::jit::drop(*stack, op.schema().arguments().size());
     push_python_result(op, stack, out);
   };
@@ -133,7 +162,7 @@ ImplFn python_impl(py::object fn) {
 TryInitializeRuntimeFn python_try_initialize(py::object fn) {
   auto ref = std::make_shared<PyRef>(std::move(fn));
   return [ref] {
-    py::gil_scoped_acquire gil;
+    GilForPython gil;
     return truthy(ref->get()());
   };
 }
@@ -144,13 +173,58 @@ void require_callable(const char* what, const py::object& value) {
   }
 }
 
-// Dynamo folds torch.compiler.is_dynamo_compiling() to True while it traces;
-// it is looked up on every call so that patching it works as in upstream.
+// torch.compiler.is_dynamo_compiling as torch ships it. Its body is `return
+// False`: Dynamo folds it to True only in bytecode it traces, and it cannot
+// trace a call made from this C++ code. Captured when the module loads, in
+// the same import as the registry, before a test can patch it.
+struct DynamoFlag {
+  py::handle namespace_;  // torch.compiler's __dict__, where patch.object writes
+  py::handle name;
+  py::handle stock;
+};
+
+const DynamoFlag& dynamo_flag() {
+  // Leaked on purpose: read on the call path until the interpreter exits.
+  static const DynamoFlag* flag = [] {
+    py::module_ compiler = py::module_::import("torch.compiler");
+    py::str name("is_dynamo_compiling");
+    py::object stock = compiler.attr(name);
+    py::dict namespace_ = compiler.attr("__dict__");
+    return new DynamoFlag{namespace_.release(), name.release(), stock.release()};
+  }();
+  return *flag;
+}
+
+// The host scope (see set_host_scope): a router whose chain holds Python
+// conds makes its whole choice holding the GIL once; the conds and the trace
+// shortcut find it held, which costs them next to nothing.
+// CPython's own PyGILState API, which costs half of pybind11's
+// gil_scoped_acquire on this path and interoperates with it.
+void with_gil(void (*choose)(void*), void* context) {
+  struct Gil {
+    PyGILState_STATE state = PyGILState_Ensure();
+    ~Gil() { PyGILState_Release(state); }
+  } gil;
+  choose(context);
+}
+
+// Whether Dynamo is tracing, as torch.compiler.is_dynamo_compiling() says.
+// Looked up on every call so that patching it works as in upstream; the
+// shipped function is known to say False without calling it, which saves a
+// Python frame on every routed call.
 bool dynamo_is_tracing() {
-  py::gil_scoped_acquire gil;
+  const DynamoFlag& flag = dynamo_flag();
+  GilForPython gil;
   try {
-    static py::handle compiler = py::module_::import("torch.compiler").release();
-    return truthy(compiler.attr("is_dynamo_compiling")());
+    // The module's own dict, not getattr: the same answer for a module
+    // attribute, for a tenth of the work.
+    PyObject* current = PyDict_GetItemWithError(flag.namespace_.ptr(), flag.name.ptr());
+    if (current == nullptr) {
+      if (PyErr_Occurred()) throw py::error_already_set();
+      throw py::attribute_error("torch.compiler has no is_dynamo_compiling");
+    }
+    if (current == flag.stock.ptr()) return false;
+    return truthy(py::reinterpret_borrow<py::object>(current)());
   } catch (py::error_already_set& e) {
     e.discard_as_unraisable("native_registry trace shortcut");
     return false;
@@ -334,6 +408,9 @@ PYBIND11_MODULE(_C, m) {
             static_cast<bool>(cond_fn) && !py::isinstance<P::Predicate>(cond);
         options.divert_when_tracing |= !try_initialize_runtime.is_none();
         options.divert_when_tracing |= cond.is_none();  // unconditional: the impl runs
+        // The same nodes need the GIL to choose (a Python cond or runtime
+        // check, or the shortcut): the router takes it once for all of them.
+        options.needs_host_scope = options.divert_when_tracing;
         return mutable_node(registry().register_op_override(
             dsl_name, lib_symbol, op_symbol, dispatch_key, std::move(cond_fn),
             python_impl(impl), std::move(options)));
@@ -459,6 +536,8 @@ PYBIND11_MODULE(_C, m) {
     masks().pop_back();
   });
 
+  dynamo_flag();
+  set_host_scope(&with_gil);
   m.def("install_dynamo_shortcut", [] { set_trace_shortcut(&dynamo_is_tracing); });
   m.def("remove_trace_shortcut", [] { set_trace_shortcut(nullptr); });
   m.def("in_diverted_call", &in_diverted_call);
