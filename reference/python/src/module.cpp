@@ -73,6 +73,18 @@ bool truthy(const py::object& value) {
   return answer == 1;
 }
 
+// Whether a keyword-only argument holds its default, compared as IValues so
+// that no Python object is made for the default; numbers compare by value,
+// as in Python (alpha=1.0 holds the default 1).
+bool holds_default(const c10::IValue& value, const c10::IValue& fallback) {
+  if (value.isTensor() || fallback.isTensor()) return false;
+  const auto is_number = [](const c10::IValue& v) { return v.isInt() || v.isDouble() || v.isBool(); };
+  if (is_number(value) && is_number(fallback)) {
+    return value.toScalar().to<double>() == fallback.toScalar().to<double>();
+  }
+  return value == fallback;
+}
+
 // Calls `fn` with the boxed call's arguments as Python sees them: positional
 // arguments in order, keyword-only ones as keywords unless they hold their
 // default. Through vectorcall, so that no argument tuple or keyword dict is
@@ -87,13 +99,13 @@ py::object call_with_arguments(const py::handle& fn, const c10::OperatorHandle& 
   c10::SmallVector<py::object, 2> keywords;
   for (size_t i = 0; i < schema_args.size(); ++i) {
     const c10::Argument& argument = schema_args[i];
-    py::object value = torch::jit::toPyObject(stack[base + i]);
+    const c10::IValue& ivalue = stack[base + i];
     if (argument.kwarg_only()) {
       const auto& fallback = argument.default_value();
-      if (fallback && value.equal(torch::jit::toPyObject(*fallback))) continue;
+      if (fallback && holds_default(ivalue, *fallback)) continue;
       keywords.push_back(py::str(argument.name()));
     }
-    values.push_back(std::move(value));
+    values.push_back(torch::jit::toPyObject(ivalue));
   }
   c10::SmallVector<PyObject*, 8> argv;
   for (const py::object& value : values) argv.push_back(value.ptr());

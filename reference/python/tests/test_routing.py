@@ -47,10 +47,12 @@ def test_cond_sees_the_call_arguments(reg):
     install(reg)
     torch.ops.aten.add.Tensor(A, B, alpha=2)
     torch.ops.aten.add.Tensor(A, B)
-    (args, kwargs), (args2, kwargs2) = seen
+    torch.ops.aten.add.Tensor(A, B, alpha=1.0)
+    (args, kwargs), (args2, kwargs2), (_, kwargs3) = seen
     assert args[0] is not None and torch.equal(args[0], A) and torch.equal(args[1], B)
     assert kwargs == {"alpha": 2}
     assert kwargs2 == {}, "a keyword argument at its default is not passed"
+    assert kwargs3 == {}, "1.0 is the default 1, as in Python"
 
 
 def test_unavailable_runtime_falls_through(reg):
