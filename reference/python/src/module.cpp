@@ -199,7 +199,8 @@ const DynamoFlag& dynamo_flag() {
   // Leaked on purpose: read on the call path until the interpreter exits.
   static const DynamoFlag* flag = [] {
     py::module_ compiler = py::module_::import("torch.compiler");
-    py::str name("is_dynamo_compiling");
+    // Interned, so that the dict lookup matches the key by identity.
+    auto name = py::reinterpret_steal<py::str>(PyUnicode_InternFromString("is_dynamo_compiling"));
     py::object stock = compiler.attr(name);
     py::dict namespace_ = compiler.attr("__dict__");
     return new DynamoFlag{namespace_.release(), name.release(), stock.release()};
