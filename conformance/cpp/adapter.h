@@ -90,6 +90,8 @@ class RegistryAdapter {
   // live kernel; an empty chain leaves no router.
   virtual void install(const Key& key) = 0;
   virtual void install_all() = 0;
+  // Whether a router kernel for the key is in the dispatcher, whether or not
+  // its chain holds a node (a dormant router counts).
   virtual bool router_installed(const Key& key) = 0;
 
   virtual void disable(const Filter& filter) = 0;

@@ -79,7 +79,7 @@ class ReferenceAdapter final : public RegistryAdapter {
     translated([&] { registry_.install_all(); });
   }
   bool router_installed(const Key& key) override {
-    return registry_.router_state(key) == nr::RouterState::kActive;
+    return registry_.router_state(key) != nr::RouterState::kAbsent;
   }
 
   void disable(const Filter& filter) override {

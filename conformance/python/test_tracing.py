@@ -93,6 +93,23 @@ def test_cow_inputs_keep_the_eager_fallback(impl, fresh_dynamo):
     assert torch._C._is_cow_tensor(a) and torch._C._is_cow_tensor(b)
 
 
+@behaviour("cow.never-diverted")
+def test_cow_inputs_are_never_diverted(impl):
+    guard_states = []
+
+    def cond(*args, **kwargs):
+        guard_states.append(impl.in_reentrant_call())
+        return False
+
+    install_declining(impl, cond)
+    a = torch._lazy_clone(torch.tensor([2.0, 3.0]))
+    b = torch._lazy_clone(torch.tensor([4.0, 5.0]))
+    with patch.object(torch.compiler, "is_dynamo_compiling", return_value=True):
+        assert torch.equal(torch.mul(a, b), STOCK)
+    assert guard_states == [False], "a call on copy-on-write inputs was diverted"
+    assert torch._C._is_cow_tensor(a) and torch._C._is_cow_tensor(b)
+
+
 class MulPlusOne(torch.nn.Module):
     def forward(self, a, b):
         return torch.mul(a, b) + 1

@@ -50,7 +50,7 @@ class ReferenceAdapter(UpstreamShapedAdapter):
         registry.register_all_overrides()
 
     def router_installed(self, lib_symbol, op_symbol, dispatch_key):
-        return registry.router_state(lib_symbol, op_symbol, dispatch_key) == "active"
+        return registry.router_state(lib_symbol, op_symbol, dispatch_key) != "absent"
 
     def allow_namespace(self, lib_symbol):
         registry.allow_namespace(lib_symbol)
