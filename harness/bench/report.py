@@ -493,6 +493,9 @@ def main() -> int:
     parser.add_argument("--callgrind", type=Path,
                         help="folder of callgrind dumps (cpp.out.*, py.out.*, py_order.json, calls.json)")
     parser.add_argument("--no-plot", action="store_true")
+    parser.add_argument("--readme", type=Path,
+                        help="also put the table (less its long listing) between the bench-table "
+                             "markers of this file")
     args = parser.parse_args()
 
     calls, control, context = load_cpp(args.cpp)
@@ -514,8 +517,24 @@ def main() -> int:
          "toggle_instructions": toggles}, indent=1))
     if not args.no_plot:
         plot(calls, control, args.out / "plot.png")
+    if args.readme:
+        update_readme(args.readme, text)
     print(text)
     return 0
+
+
+README_BEGIN, README_END = "<!-- bench-table:begin -->", "<!-- bench-table:end -->"
+
+
+def update_readme(path: Path, table: str) -> None:
+    """Replaces what lies between the markers with the table, whose long
+    listing of every row stays in results/bench/table.md."""
+    readme = path.read_text()
+    begin, end = readme.find(README_BEGIN), readme.find(README_END)
+    if begin < 0 or end < begin:
+        raise SystemExit(f"{path}: no {README_BEGIN} ... {README_END} markers")
+    short = table.split("\n### Every row", 1)[0].rstrip() + "\n"
+    path.write_text(readme[:begin + len(README_BEGIN)] + "\n" + short + readme[end:])
 
 
 if __name__ == "__main__":

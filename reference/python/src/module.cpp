@@ -15,6 +15,7 @@
 #include <native_registry/predicates.h>
 
 #include <torch/csrc/Dtype.h>
+#include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/jit/python/pybind_utils.h>
 
 #include <pybind11/functional.h>
@@ -73,6 +74,19 @@ bool truthy(const py::object& value) {
   return answer == 1;
 }
 
+// One argument as Python sees it. A tensor goes straight to its Python
+// object, without the IValue copy toPyObject makes; a wrapped number (the 2
+// of `t * 2`) becomes a Python number there, as PyTorch hands it to Python.
+py::object to_python(const c10::IValue& value) {
+  if (value.isTensor()) {
+    const at::Tensor& tensor = value.toTensor();
+    if (!tensor.defined() || !tensor.unsafeGetTensorImpl()->is_wrapped_number()) {
+      return py::reinterpret_steal<py::object>(THPVariable_Wrap(tensor));
+    }
+  }
+  return torch::jit::toPyObject(value);
+}
+
 // Whether a keyword-only argument holds its default, compared as IValues so
 // that no Python object is made for the default; numbers compare by value,
 // as in Python (alpha=1.0 holds the default 1).
@@ -105,7 +119,7 @@ py::object call_with_arguments(const py::handle& fn, const c10::OperatorHandle& 
       if (fallback && holds_default(ivalue, *fallback)) continue;
       keywords.push_back(py::str(argument.name()));
     }
-    values.push_back(torch::jit::toPyObject(ivalue));
+    values.push_back(to_python(ivalue));
   }
   c10::SmallVector<PyObject*, 8> argv;
   for (const py::object& value : values) argv.push_back(value.ptr());

@@ -55,6 +55,16 @@ def test_cond_sees_the_call_arguments(reg):
     assert kwargs3 == {}, "1.0 is the default 1, as in Python"
 
 
+def test_cond_sees_a_wrapped_number_as_a_python_number(reg):
+    seen = []
+    reg.register_op_override("test_dsl", "aten", "mul.Tensor", "CPU",
+                             lambda a, b: seen.append(b) or False, lambda *a: a[0])
+    install(reg)
+    assert torch.equal(A * 2, torch.ops.aten.mul.Tensor(A, torch.tensor(2.0)))
+    assert seen[0] == 2 and not isinstance(seen[0], torch.Tensor), seen
+    assert isinstance(seen[1], torch.Tensor)
+
+
 def test_unavailable_runtime_falls_through(reg):
     impl = MagicMock(side_effect=AssertionError("implementation was called"))
     reg.register_op_override("test_dsl", "aten", "mul.Tensor", "CPU", lambda a, b: True, impl,
