@@ -51,18 +51,19 @@ class PyRef {
   PyObject* object_;
 };
 
-// Holds the GIL for a scope: takes it unless this thread holds it already
-// (inside the router's host scope, see with_gil), where taking it again would
-// cost a Python cond more than the cond itself. PyGILState_Check is exact
-// without sub-interpreters, which PyTorch does not support.
+// Holds the GIL for a scope, through CPython's PyGILState API: it costs half
+// of pybind11's gil_scoped_acquire on the call path, interoperates with it,
+// and is next to free when this thread holds the GIL already (inside the
+// router's host scope, see with_gil), as a Python cond usually does.
 class GilForPython {
  public:
-  GilForPython() {
-    if (!PyGILState_Check()) acquired_.emplace();
-  }
+  GilForPython() : state_(PyGILState_Ensure()) {}
+  ~GilForPython() { PyGILState_Release(state_); }
+  GilForPython(const GilForPython&) = delete;
+  GilForPython& operator=(const GilForPython&) = delete;
 
  private:
-  std::optional<py::gil_scoped_acquire> acquired_;
+  PyGILState_STATE state_;
 };
 
 // Works with the pybind11 of every PyTorch we build against.
@@ -225,13 +226,8 @@ const DynamoFlag& dynamo_flag() {
 // The host scope (see set_host_scope): a router whose chain holds Python
 // conds makes its whole choice holding the GIL once; the conds and the trace
 // shortcut find it held, which costs them next to nothing.
-// CPython's own PyGILState API, which costs half of pybind11's
-// gil_scoped_acquire on this path and interoperates with it.
 void with_gil(void (*choose)(void*), void* context) {
-  struct Gil {
-    PyGILState_STATE state = PyGILState_Ensure();
-    ~Gil() { PyGILState_Release(state); }
-  } gil;
+  GilForPython gil;
   choose(context);
 }
 
