@@ -17,7 +17,7 @@ import statistics
 import sys
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 CALL = re.compile(r"^call/(?P<op>\w+)/(?P<variant>\w+)/n:(?P<numel>\d+)/chain:(?P<chain>\d+)"
                   r"(?:/others:(?P<others>\d+))?")
@@ -271,31 +271,38 @@ def targets(calls: list[dict], control: list[dict], instructions: list[dict],
 # ---- the tables ---------------------------------------------------------------------
 
 
-def pivot_table(calls: list[dict]) -> list[str]:
-    """One line per (language, op, size): stock, then each variant's ratio to
-    stock at each chain length."""
-    chains = sorted({r["chain"] for r in calls if r["variant"] not in ("stock", "dormant")})
-    variants = [v for v in VARIANTS[1:] if any(r["variant"] == v for r in calls)]
-    head = ["lang", "op", "numel", "stock median (spread)"] + [
-        f"{v} ×stock" + ("" if v == "dormant" else f", chain {'/'.join(map(str, chains))}")
+def pivot(rows: list[dict], stock_head: str, variant_head: str,
+          stock_cell: Callable[[dict], str], cell: Callable[[dict], str]) -> list[str]:
+    """One line per (language, op, size): the stock cell, then each variant's
+    cells at each chain length (the dormant variant has no chain)."""
+    chains = sorted({r["chain"] for r in rows if r["variant"] not in ("stock", "dormant")})
+    variants = [v for v in VARIANTS[1:] if any(r["variant"] == v for r in rows)]
+    head = ["lang", "op", "numel", stock_head] + [
+        f"{v}{variant_head}" + ("" if v == "dormant" else f", chain {'/'.join(map(str, chains))}")
         for v in variants]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    keys = sorted({(r["lang"], r["op"], r["numel"]) for r in calls},
+    keys = sorted({(r["lang"], r["op"], r["numel"]) for r in rows},
                   key=lambda k: (k[0] != "cpp", k[1] != "mul", k[2]))
     for lang, op, numel in keys:
-        stock = find(calls, lang=lang, op=op, variant="stock", numel=numel, chain=0)
+        stock = find(rows, lang=lang, op=op, variant="stock", numel=numel, chain=0)
         if stock is None:
             continue
-        cells = [lang if lang == "python" else "C++", op, f"{numel:,}",
-                 f"{fmt_ns(stock['median_ns'])} ({stock['spread']:.0%})"]
+        cells = ["C++" if lang == "cpp" else "python", op, f"{numel:,}", stock_cell(stock)]
         for v in variants:
-            ratios = []
+            parts = []
             for c in ([0] if v == "dormant" else chains):
-                row = find(calls, lang=lang, op=op, variant=v, numel=numel, chain=c)
-                ratios.append(f"{row['ratio']:.2f}" if row else "–")
-            cells.append(" / ".join(ratios) if any(r != "–" for r in ratios) else "–")
+                row = find(rows, lang=lang, op=op, variant=v, numel=numel, chain=c)
+                parts.append(cell(row) if row else "–")
+            cells.append(" / ".join(parts) if any(p != "–" for p in parts) else "–")
         lines.append("| " + " | ".join(cells) + " |")
     return lines
+
+
+def pivot_table(calls: list[dict]) -> list[str]:
+    """Each variant's ratio of its median time to stock's."""
+    return pivot(calls, "stock median (spread)", " ×stock",
+                 lambda stock: f"{fmt_ns(stock['median_ns'])} ({stock['spread']:.0%})",
+                 lambda row: f"{row['ratio']:.2f}")
 
 
 def long_table(calls: list[dict]) -> list[str]:
@@ -334,27 +341,10 @@ def control_table(control: list[dict]) -> list[str]:
 
 
 def instruction_table(instructions: list[dict]) -> list[str]:
-    chains = sorted({r["chain"] for r in instructions if r["variant"] not in ("stock", "dormant")})
-    variants = [v for v in VARIANTS[1:] if any(r["variant"] == v for r in instructions)]
-    head = ["lang", "op", "numel", "stock"] + [
-        f"{v}: added (×stock)" + ("" if v == "dormant" else f", chain {'/'.join(map(str, chains))}")
-        for v in variants]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    keys = sorted({(r["lang"], r["op"], r["numel"]) for r in instructions},
-                  key=lambda k: (k[0] != "cpp", k[1] != "mul", k[2]))
-    for lang, op, numel in keys:
-        stock = find(instructions, lang=lang, op=op, variant="stock", numel=numel, chain=0)
-        if stock is None:
-            continue
-        cells = ["C++" if lang == "cpp" else "python", op, f"{numel:,}",
-                 f"{stock['instructions']:,.0f}"]
-        for v in variants:
-            parts = []
-            for c in ([0] if v == "dormant" else chains):
-                r = find(instructions, lang=lang, op=op, variant=v, numel=numel, chain=c)
-                parts.append(f"{r['added']:+,.0f} ({r['ratio']:.3f})" if r and "added" in r else "–")
-            cells.append(" / ".join(parts))
-        lines.append("| " + " | ".join(cells) + " |")
+    """Each variant's instructions added over stock, and its ratio to stock."""
+    lines = pivot(instructions, "stock", ": added (×stock)",
+                  lambda stock: f"{stock['instructions']:,.0f}",
+                  lambda r: f"{r['added']:+,.0f} ({r['ratio']:.3f})" if "added" in r else "–")
     others = sorted((r for r in instructions if "others" in r), key=lambda r: r["others"])
     if len(others) >= 2:
         lines += ["", "C++ mul, one declining node, against overrides on other ops: " + ", ".join(
