@@ -63,27 +63,19 @@ TEST_P(HostileNameTest, RefusedNamingTheFieldAndNothingChanges) {
 
 std::vector<HostileName> hostile_names() {
   std::vector<HostileName> names;
-  auto lib = [&](std::string label, std::string value) {
-    HostileName n;
-    n.label = std::move(label);
-    n.lib = std::move(value);
-    n.field = "lib_symbol";
-    names.push_back(n);
+  // One bad value in one field, the others valid.
+  auto bad = [&](std::string HostileName::*member, const char* field) {
+    return [&names, member, field](std::string label, std::string value) {
+      HostileName n;
+      n.label = std::move(label);
+      n.*member = std::move(value);
+      n.field = field;
+      names.push_back(n);
+    };
   };
-  auto op = [&](std::string label, std::string value) {
-    HostileName n;
-    n.label = std::move(label);
-    n.op = std::move(value);
-    n.field = "op_symbol";
-    names.push_back(n);
-  };
-  auto key = [&](std::string label, std::string value) {
-    HostileName n;
-    n.label = std::move(label);
-    n.key = std::move(value);
-    n.field = "dispatch_key";
-    names.push_back(n);
-  };
+  auto lib = bad(&HostileName::lib, "lib_symbol");
+  auto op = bad(&HostileName::op, "op_symbol");
+  auto key = bad(&HostileName::key, "dispatch_key");
   lib("LibQualified", "aten::x");
   lib("LibDotted", "aten.x");
   lib("LibSpace", "at en");
