@@ -1,8 +1,8 @@
 #include "native_op.h"
 
 #include "quiet_override_warning.h"
+#include "router.h"
 
-#include <algorithm>
 
 namespace native_registry::detail {
 namespace {
@@ -27,13 +27,7 @@ class CallImpl final : public c10::OperatorKernel {
   explicit CallImpl(NodePtr node) : node_(std::move(node)) {}
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
                   Stack* stack) {
-    const size_t below = stack->size() - op.schema().arguments().size();
-    node_->impl(op, keys, stack);
-    // As in the router: the caller reads the results where the arguments were.
-    TORCH_CHECK(stack->size() == below + op.schema().returns().size(), "the impl of override ",
-                node_->node_id, " left ", stack->size() - std::min(below, stack->size()),
-                " values on the stack for ", op.operator_name(), ", which returns ",
-                op.schema().returns().size());
+    run_impl(*node_, op, keys, stack);
   }
 
  private:

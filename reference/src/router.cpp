@@ -66,6 +66,16 @@ void set_host_scope(HostScopeFn fn) { g_host_scope.store(fn, std::memory_order_r
 
 namespace detail {
 
+void run_impl(const OverrideNode& node, const c10::OperatorHandle& op, c10::DispatchKeySet keys,
+              Stack* stack) {
+  const size_t below = stack->size() - op.schema().arguments().size();
+  node.impl(op, keys, stack);
+  TORCH_CHECK(stack->size() == below + op.schema().returns().size(), "the impl of override ",
+              node.node_id, " left ", stack->size() - std::min(below, stack->size()),
+              " values on the stack for ", op.operator_name(), ", which returns ",
+              op.schema().returns().size());
+}
+
 namespace {
 std::atomic<bool> g_typed_routers_enabled{true};
 }  // namespace
@@ -167,15 +177,8 @@ void route(const Router::Shared& shared, const c10::OperatorHandle& op,
     op.callBoxed(stack);
     return;
   }
-  if (const OverrideNode* node = choice.node) {
-    const size_t below = stack->size() - op.schema().arguments().size();
-    node->impl(op, keys, stack);
-    // The caller unboxes the results from where the arguments were; any
-    // other count would have it read past the stack or take an argument.
-    TORCH_CHECK(stack->size() == below + op.schema().returns().size(), "the impl of override ",
-                node->node_id, " left ", stack->size() - std::min(below, stack->size()),
-                " values on the stack for ", op.operator_name(), ", which returns ",
-                op.schema().returns().size());
+  if (choice.node != nullptr) {
+    run_impl(*choice.node, op, keys, stack);
     return;
   }
   if (!shared.fallback) {
