@@ -161,6 +161,9 @@ def main() -> int:
                         help="run an upstream test file against the installed PyTorch and the reference")
     args = parser.parse_args()
     args.impl = [i for i in args.impl.split(",") if i]
+    # Absolute from here on: the suites run in subprocesses with other working
+    # directories (pytest resolves --junitxml against its own cwd).
+    args.build, args.results = args.build.resolve(), args.results.resolve()
     if args.coverage:
         import coverage_report
 

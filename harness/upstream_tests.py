@@ -32,6 +32,10 @@ def outcomes(xml: pathlib.Path) -> dict[str, str]:
     return result
 
 
+def log_tail(log: pathlib.Path, lines: int = 20) -> list[str]:
+    return log.read_text(errors="replace").splitlines()[-lines:]
+
+
 def run(args) -> int:
     path = args.upstream_tests.resolve()
     if not path.exists():
@@ -49,11 +53,16 @@ def run(args) -> int:
     for label, extra in runs.items():
         xml = out / ("installed.xml" if "installed" in label else "reference.xml")
         print(f"== {path.name} against {label}", flush=True)
-        with (out / f"{xml.stem}.log").open("w") as log:
+        log_path = out / f"{xml.stem}.log"
+        with log_path.open("w") as log:
             subprocess.run([sys.executable, "-m", "pytest", str(path), "-q", "-p", "no:cacheprovider",
                             "--rootdir", str(path.parent), f"--junitxml={xml}", *extra],
                            cwd=out, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=1800)
         results[label] = outcomes(xml)
+        if not results[label]:
+            # Nothing collected or no report written: show why in the CI log.
+            print(f"  no results from {label}; the end of {log_path}:")
+            print("    " + "\n    ".join(log_tail(log_path)))
 
     labels = list(results)
     names = sorted(set().union(*results.values()))
