@@ -28,7 +28,8 @@ import adapter as adapter_module
 import catalogue as catalogue_module
 
 sys.path.insert(0, str(catalogue_module.CONFORMANCE.parent / "fixtures" / "python"))
-from torch_fixtures import MISSING_NS, NS, NS2, dispatcher_state, twice_namespaces  # noqa: E402,F401
+from torch_fixtures import (  # noqa: E402,F401
+    MISSING_NS, NS, NS2, assert_shared_tensors_intact, dispatcher_state, twice_namespaces)
 
 CATALOGUE = catalogue_module.load()
 EXPECTATIONS = catalogue_module.CONFORMANCE / "expectations"
@@ -146,6 +147,7 @@ def impl(request):
     with adapter.scope():
         yield adapter
     assert dispatcher_state() == before, "teardown left the dispatcher changed"
+    assert_shared_tensors_intact()
 
 
 @pytest.fixture

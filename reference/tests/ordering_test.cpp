@@ -117,5 +117,38 @@ TEST_F(OrderingTest, RegisterThenReorderIntegration) {
   EXPECT_THAT(names, ElementsAre("dsl_a", "dsl_b", "dsl_c"));
 }
 
+// replace_graph: the primitive under layers that keep the graph themselves
+// (the upstream compatibility module assigns whole node lists).
+TEST_F(OrderingTest, ReplaceGraphSetsTheOrderAndInstallsNothing) {
+  registry().replace_graph(mul_cpu(), {b_, a_});
+  EXPECT_THAT(registry().graph(mul_cpu()), ElementsAre(b_, a_));
+  EXPECT_EQ(registry().router_state(mul_cpu()), RouterState::kAbsent);
+  registry().install_graph(mul_cpu());
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({2})));
+  // A node taken out earlier may come back; an empty list empties the graph.
+  registry().replace_graph(mul_cpu(), {c_});
+  EXPECT_THAT(registry().graph(mul_cpu()), ElementsAre(c_));
+  registry().replace_graph(mul_cpu(), {});
+  EXPECT_THAT(registry().graph(mul_cpu()), ::testing::IsEmpty());
+}
+
+TEST_F(OrderingTest, ReplaceGraphRefusesJunkAndChangesNothing) {
+  auto foreign = register_override(bmm_cpu(), constant_cond(true), fill_impl(1));
+  Registry other;
+  auto stranger = other.register_op_override("x", "aten", "mul.Tensor", "CPU",
+                                              constant_cond(true), fill_impl(1));
+  const std::vector<std::pair<Graph, std::string>> junk = {
+      {{a_, nullptr}, "a node is null"},
+      {{a_, foreign}, "belongs to aten::bmm/CPU, not aten::mul.Tensor/CPU"},
+      {{stranger}, "was not registered with this registry"},
+      {{a_, b_, a_}, "node " + a_->node_id + " appears twice"},
+  };
+  for (const auto& [nodes, reason] : junk) {
+    EXPECT_THAT([&] { registry().replace_graph(mul_cpu(), nodes); },
+                ::testing::ThrowsMessage<InvalidArgumentError>(HasSubstr(reason)));
+    EXPECT_THAT(registry().graph(mul_cpu()), ElementsAre(c_, a_, b_)) << reason;
+  }
+}
+
 }  // namespace
 }  // namespace native_registry::testing

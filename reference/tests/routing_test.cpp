@@ -4,6 +4,7 @@
 
 #include "support.h"
 
+#include <ATen/autocast_mode.h>
 #include <ATen/ops/bmm.h>
 #include <ATen/ops/ones_like.h>
 #include <ATen/ops/randn.h>
@@ -333,6 +334,50 @@ TEST_F(RoutingTest, OtherNamespaceFallsBackToItsCompositeKernel) {
   register_override(twice_cpu(fixtures::kTestNamespace), constant_cond(false), forbidden_impl());
   registry().install_graph(twice_cpu(fixtures::kTestNamespace));
   EXPECT_TRUE(same(ns1().twice(tensor({1, 2})), tensor({2, 4})));
+}
+
+// A key whose computed kernel was a fallthrough (autocast, for ops outside
+// its lists): a declined call goes on to the keys after it, as it did
+// before the router; an accepted one runs the impl.
+TEST_F(RoutingTest, DeclinedCallsAtAFallthroughKeyGoOnToTheNextKey) {
+  const GraphKey autocast{"aten", "mul.Tensor", "AutocastCPU"};
+  auto declines = std::make_shared<std::atomic<int>>(0);
+  register_override(autocast, counting_cond(declines, false), forbidden_impl());
+  registry().install_graph(autocast);
+  EXPECT_TRUE(same(call_mul(tensor({2, 3}), tensor({4, 5})), tensor({8, 15})));
+  EXPECT_EQ(*declines, 0) << "AutocastCPU is not among the keys of a call outside autocast";
+  struct CpuAutocast {
+    CpuAutocast() { at::autocast::set_autocast_enabled(at::kCPU, true); }
+    ~CpuAutocast() { at::autocast::set_autocast_enabled(at::kCPU, false); }
+  } autocast_on;
+  EXPECT_TRUE(same(call_mul(tensor({2, 3}), tensor({4, 5})), tensor({8, 15})));
+  EXPECT_EQ(*declines, 1);
+  register_override(autocast, constant_cond(true), fill_impl(7));
+  registry().install_graph(autocast);
+  EXPECT_TRUE(same(call_mul(tensor({2, 3}), tensor({4, 5})), tensor({7, 7})));
+}
+
+// A key where the op had no kernel at all (aten::mul at XLA without
+// torch_xla): an accepted call runs the impl, a declined one fails as the
+// dispatcher would have, naming the op and the key.
+TEST_F(RoutingTest, DeclinedCallsWhereTheOpHadNoKernelFailNamingOpAndKey) {
+  const GraphKey xla{"aten", "mul.Tensor", "XLA"};
+  const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow("aten::mul", "Tensor");
+  ASSERT_FALSE(op.hasComputedKernelForDispatchKey(c10::DispatchKey::XLA));
+  auto decides = std::make_shared<bool>(false);
+  register_override(
+      xla, [decides](const c10::OperatorHandle&, c10::DispatchKeySet, const Stack&) { return *decides; },
+      fill_impl(7));
+  registry().install_graph(xla);
+  const auto call_at_xla = [&] {
+    Stack stack{tensor({2, 3}), tensor({4, 5})};
+    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::XLA), &stack);
+    return stack.at(0).toTensor();
+  };
+  EXPECT_THAT(call_at_xla, ::testing::ThrowsMessage<c10::NotImplementedError>(
+                               ::testing::AllOf(HasSubstr("aten::mul.Tensor"), HasSubstr("XLA"))));
+  *decides = true;
+  EXPECT_TRUE(same(call_at_xla(), tensor({7, 7})));
 }
 
 class TwoNamespacesTest : public RegistryTest {

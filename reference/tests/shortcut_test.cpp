@@ -7,6 +7,7 @@
 #include "support.h"
 
 #include <ATen/ops/_lazy_clone.h>
+#include <ATen/ops/cat.h>
 #include <c10/core/impl/COW.h>
 
 namespace native_registry::testing {
@@ -39,7 +40,7 @@ class ShortcutTest : public RegistryTest {
     RegistryTest::TearDown();
   }
   // Registers a declining node whose cond records whether the guard was held.
-  void register_observing_node(bool divert_when_tracing) {
+  void register_observing_node(bool divert_when_tracing, const GraphKey& key = mul_cpu()) {
     OverrideOptions options;
     options.divert_when_tracing = divert_when_tracing;
     CondFn cond = [this](const c10::OperatorHandle&, c10::DispatchKeySet, const Stack&) {
@@ -47,8 +48,8 @@ class ShortcutTest : public RegistryTest {
       guard_held_in_cond = in_diverted_call();
       return false;
     };
-    register_override(mul_cpu(), cond, forbidden_impl(), options);
-    registry().install_graph(mul_cpu());
+    register_override(key, cond, forbidden_impl(), options);
+    registry().install_graph(key);
   }
   int cond_calls = 0;
   bool guard_held_in_cond = false;
@@ -92,6 +93,21 @@ TEST_F(ShortcutTest, CopyOnWriteInputsKeepTheOrdinaryPath) {
   EXPECT_FALSE(guard_held_in_cond) << "a copy-on-write call was diverted";
   EXPECT_TRUE(is_cow(a));
   EXPECT_TRUE(is_cow(b));
+}
+
+TEST_F(ShortcutTest, ACopyOnWriteTensorInAListKeepsTheOrdinaryPath) {
+  register_observing_node(true, {"aten", "cat", "CPU"});
+  set_trace_shortcut(&tracing);
+  const at::Tensor cow = at::_lazy_clone(tensor({4, 5}));
+  EXPECT_TRUE(same(at::cat({tensor({2, 3}), cow}), tensor({2, 3, 4, 5})));
+  EXPECT_EQ(g_shortcut_calls, 0);
+  EXPECT_FALSE(guard_held_in_cond) << "a list holding a copy-on-write tensor was diverted";
+  EXPECT_TRUE(is_cow(cow));
+  // The same list without it is diverted: the cond runs under the guard.
+  EXPECT_TRUE(same(at::cat({tensor({2, 3}), tensor({4, 5})}), tensor({2, 3, 4, 5})));
+  EXPECT_EQ(g_shortcut_calls, 1);
+  EXPECT_TRUE(guard_held_in_cond);
+  EXPECT_EQ(cond_calls, 2);
 }
 
 TEST_F(ShortcutTest, GuardIsReleasedWhenTheDivertedCallThrows) {

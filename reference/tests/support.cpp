@@ -7,6 +7,7 @@ std::vector<c10::OperatorName> watched_ops() {
   return {{"aten::mul", "Tensor"},
           {"aten::add", "Tensor"},
           {"aten::bmm", ""},
+          {"aten::cat", ""},
           {std::string(fixtures::kTestNamespace) + "::twice", ""},
           {std::string(fixtures::kSecondTestNamespace) + "::twice", ""}};
 }

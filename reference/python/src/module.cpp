@@ -234,24 +234,20 @@ void with_gil(void (*choose)(void*), void* context) {
 // Whether Dynamo is tracing, as torch.compiler.is_dynamo_compiling() says.
 // Looked up on every call so that patching it works as in upstream; the
 // shipped function is known to say False without calling it, which saves a
-// Python frame on every routed call.
+// Python frame on every routed call. What it raises reaches the op's caller,
+// as from upstream's Python router (the core releases its guard on the way).
 bool dynamo_is_tracing() {
   const DynamoFlag& flag = dynamo_flag();
   GilForPython gil;
-  try {
-    // The module's own dict, not getattr: the same answer for a module
-    // attribute, for a tenth of the work.
-    PyObject* current = PyDict_GetItemWithError(flag.namespace_.ptr(), flag.name.ptr());
-    if (current == nullptr) {
-      if (PyErr_Occurred()) throw py::error_already_set();
-      throw py::attribute_error("torch.compiler has no is_dynamo_compiling");
-    }
-    if (current == flag.stock.ptr()) return false;
-    return truthy(py::reinterpret_borrow<py::object>(current)());
-  } catch (py::error_already_set& e) {
-    e.discard_as_unraisable("native_registry trace shortcut");
-    return false;
+  // The module's own dict, not getattr: the same answer for a module
+  // attribute, for a tenth of the work.
+  PyObject* current = PyDict_GetItemWithError(flag.namespace_.ptr(), flag.name.ptr());
+  if (current == nullptr) {
+    if (PyErr_Occurred()) throw py::error_already_set();
+    throw py::attribute_error("module 'torch.compiler' has no attribute 'is_dynamo_compiling'");
   }
+  if (current == flag.stock.ptr()) return false;
+  return truthy(py::reinterpret_borrow<py::object>(current)());
 }
 
 GraphKey to_key(const std::tuple<std::string, std::string, std::string>& key) {

@@ -12,7 +12,8 @@ import pytest
 import native_registry.registry as registry
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3] / "fixtures" / "python"))
-from torch_fixtures import MISSING_NS, NS, NS2, dispatcher_state, mul, twice_namespaces  # noqa: E402,F401
+from torch_fixtures import (  # noqa: E402,F401
+    MISSING_NS, NS, NS2, assert_shared_tensors_intact, dispatcher_state, mul, twice_namespaces)
 
 
 @pytest.fixture
@@ -23,6 +24,7 @@ def reg():
     with registry.scoped():
         yield registry
     assert dispatcher_state() == before, "the test left the dispatcher changed"
+    assert_shared_tensors_intact()
     assert registry._native_decomp_overrides == saved_decomp
 
 

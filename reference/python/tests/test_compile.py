@@ -86,10 +86,22 @@ def test_dynamo_shortcut_preserves_cow_fallback(reg):
 def test_cow_inputs_are_never_diverted(reg):
     calls = []
     install_declining(reg, lambda *a, **k: calls.append(registry._router_active.on) or False)
-    a = torch._lazy_clone(A)
+    a = torch._lazy_clone(A.clone())  # lazy cloning makes its source copy-on-write too
     with patch.object(torch.compiler, "is_dynamo_compiling", return_value=True):
         assert torch.equal(mul(a, B), STOCK)
     assert calls == [False]
+
+
+def test_a_raising_dynamo_flag_reaches_the_caller_and_changes_nothing(reg):
+    calls = []
+    install_declining(reg, lambda *a, **k: calls.append(1) or False)
+    flag = MagicMock(side_effect=RuntimeError("flag broke"))
+    with patch.object(torch.compiler, "is_dynamo_compiling", flag):
+        with pytest.raises(RuntimeError, match="flag broke"):
+            mul(A, B)
+    assert calls == [], "no cond runs once the flag has raised"
+    assert not registry._router_active.on
+    assert torch.equal(mul(A, B), STOCK) and calls == [1]
 
 
 def test_chains_of_cpp_predicates_never_consult_the_shortcut(reg):
