@@ -3,6 +3,7 @@
 
 #include "suite.h"
 
+#include <ATen/autocast_mode.h>
 #include <ATen/ops/bmm.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/ones_like.h>
@@ -40,6 +41,25 @@ TEST_P(Conformance, CondFalseFallsBack) {
   calls->store(0);
   EXPECT_TRUE(same(mul_2_3_by_4_5(), kStock));
   EXPECT_EQ(calls->load(), 1);
+}
+
+TEST_P(Conformance, FallbackPastAFallthroughKey) {
+  BEHAVIOUR("routing.fallback-past-a-fallthrough-key");
+  const Key autocast{"aten", "mul.Tensor", "AutocastCPU"};
+  auto declines = std::make_shared<std::atomic<int>>(0);
+  add(autocast, counting_cond(declines, false), forbidden_impl(), "a");
+  adapter().install(autocast);
+  EXPECT_TRUE(same(mul_2_3_by_4_5(), kStock));
+  EXPECT_EQ(declines->load(), 0) << "AutocastCPU is not among the keys of a call outside autocast";
+  struct CpuAutocast {
+    CpuAutocast() { at::autocast::set_autocast_enabled(at::kCPU, true); }
+    ~CpuAutocast() { at::autocast::set_autocast_enabled(at::kCPU, false); }
+  } autocast_on;
+  EXPECT_TRUE(same(mul_2_3_by_4_5(), kStock));
+  EXPECT_EQ(declines->load(), 1);
+  add(autocast, constant_cond(true), fill_impl(7), "b");
+  adapter().install(autocast);
+  EXPECT_TRUE(same(mul_2_3_by_4_5(), tensor({7, 7})));
 }
 
 TEST_P(Conformance, FirstMatchWins) {

@@ -57,6 +57,22 @@ def test_first_match_wins(impl):
     later.assert_not_called()
 
 
+@behaviour("routing.fallback-past-a-fallthrough-key")
+def test_fallback_past_a_fallthrough_key(impl):
+    autocast_key = (KEY[0], KEY[1], "AutocastCPU")
+    declines = MagicMock(return_value=False)
+    impl.register("a", *autocast_key, declines, forbidden())
+    impl.install(*autocast_key)
+    assert torch.equal(mul(), STOCK)
+    declines.assert_not_called()  # AutocastCPU is not among a plain call's keys
+    with torch.autocast("cpu"):
+        assert torch.equal(mul(), STOCK)
+        assert declines.call_count == 1
+        impl.register("b", *autocast_key, lambda *a, **k: True, fill(7.0))
+        impl.install(*autocast_key)
+        assert torch.equal(mul(), torch.tensor([7.0, 7.0]))
+
+
 @behaviour("routing.runtime-unavailable-skips")
 def test_runtime_unavailable_skips_the_node(impl):
     body = forbidden()

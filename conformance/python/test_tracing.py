@@ -110,6 +110,23 @@ def test_cow_inputs_are_never_diverted(impl):
     assert torch._C._is_cow_tensor(a) and torch._C._is_cow_tensor(b)
 
 
+@behaviour("cow.never-diverted")
+def test_a_cow_tensor_inside_a_list_is_never_diverted(impl):
+    guard_states = []
+
+    def cond(*args, **kwargs):
+        guard_states.append(impl.in_reentrant_call())
+        return False
+
+    impl.register("test_dsl", "aten", "cat", "CPU", cond, MagicMock(side_effect=AssertionError("impl ran")))
+    impl.install("aten", "cat", "CPU")
+    cow = torch._lazy_clone(torch.tensor([4.0, 5.0]))
+    with patch.object(torch.compiler, "is_dynamo_compiling", return_value=True):
+        assert torch.equal(torch.cat([torch.tensor([2.0, 3.0]), cow]), torch.tensor([2.0, 3.0, 4.0, 5.0]))
+    assert guard_states == [False], "a list holding a copy-on-write tensor was diverted"
+    assert torch._C._is_cow_tensor(cow)
+
+
 class MulPlusOne(torch.nn.Module):
     def forward(self, a, b):
         return torch.mul(a, b) + 1

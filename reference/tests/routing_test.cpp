@@ -4,7 +4,6 @@
 
 #include "support.h"
 
-#include <ATen/autocast_mode.h>
 #include <ATen/ops/bmm.h>
 #include <ATen/ops/ones_like.h>
 #include <ATen/ops/randn.h>
@@ -334,27 +333,6 @@ TEST_F(RoutingTest, OtherNamespaceFallsBackToItsCompositeKernel) {
   register_override(twice_cpu(fixtures::kTestNamespace), constant_cond(false), forbidden_impl());
   registry().install_graph(twice_cpu(fixtures::kTestNamespace));
   EXPECT_TRUE(same(ns1().twice(tensor({1, 2})), tensor({2, 4})));
-}
-
-// A key whose computed kernel was a fallthrough (autocast, for ops outside
-// its lists): a declined call goes on to the keys after it, as it did
-// before the router; an accepted one runs the impl.
-TEST_F(RoutingTest, DeclinedCallsAtAFallthroughKeyGoOnToTheNextKey) {
-  const GraphKey autocast{"aten", "mul.Tensor", "AutocastCPU"};
-  auto declines = std::make_shared<std::atomic<int>>(0);
-  register_override(autocast, counting_cond(declines, false), forbidden_impl());
-  registry().install_graph(autocast);
-  EXPECT_TRUE(same(call_mul(tensor({2, 3}), tensor({4, 5})), tensor({8, 15})));
-  EXPECT_EQ(*declines, 0) << "AutocastCPU is not among the keys of a call outside autocast";
-  struct CpuAutocast {
-    CpuAutocast() { at::autocast::set_autocast_enabled(at::kCPU, true); }
-    ~CpuAutocast() { at::autocast::set_autocast_enabled(at::kCPU, false); }
-  } autocast_on;
-  EXPECT_TRUE(same(call_mul(tensor({2, 3}), tensor({4, 5})), tensor({8, 15})));
-  EXPECT_EQ(*declines, 1);
-  register_override(autocast, constant_cond(true), fill_impl(7));
-  registry().install_graph(autocast);
-  EXPECT_TRUE(same(call_mul(tensor({2, 3}), tensor({4, 5})), tensor({7, 7})));
 }
 
 // A key where the op had no kernel at all (aten::mul at XLA without
