@@ -4,15 +4,6 @@ namespace conformance {
 
 namespace fx = native_registry::fixtures;
 
-namespace {
-std::vector<c10::OperatorName> watched_ops() {
-  return {{"aten::mul", "Tensor"},
-          {"aten::bmm", ""},
-          {std::string(fx::kTestNamespace) + "::twice", ""},
-          {std::string(fx::kSecondTestNamespace) + "::twice", ""}};
-}
-}  // namespace
-
 void Conformance::SetUp() {
   ns1_ = std::make_unique<fx::ScopedTwiceNamespace>(fx::kTestNamespace, 2.0);
   ns2_ = std::make_unique<fx::ScopedTwiceNamespace>(fx::kSecondTestNamespace, 3.0);
@@ -38,7 +29,7 @@ void Conformance::add(const Key& key, CondFn cond, ImplFn impl, const std::strin
 }
 
 fx::DispatcherFingerprint Conformance::fingerprint() const {
-  return fx::DispatcherFingerprint::capture(watched_ops());
+  return fx::DispatcherFingerprint::capture(fx::watched_ops());
 }
 
 }  // namespace conformance

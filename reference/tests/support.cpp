@@ -1,16 +1,6 @@
 #include "support.h"
 
-
 namespace native_registry::testing {
-
-std::vector<c10::OperatorName> watched_ops() {
-  return {{"aten::mul", "Tensor"},
-          {"aten::add", "Tensor"},
-          {"aten::bmm", ""},
-          {"aten::cat", ""},
-          {std::string(fixtures::kTestNamespace) + "::twice", ""},
-          {std::string(fixtures::kSecondTestNamespace) + "::twice", ""}};
-}
 
 GraphKey mul_cpu() { return {"aten", "mul.Tensor", "CPU"}; }
 GraphKey bmm_cpu() { return {"aten", "bmm", "CPU"}; }

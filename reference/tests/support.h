@@ -24,7 +24,7 @@
 namespace native_registry::testing {
 
 // Ops whose dispatch tables every test checks after teardown.
-std::vector<c10::OperatorName> watched_ops();
+using fixtures::watched_ops;
 
 // Graph keys the tests use.
 GraphKey mul_cpu();
