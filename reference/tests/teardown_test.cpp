@@ -87,6 +87,33 @@ TEST_F(TeardownTest, RestoreBringsBackGraphsIndexesAndFilters) {
   EXPECT_THAT(registry().filters().dispatch_keys, ElementsAre("CUDA"));
 }
 
+// A custom-op library unloaded between snapshot and restore: restore brings
+// back the registry's records, warns about each router and `_native` op it
+// cannot rebuild, and leaves nothing half-built.
+TEST_F(TeardownTest, RestoreWarnsAboutOpsThatNoLongerExist) {
+  const std::string ns = "_native_registry_test_unloaded";
+  const GraphKey key = twice_cpu(ns);
+  const Snapshot empty = registry().snapshot();
+  auto library = std::make_unique<fixtures::ScopedTwiceNamespace>(ns, 5.0);
+  registry().allow_namespace(ns);
+  const NodePtr node = register_override(key, constant_cond(true), fill_impl(9));
+  registry().install_graph(key);
+  EXPECT_TRUE(same(library->twice(tensor({1})), tensor({9})));
+  const Snapshot with_router = registry().snapshot();
+  registry().restore(empty);
+  library.reset();  // the op is gone
+  registry().restore(with_router);
+  EXPECT_THAT(registry().graph(key), ElementsAre(node));
+  EXPECT_EQ(registry().router_state(key), RouterState::kAbsent);
+  ASSERT_EQ(warnings.size(), 2u);
+  EXPECT_THAT(warnings[0], ::testing::HasSubstr("restore: the op of " + key.to_string() +
+                                                " no longer exists"));
+  EXPECT_THAT(warnings[1], ::testing::HasSubstr(key.to_string() + " (for _native::" +
+                                                node->node_id + ")"));
+  EXPECT_FALSE(c10::Dispatcher::singleton().findOp({"_native::" + node->node_id, ""}));
+  warnings.clear();
+}
+
 TEST_F(TeardownTest, SnapshotsOfAnotherRegistryAndEmptySnapshotsAreRefused) {
   Registry other;
   EXPECT_THROW(registry().restore(other.snapshot()), InvalidArgumentError);
