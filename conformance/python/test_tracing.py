@@ -19,9 +19,18 @@ from torch_fixtures import A, B, STOCK, mul
 from torch_fixtures import MUL_CPU as KEY
 
 
-def install_declining(impl, cond):
-    impl.register("test_dsl", *KEY, cond, MagicMock(side_effect=AssertionError("impl ran")))
-    impl.install(*KEY)
+def install_declining(impl, cond, key=KEY):
+    impl.register("test_dsl", *key, cond, MagicMock(side_effect=AssertionError("impl ran")))
+    impl.install(*key)
+
+
+def declining_cond_noting_the_guard(impl, guard_states: list):
+    """A cond that declines and appends, at each call, whether the
+    re-entrancy guard is held."""
+    def cond(*args, **kwargs):
+        guard_states.append(impl.in_reentrant_call())
+        return False
+    return cond
 
 
 @behaviour("fake.shape-inference-without-impl")
@@ -54,12 +63,7 @@ def test_compile_session_flag_falls_through(impl):
 @behaviour("dynamo.folded-flag-reenters-once")
 def test_folded_flag_reenters_once_under_the_guard(impl):
     guard_states = []
-
-    def cond(*a, **k):
-        guard_states.append(impl.in_reentrant_call())
-        return False
-
-    install_declining(impl, cond)
+    install_declining(impl, declining_cond_noting_the_guard(impl, guard_states))
     with patch.object(torch.compiler, "is_dynamo_compiling", return_value=True):
         assert torch.equal(mul(), STOCK)
     assert guard_states == [True]
@@ -96,12 +100,7 @@ def test_cow_inputs_keep_the_eager_fallback(impl, fresh_dynamo):
 @behaviour("cow.never-diverted")
 def test_cow_inputs_are_never_diverted(impl):
     guard_states = []
-
-    def cond(*args, **kwargs):
-        guard_states.append(impl.in_reentrant_call())
-        return False
-
-    install_declining(impl, cond)
+    install_declining(impl, declining_cond_noting_the_guard(impl, guard_states))
     a = torch._lazy_clone(torch.tensor([2.0, 3.0]))
     b = torch._lazy_clone(torch.tensor([4.0, 5.0]))
     with patch.object(torch.compiler, "is_dynamo_compiling", return_value=True):
@@ -113,13 +112,7 @@ def test_cow_inputs_are_never_diverted(impl):
 @behaviour("cow.never-diverted")
 def test_a_cow_tensor_inside_a_list_is_never_diverted(impl):
     guard_states = []
-
-    def cond(*args, **kwargs):
-        guard_states.append(impl.in_reentrant_call())
-        return False
-
-    impl.register("test_dsl", "aten", "cat", "CPU", cond, MagicMock(side_effect=AssertionError("impl ran")))
-    impl.install("aten", "cat", "CPU")
+    install_declining(impl, declining_cond_noting_the_guard(impl, guard_states), key=("aten", "cat", "CPU"))
     cow = torch._lazy_clone(torch.tensor([4.0, 5.0]))
     with patch.object(torch.compiler, "is_dynamo_compiling", return_value=True):
         assert torch.equal(torch.cat([torch.tensor([2.0, 3.0]), cow]), torch.tensor([2.0, 3.0, 4.0, 5.0]))
