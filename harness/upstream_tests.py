@@ -32,10 +32,6 @@ def outcomes(xml: pathlib.Path) -> dict[str, str]:
     return result
 
 
-def log_tail(log: pathlib.Path, lines: int = 20) -> list[str]:
-    return log.read_text(errors="replace").splitlines()[-lines:]
-
-
 def run(args) -> int:
     path = args.upstream_tests.resolve()
     if not path.exists():
@@ -62,7 +58,7 @@ def run(args) -> int:
         if not results[label]:
             # Nothing collected or no report written: show why in the CI log.
             print(f"  no results from {label}; the end of {log_path}:")
-            print("    " + "\n    ".join(log_tail(log_path)))
+            print("    " + "\n    ".join(log_path.read_text(errors="replace").splitlines()[-20:]))
 
     labels = list(results)
     names = sorted(set().union(*results.values()))

@@ -3,7 +3,6 @@
 #include "quiet_override_warning.h"
 #include "router.h"
 
-
 namespace native_registry::detail {
 namespace {
 

@@ -40,6 +40,7 @@ namespace native_registry::detail {
 // default). Off, every router is boxed: for benchmarks and tests that compare
 // the two. Routers already installed keep their kernel.
 void set_typed_routers_enabled(bool enabled);
+bool typed_routers_enabled();
 
 // Runs node.impl on a boxed call and checks that it left exactly the op's
 // results where the arguments were, which is where the caller reads them;
@@ -47,7 +48,6 @@ void set_typed_routers_enabled(bool enabled);
 // Both the router and the `_native` op's kernel call impls through it.
 void run_impl(const OverrideNode& node, const c10::OperatorHandle& op, c10::DispatchKeySet keys,
               Stack* stack);
-bool typed_routers_enabled();
 
 struct Chain {
   Graph nodes;

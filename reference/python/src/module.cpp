@@ -8,8 +8,8 @@
 // never releases it. The call path takes the GIL only where Python runs: once
 // around a router's choice when its chain holds a Python cond or runtime check
 // (the host scope, which also covers the trace shortcut), and inside a Python
-// impl; chains of C++ predicates decline without it. Python references held by C++ objects are dropped under the GIL
-// (PyRef), whatever thread drops them.
+// impl; chains of C++ predicates decline without it. Python references held
+// by C++ objects are dropped under the GIL (PyRef), whatever thread drops them.
 
 #include <native_registry/native_registry.h>
 #include <native_registry/predicates.h>
