@@ -3,6 +3,9 @@
 #include "quiet_override_warning.h"
 #include "router.h"
 
+#include <mutex>
+#include <vector>
+
 namespace native_registry::detail {
 namespace {
 
@@ -26,12 +29,41 @@ class CallImpl final : public c10::OperatorKernel {
   explicit CallImpl(NodePtr node) : node_(std::move(node)) {}
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
                   Stack* stack) {
-    run_impl(*node_, op, keys, stack);
+    // Held for the call: the impl may retire this op, and this functor with it.
+    const NodePtr pinned = node_;
+    run_impl(*pinned, op, keys, stack);
   }
 
  private:
   NodePtr node_;
 };
+
+// Every call of a retired op, at any key (CompositeImplicitAutograd fills
+// the whole table of an op with no other kernel, Meta and Autograd included).
+class RaiseRetired final : public c10::OperatorKernel {
+ public:
+  explicit RaiseRetired(std::string message) : message_(std::move(message)) {}
+  void operator()(const c10::OperatorHandle&, c10::DispatchKeySet, Stack*) {
+    TORCH_CHECK(false, message_);
+  }
+
+ private:
+  std::string message_;
+};
+
+// Definitions of retired ops, kept for the life of the process (see the
+// header). Reachable from a global, so leak checkers do not count them.
+void keep_definition(std::unique_ptr<torch::Library> definition) {
+  static std::mutex mutex;
+  static auto* kept = new std::vector<std::unique_ptr<torch::Library>>();
+  std::lock_guard<std::mutex> lock(mutex);
+  kept->push_back(std::move(definition));
+}
+
+std::string describe(const OverrideNode& node) {
+  return "override " + node.node_id + " (dsl '" + node.dsl_name + "', " +
+         node.key().to_string() + ")";
+}
 
 }  // namespace
 
@@ -41,21 +73,52 @@ c10::OperatorName NativeOp::name_for(const OverrideNode& node) {
 
 NativeOp::NativeOp(const NodePtr& node, const c10::OperatorHandle& target,
                    c10::DispatchKey dispatch_key)
-    : node_(node) {
-  library_ = std::make_unique<torch::Library>(
+    : name_(name_for(*node).name), description_(describe(*node)) {
+  definition_ = std::make_unique<torch::Library>(
       torch::Library::FRAGMENT, kNativeNamespace, std::nullopt, __FILE__, __LINE__);
-  const std::string name = name_for(*node).name;
   QuietOverrideWarning quiet;
-  library_->def(target.schema().cloneWithName(name, ""));
-  library_->impl(name.c_str(),
+  definition_->def(target.schema().cloneWithName(name_, ""));
+  activate(node, target, dispatch_key);
+}
+
+NativeOp::~NativeOp() {
+  retire();
+  keep_definition(std::move(definition_));
+}
+
+void NativeOp::activate(const NodePtr& node, const c10::OperatorHandle& target,
+                        c10::DispatchKey dispatch_key) {
+  if (active()) return;
+  QuietOverrideWarning quiet;
+  retired_.reset();
+  kernels_ = std::make_unique<torch::Library>(
+      torch::Library::IMPL, kNativeNamespace, std::nullopt, __FILE__, __LINE__);
+  kernels_->impl(name_.c_str(),
                  torch::dispatch(c10::DispatchKey::Meta,
                                  torch::CppFunction::makeFromBoxedFunctor(
                                      std::make_unique<CallTarget>(target))));
-  library_->impl(name.c_str(),
+  kernels_->impl(name_.c_str(),
                  torch::dispatch(dispatch_key, torch::CppFunction::makeFromBoxedFunctor(
                                                    std::make_unique<CallImpl>(node))));
+  node_ = node;
 }
 
-NativeOp::~NativeOp() = default;
+NodePtr NativeOp::retire() {
+  if (!active()) return nullptr;
+  QuietOverrideWarning quiet;
+  kernels_.reset();
+  retired_ = std::make_unique<torch::Library>(
+      torch::Library::IMPL, kNativeNamespace, std::nullopt, __FILE__, __LINE__);
+  retired_->impl(
+      name_.c_str(),
+      torch::dispatch(c10::DispatchKey::CompositeImplicitAutograd,
+                      torch::CppFunction::makeFromBoxedFunctor(std::make_unique<RaiseRetired>(
+                          name_ + ": " + description_ +
+                          " is gone: the registry's teardown (restore, or the registry's "
+                          "destruction) removed it after this op was recorded, e.g. by "
+                          "torch.export or torch.compile; rebuild the program with the "
+                          "override installed, or without it"))));
+  return std::move(node_);
+}
 
 }  // namespace native_registry::detail

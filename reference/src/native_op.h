@@ -3,23 +3,38 @@
 // The opaque op `_native::<node_id>` that carries one override, so that
 // FakeTensor, export and compile can name it and shape-infer through it:
 //  * its schema is the target op's, renamed;
-//  * its kernel at the override's dispatch key is the node's impl;
-//  * its Meta kernel calls the target op, so meta and fake inputs get the
-//    target's shapes without running the impl or initialising any runtime.
-// Destroying a NativeOp undefines the op (its own torch::Library handle).
+//  * while active, its kernel at the override's dispatch key is the node's
+//    impl, and its Meta kernel calls the target op, so meta and fake inputs
+//    get the target's shapes without running the impl or initialising any
+//    runtime;
+//  * once retired (its node torn down by restore, or its registry
+//    destroyed), every call raises an error naming the override that is
+//    gone.
+//
+// The definition is kept for the life of the process, as upstream keeps its
+// `_native` ops: programs exported or compiled while the override was
+// installed hold handles to the op, and an undefined op would leave those
+// handles dangling (a crash on the next call). Only the `_native` namespace
+// keeps anything; every other op's dispatch table is restored exactly.
+//
+// A call of the active impl holds a reference to the node for its whole
+// length, so an impl that retires its own op (restore() from inside) finishes.
 
 #include <native_registry/types.h>
 
 #include <torch/library.h>
 
 #include <memory>
+#include <string>
 
 namespace native_registry::detail {
 
 class NativeOp {
  public:
+  // Defines the op and activates it for `node`.
   NativeOp(const NodePtr& node, const c10::OperatorHandle& target,
            c10::DispatchKey dispatch_key);
+  // Retires the op; its definition stays (see above).
   ~NativeOp();
   NativeOp(const NativeOp&) = delete;
   NativeOp& operator=(const NativeOp&) = delete;
@@ -27,11 +42,25 @@ class NativeOp {
   // "_native::<node_id>", the name the dispatcher knows it by.
   static c10::OperatorName name_for(const OverrideNode& node);
 
-  const NodePtr& node() const { return node_; }
+  // Routes the op's calls to `node` again (a restore to a snapshot taken
+  // while it was active). No-op when active.
+  void activate(const NodePtr& node, const c10::OperatorHandle& target,
+                c10::DispatchKey dispatch_key);
+  // Swaps the kernels for the one that raises, and hands back the node,
+  // which the caller frees once it holds no lock (a node may own host
+  // objects whose release enters the host runtime). No-op (null) when retired.
+  NodePtr retire();
+
+  bool active() const { return node_ != nullptr; }
+  const NodePtr& node() const { return node_; }  // null when retired
 
  private:
+  std::string name_;         // "_native::<node_id>"
+  std::string description_;  // which override, for the retired op's error
   NodePtr node_;
-  std::unique_ptr<torch::Library> library_;
+  std::unique_ptr<torch::Library> definition_;
+  std::unique_ptr<torch::Library> kernels_;  // while active
+  std::unique_ptr<torch::Library> retired_;  // while retired
 };
 
 }  // namespace native_registry::detail

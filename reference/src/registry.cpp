@@ -6,6 +6,9 @@
 
 #include <algorithm>
 #include <iostream>
+#include <sstream>
+#include <stdexcept>
+#include <utility>
 
 namespace native_registry {
 
@@ -26,7 +29,6 @@ struct Snapshot::State {
   std::set<GraphKey> installed;
   struct RouterRecord {
     uint64_t router_id;
-    Graph chain;
   };
   std::map<GraphKey, RouterRecord> routers;
   std::map<std::string, NodePtr> native_nodes;  // nodes whose `_native` op was defined
@@ -90,6 +92,50 @@ std::string why_not_a_reordering(const GraphKey& key, const Graph& original,
 
 }  // namespace
 
+// ---- the control scope -------------------------------------------------------
+
+struct Registry::Pending {
+  std::vector<std::pair<LogLevel, std::string>> logs;
+  std::vector<std::shared_ptr<const void>> released;
+};
+
+class Registry::ControlScope {
+ public:
+  explicit ControlScope(const Registry& registry) : registry_(registry), lock_(registry.mutex_) {
+    registry_.pending_ = &pending_;
+  }
+  // Releases the lock, then emits the queued log records through the sink
+  // that was set when they were queued, then frees what was retired.
+  ~ControlScope() {
+    registry_.pending_ = nullptr;
+    LogSink sink = registry_.log_sink_;
+    lock_.unlock();
+    for (const auto& [level, message] : pending_.logs) {
+      try {
+        emit(sink, level, message);
+      } catch (...) {
+        // A log handler's failure must not turn a done operation into an error.
+      }
+    }
+    pending_.released.clear();
+  }
+  ControlScope(const ControlScope&) = delete;
+  ControlScope& operator=(const ControlScope&) = delete;
+
+  static void emit(const LogSink& sink, LogLevel level, const std::string& message) {
+    if (sink) {
+      sink(level, message);
+    } else if (level == LogLevel::kWarning) {
+      std::cerr << "[native_registry] warning: " << message << "\n";
+    }
+  }
+
+ private:
+  const Registry& registry_;
+  Pending pending_;  // destroyed after lock_ is released: declared first
+  std::unique_lock<std::mutex> lock_;
+};
+
 bool Registry::FilterState::matches(const OverrideNode& node) const {
   return dsl_names.count(node.dsl_name) || op_symbols.count(node.op_symbol) ||
          dispatch_keys.count(node.dispatch_key);
@@ -104,14 +150,37 @@ std::atomic<uint64_t> g_next_registry_serial{1};
 Registry::Registry() : serial_(g_next_registry_serial.fetch_add(1)) {}
 
 Registry::~Registry() {
-  std::lock_guard<std::recursive_mutex> lock(mutex_);
-  routers_.clear();  // routers first: they may route to the `_native` ops' impls
+  ControlScope scope(*this);
+  // Routers first: they may route to the `_native` ops' impls.
+  for (auto& entry : routers_) defer_release(entry.second->keep_alive());
+  routers_.clear();
+  for (auto& entry : native_ops_) retire_native_op(*entry.second);
   native_ops_.clear();
+  defer_release(std::make_shared<std::map<GraphKey, Graph>>(std::move(graphs_)));
 }
 
 Registry& Registry::global() {
   static Registry* registry = new Registry();
   return *registry;
+}
+
+void Registry::defer_release(std::shared_ptr<const void> object) const {
+  TORCH_INTERNAL_ASSERT(pending_ != nullptr, "defer_release outside a ControlScope");
+  pending_->released.push_back(std::move(object));
+}
+
+void Registry::log(LogLevel level, const std::string& message) const {
+  TORCH_INTERNAL_ASSERT(pending_ != nullptr, "log outside a ControlScope");
+  pending_->logs.emplace_back(level, message);
+}
+
+void Registry::log_unlocked(LogLevel level, const std::string& message) const {
+  LogSink sink;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    sink = log_sink_;
+  }
+  ControlScope::emit(sink, level, message);
 }
 
 // ---- registration -----------------------------------------------------------
@@ -142,19 +211,6 @@ NodePtr Registry::register_op_override(const std::string& dsl_name,
     throw InvalidArgumentError("cond must be provided unless unconditional_override=True");
   }
 
-  std::lock_guard<std::recursive_mutex> lock(mutex_);
-  if (!allowlist_.count(lib_symbol)) {
-    throw InvalidArgumentError("lib_symbol=" + quoted(lib_symbol) +
-                               " is not overridable; allow it first "
-                               "(allowed: " + [&] {
-                                 std::string names;
-                                 for (const auto& ns : allowlist_) {
-                                   names += (names.empty() ? "" : ", ") + ns;
-                                 }
-                                 return names;
-                               }() + ")");
-  }
-
   auto node = std::make_shared<OverrideNode>();
   node->dsl_name = dsl_name;
   node->lib_symbol = lib_symbol;
@@ -166,11 +222,21 @@ NodePtr Registry::register_op_override(const std::string& dsl_name,
   node->unconditional_override = options.unconditional_override;
   node->divert_when_tracing = options.divert_when_tracing;
   node->needs_host_scope = options.needs_host_scope;
+  node->registry_serial = serial_;
+
+  ControlScope scope(*this);
+  if (!allowlist_.count(lib_symbol)) {
+    std::string names;
+    for (const auto& ns : allowlist_) names += (names.empty() ? "" : ", ") + ns;
+    // The node (and the callables it took) is freed after the lock.
+    defer_release(std::move(node));
+    throw InvalidArgumentError("lib_symbol=" + quoted(lib_symbol) +
+                               " is not overridable; allow it first (allowed: " + names + ")");
+  }
   node->node_id = mint_node_id(dsl_name, op_symbol);
 
   const GraphKey graph_key = node->key();
   graphs_[graph_key].push_back(node);
-  registered_[node.get()] = node;
   append_once(by_dsl_name_[dsl_name], graph_key);
   append_once(by_op_symbol_[op_symbol], graph_key);
   append_once(by_dispatch_key_[graph_key.dispatch_key], graph_key);
@@ -197,7 +263,7 @@ void Registry::deregister_op_overrides(const Filter& disable) {
   check_filter_entries("disable_dsl_names entry", disable.dsl_names);
   check_filter_entries("disable_op_symbols entry", disable.op_symbols);
   check_filter_entries("disable_dispatch_keys entry", disable.dispatch_keys);
-  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  ControlScope scope(*this);
   log(LogLevel::kInfo, "disabling overrides");
   const FilterState saved = filters_;
   filters_.dsl_names.insert(disable.dsl_names.begin(), disable.dsl_names.end());
@@ -216,7 +282,7 @@ void Registry::reenable_op_overrides(const Filter& enable) {
   check_filter_entries("enable_dsl_names entry", enable.dsl_names);
   check_filter_entries("enable_op_symbols entry", enable.op_symbols);
   check_filter_entries("enable_dispatch_keys entry", enable.dispatch_keys);
-  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  ControlScope scope(*this);
   log(LogLevel::kInfo, "re-enabling overrides");
   const FilterState saved = filters_;
   for (const auto& name : enable.dsl_names) filters_.dsl_names.erase(name);
@@ -231,7 +297,11 @@ void Registry::reenable_op_overrides(const Filter& enable) {
 }
 
 bool Registry::is_enabled(const OverrideNode& node) const {
-  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  std::lock_guard<std::mutex> lock(mutex_);
+  return is_enabled_locked(node);
+}
+
+bool Registry::is_enabled_locked(const OverrideNode& node) const {
   if (!filters_.matches(node)) return true;
   // An unconditional override is the op's implementation: a disable leaves
   // it in place unless the mask is also up.
@@ -243,7 +313,7 @@ Graph Registry::enabled_chain(const GraphKey& key) const {
   auto it = graphs_.find(key);
   if (it == graphs_.end()) return chain;
   for (const NodePtr& node : it->second) {
-    if (is_enabled(*node)) chain.push_back(node);
+    if (is_enabled_locked(*node)) chain.push_back(node);
   }
   return chain;
 }
@@ -266,52 +336,80 @@ void Registry::republish_all_installed() { republish_installed(installed_); }
 
 // ---- ordering ---------------------------------------------------------------
 
-void Registry::reorder_graphs(const OrderingFn& fn, bool reinstall) {
+std::vector<GraphKey> Registry::reorder_graphs(const OrderingFn& fn, bool reinstall) {
+  return reorder_graphs(fn, reinstall ? ReorderInstall::kInstalled : ReorderInstall::kNothing);
+}
+
+std::vector<GraphKey> Registry::reorder_graphs(const OrderingFn& fn, ReorderInstall install) {
   if (!fn) throw InvalidArgumentError("the ordering function must be callable");
-  std::lock_guard<std::recursive_mutex> lock(mutex_);
-  std::vector<GraphKey> keys;
-  for (const auto& entry : graphs_) keys.push_back(entry.first);
-  std::map<GraphKey, Graph> replaced;  // the originals of graphs that changed
-  for (const GraphKey& key : keys) {
-    auto it = graphs_.find(key);
-    if (it == graphs_.end()) continue;  // the ordering function removed it
-    const Graph original = it->second;
+  // The ordering function runs without the lock, on a copy of the graphs:
+  // it may call the control plane itself, or log.
+  std::map<GraphKey, Graph> originals;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    originals = graphs_;
+  }
+  std::map<GraphKey, Graph> results;
+  for (const auto& [key, original] : originals) {
     const std::string where = key.to_string();
     Graph reordered;
     try {
       reordered = fn(key.op_symbol, key.dispatch_key, original);
+    } catch (const AbortError&) {
+      throw;  // nothing has changed
     } catch (const std::exception& e) {
-      log(LogLevel::kWarning, "Graph transformation failed for " + where + ": " +
-                                  e.what() + ". Preserving original graph.");
+      log_unlocked(LogLevel::kWarning, "Graph transformation failed for " + where + ": " +
+                                           e.what() + ". Preserving original graph.");
       continue;
     } catch (...) {
-      log(LogLevel::kWarning, "Graph transformation failed for " + where +
-                                  ": unknown exception. Preserving original graph.");
+      log_unlocked(LogLevel::kWarning, "Graph transformation failed for " + where +
+                                           ": unknown exception. Preserving original graph.");
       continue;
     }
     const std::string problem = why_not_a_reordering(key, original, reordered);
     if (!problem.empty()) {
-      log(LogLevel::kWarning, "Graph transformation failed for " + where +
-                                  ": the returned graph is invalid (" + problem +
-                                  "). Preserving original graph.");
+      log_unlocked(LogLevel::kWarning, "Graph transformation failed for " + where +
+                                           ": the returned graph is invalid (" + problem +
+                                           "). Preserving original graph.");
       continue;
     }
-    graphs_[key] = reordered;
-    if (reordered != original) replaced.emplace(key, original);
+    if (reordered != original) results.emplace(key, std::move(reordered));
   }
-  if (!reinstall) return;
-  std::set<GraphKey> changed;
-  for (const auto& entry : replaced) changed.insert(entry.first);
+
+  ControlScope scope(*this);
+  std::map<GraphKey, Graph> replaced;  // the originals of graphs that changed
+  for (auto& [key, reordered] : results) {
+    auto it = graphs_.find(key);
+    if (it == graphs_.end() || it->second != originals.at(key)) {
+      log(LogLevel::kWarning, "Graph transformation failed for " + key.to_string() +
+                                  ": the graph changed while the ordering function ran. "
+                                  "Preserving the current graph.");
+      continue;
+    }
+    replaced.emplace(key, std::exchange(it->second, std::move(reordered)));
+  }
+  std::vector<GraphKey> changed;
+  for (const auto& entry : replaced) changed.push_back(entry.first);
   try {
-    republish_installed(changed);  // all or nothing: see there
+    if (install == ReorderInstall::kInstalled) {
+      republish_installed({changed.begin(), changed.end()});  // all or nothing: see there
+    } else if (install == ReorderInstall::kChanged) {
+      for (const GraphKey& key : changed) {
+        if (!enabled_chain(key).empty()) resolve(key);  // before anything is installed
+      }
+      for (const GraphKey& key : changed) install_graph_locked(key, InstallMode::kUpdate);
+    }
   } catch (...) {
     for (auto& [key, original] : replaced) graphs_[key] = std::move(original);
     throw;
   }
+  // Nodes an ordering function dropped may be held by nothing else.
+  defer_release(std::make_shared<std::map<GraphKey, Graph>>(std::move(replaced)));
+  return changed;
 }
 
 void Registry::replace_graph(const GraphKey& key, const Graph& nodes) {
-  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  ControlScope scope(*this);
   std::set<const OverrideNode*> seen;
   for (const NodePtr& node : nodes) {
     if (!node) throw InvalidArgumentError("replace_graph: a node is null");
@@ -319,8 +417,7 @@ void Registry::replace_graph(const GraphKey& key, const Graph& nodes) {
       throw InvalidArgumentError("replace_graph: node " + node->node_id + " belongs to " +
                                  node->key().to_string() + ", not " + key.to_string());
     }
-    auto known = registered_.find(node.get());
-    if (known == registered_.end() || known->second.lock() != node) {
+    if (node->registry_serial != serial_) {
       throw InvalidArgumentError("replace_graph: node " + node->node_id +
                                  " was not registered with this registry");
     }
@@ -328,7 +425,7 @@ void Registry::replace_graph(const GraphKey& key, const Graph& nodes) {
       throw InvalidArgumentError("replace_graph: node " + node->node_id + " appears twice");
     }
   }
-  graphs_[key] = nodes;
+  defer_release(std::make_shared<Graph>(std::exchange(graphs_[key], nodes)));
 }
 
 // ---- installation -----------------------------------------------------------
@@ -348,14 +445,27 @@ c10::OperatorHandle Registry::resolve(const GraphKey& key) const {
 
 void Registry::ensure_native_ops(const Graph& chain) {
   for (const NodePtr& node : chain) {
-    if (native_ops_.count(node->node_id)) continue;
-    native_ops_[node->node_id] = std::make_unique<NativeOp>(
-        node, resolve(node->key()),
-        detail::parse_override_dispatch_key(node->dispatch_key));
+    const c10::DispatchKey key = detail::parse_override_dispatch_key(node->dispatch_key);
+    auto it = native_ops_.find(node->node_id);
+    if (it != native_ops_.end()) {
+      if (!it->second->active()) it->second->activate(node, resolve(node->key()), key);
+      continue;
+    }
+    native_ops_[node->node_id] =
+        std::make_unique<NativeOp>(node, resolve(node->key()), key);
   }
 }
 
-void Registry::remove_router(const GraphKey& key) { routers_.erase(key); }
+void Registry::retire_native_op(NativeOp& op) { defer_release(op.retire()); }
+
+void Registry::remove_router(const GraphKey& key) {
+  auto it = routers_.find(key);
+  if (it == routers_.end()) return;
+  // The router's chains and nodes outlive it until the lock is released
+  // (and until the last call inside it returns).
+  defer_release(it->second->keep_alive());
+  routers_.erase(it);
+}
 
 void Registry::publish(const GraphKey& key, const Graph& chain, InstallMode mode) {
   auto it = routers_.find(key);
@@ -387,23 +497,27 @@ void Registry::install_graph(const GraphKey& key, InstallMode mode) {
   detail::check_lib_symbol(key.lib_symbol);
   detail::check_op_symbol(key.op_symbol);
   detail::parse_override_dispatch_key(key.dispatch_key);
-  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  ControlScope scope(*this);
+  install_graph_locked(key, mode);
+}
+
+void Registry::install_graph_locked(const GraphKey& key, InstallMode mode) {
   publish(key, enabled_chain(key), mode);
   installed_.insert(key);
 }
 
 void Registry::install_all() {
-  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  ControlScope scope(*this);
   for (const auto& entry : graphs_) {
     if (!enabled_chain(entry.first).empty()) resolve(entry.first);
   }
-  for (const auto& entry : graphs_) install_graph(entry.first);
+  for (const auto& entry : graphs_) install_graph_locked(entry.first, InstallMode::kUpdate);
 }
 
 // ---- teardown ---------------------------------------------------------------
 
 Snapshot Registry::snapshot() const {
-  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  std::lock_guard<std::mutex> lock(mutex_);
   auto state = std::make_shared<Snapshot::State>();
   state->owner = serial_;
   state->graphs = graphs_;
@@ -416,9 +530,11 @@ Snapshot Registry::snapshot() const {
   state->allowlist = allowlist_;
   state->installed = installed_;
   for (const auto& [key, router] : routers_) {
-    state->routers[key] = {router->id(), router->published()};
+    state->routers[key] = {router->id()};
   }
-  for (const auto& [id, native_op] : native_ops_) state->native_nodes[id] = native_op->node();
+  for (const auto& [id, native_op] : native_ops_) {
+    if (native_op->active()) state->native_nodes[id] = native_op->node();
+  }
   Snapshot snapshot;
   snapshot.state_ = std::move(state);
   return snapshot;
@@ -430,7 +546,7 @@ void Registry::restore(const Snapshot& snapshot) {
     throw InvalidArgumentError("restore: the snapshot was taken of another registry");
   }
   const Snapshot::State& saved = *snapshot.state_;
-  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  ControlScope scope(*this);
 
   // Routers installed since, or replaced since (a different router id), go
   // first, so that rebuilding a replaced one captures the op's own kernel.
@@ -443,6 +559,8 @@ void Registry::restore(const Snapshot& snapshot) {
   }
   for (const GraphKey& key : stale) remove_router(key);
 
+  // The nodes of graphs replaced here may be held by nothing else.
+  defer_release(std::make_shared<std::map<GraphKey, Graph>>(std::move(graphs_)));
   graphs_ = saved.graphs;
   by_dsl_name_ = saved.by_dsl_name;
   by_op_symbol_ = saved.by_op_symbol;
@@ -454,28 +572,11 @@ void Registry::restore(const Snapshot& snapshot) {
   installed_ = saved.installed;
 
   std::vector<std::string> unrestorable;
-  for (const auto& [key, record] : saved.routers) {
-    auto it = routers_.find(key);
-    if (it != routers_.end()) {
-      ensure_native_ops(record.chain);
-      it->second->publish(record.chain);
-      continue;
-    }
-    try {
-      const c10::OperatorHandle op = resolve(key);
-      ensure_native_ops(record.chain);
-      routers_[key] = std::make_unique<Router>(
-          op, detail::parse_override_dispatch_key(key.dispatch_key), record.chain);
-    } catch (const OperatorNotFoundError&) {
-      unrestorable.push_back(key.to_string());  // its op is gone, and so is its table
-    }
-  }
-
-  // `_native` ops: those defined at the snapshot, no others. Ops defined
-  // since (for nodes registered since, or first published since) are
-  // undefined; ops a restore to an earlier snapshot undefined come back.
-  for (auto it = native_ops_.begin(); it != native_ops_.end();) {
-    it = saved.native_nodes.count(it->first) ? std::next(it) : native_ops_.erase(it);
+  // `_native` ops: active are those active at the snapshot, no others. Ops
+  // activated since (for nodes registered since, or first published since)
+  // are retired; ops a restore to an earlier snapshot retired come back.
+  for (auto& [id, native_op] : native_ops_) {
+    if (!saved.native_nodes.count(id)) retire_native_op(*native_op);
   }
   for (const auto& [id, node] : saved.native_nodes) {
     try {
@@ -484,6 +585,30 @@ void Registry::restore(const Snapshot& snapshot) {
       unrestorable.push_back(node->key().to_string() + " (for _native::" + id + ")");
     }
   }
+  // Each router the snapshot had comes back (dormant if need be, so the
+  // dispatcher is as it was), routing through its graph's enabled chain
+  // under the filters restored and the mask in force now: a snapshot taken
+  // inside an UnconditionalMask and restored after it routes as the nodes'
+  // is_enabled says.
+  for (const auto& entry : saved.routers) {
+    const GraphKey& key = entry.first;
+    const Graph chain = enabled_chain(key);
+    auto it = routers_.find(key);
+    if (it != routers_.end()) {
+      ensure_native_ops(chain);
+      it->second->publish(chain);
+      continue;
+    }
+    try {
+      const c10::OperatorHandle op = resolve(key);
+      ensure_native_ops(chain);
+      routers_[key] = std::make_unique<Router>(
+          op, detail::parse_override_dispatch_key(key.dispatch_key), chain);
+    } catch (const OperatorNotFoundError&) {
+      unrestorable.push_back(key.to_string());  // its op is gone, and so is its table
+    }
+  }
+
   for (const std::string& where : unrestorable) {
     log(LogLevel::kWarning, "restore: the op of " + where +
                                 " no longer exists; what the registry had put there was "
@@ -500,22 +625,22 @@ void Registry::allow_namespace(const std::string& lib_symbol) {
         "lib_symbol='_native' can never be overridable: it holds the ops that "
         "carry the overrides");
   }
-  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  std::lock_guard<std::mutex> lock(mutex_);
   allowlist_.insert(lib_symbol);
 }
 
 void Registry::disallow_namespace(const std::string& lib_symbol) {
-  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  std::lock_guard<std::mutex> lock(mutex_);
   allowlist_.erase(lib_symbol);
 }
 
 bool Registry::is_namespace_allowed(const std::string& lib_symbol) const {
-  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  std::lock_guard<std::mutex> lock(mutex_);
   return allowlist_.count(lib_symbol) > 0;
 }
 
 std::set<std::string> Registry::allowed_namespaces() const {
-  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  std::lock_guard<std::mutex> lock(mutex_);
   return allowlist_;
 }
 
@@ -523,7 +648,7 @@ std::set<std::string> Registry::allowed_namespaces() const {
 
 std::vector<std::string> Registry::get_dsl_operations(
     const std::string& dsl_name, const std::string& lib_symbol) const {
-  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  std::lock_guard<std::mutex> lock(mutex_);
   std::set<std::string> operations;
   for (const auto& [key, graph] : graphs_) {
     if (key.lib_symbol != lib_symbol) continue;
@@ -535,87 +660,80 @@ std::vector<std::string> Registry::get_dsl_operations(
 }
 
 std::vector<GraphKey> Registry::graph_keys() const {
-  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  std::lock_guard<std::mutex> lock(mutex_);
   std::vector<GraphKey> keys;
   for (const auto& entry : graphs_) keys.push_back(entry.first);
   return keys;
 }
 
 Graph Registry::graph(const GraphKey& key) const {
-  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  std::lock_guard<std::mutex> lock(mutex_);
   auto it = graphs_.find(key);
   return it == graphs_.end() ? Graph{} : it->second;
 }
 
 RouterState Registry::router_state(const GraphKey& key) const {
-  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  std::lock_guard<std::mutex> lock(mutex_);
   auto it = routers_.find(key);
   if (it == routers_.end()) return RouterState::kAbsent;
   return it->second->published().empty() ? RouterState::kDormant : RouterState::kActive;
 }
 
 std::vector<GraphKey> Registry::router_keys() const {
-  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  std::lock_guard<std::mutex> lock(mutex_);
   std::vector<GraphKey> keys;
   for (const auto& entry : routers_) keys.push_back(entry.first);
   return keys;
 }
 
 Graph Registry::published_chain(const GraphKey& key) const {
-  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  std::lock_guard<std::mutex> lock(mutex_);
   auto it = routers_.find(key);
   return it == routers_.end() ? Graph{} : it->second->published();
 }
 
 Filter Registry::filters() const {
-  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  std::lock_guard<std::mutex> lock(mutex_);
   return {sorted(filters_.dsl_names), sorted(filters_.op_symbols),
           sorted(filters_.dispatch_keys)};
 }
 
 std::map<std::string, std::vector<GraphKey>> Registry::graphs_by_dsl_name() const {
-  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  std::lock_guard<std::mutex> lock(mutex_);
   return by_dsl_name_;
 }
 
 std::map<std::string, std::vector<GraphKey>> Registry::graphs_by_op_symbol() const {
-  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  std::lock_guard<std::mutex> lock(mutex_);
   return by_op_symbol_;
 }
 
 std::map<std::string, std::vector<GraphKey>> Registry::graphs_by_dispatch_key() const {
-  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  std::lock_guard<std::mutex> lock(mutex_);
   return by_dispatch_key_;
 }
 
 // ---- settings ---------------------------------------------------------------
 
 void Registry::set_empty_chain_policy(EmptyChainPolicy policy) {
-  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  std::lock_guard<std::mutex> lock(mutex_);
   empty_chain_policy_ = policy;
 }
 
 EmptyChainPolicy Registry::empty_chain_policy() const {
-  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  std::lock_guard<std::mutex> lock(mutex_);
   return empty_chain_policy_;
 }
 
 void Registry::set_log_sink(LogSink sink) {
-  std::lock_guard<std::recursive_mutex> lock(mutex_);
-  log_sink_ = std::move(sink);
-}
-
-void Registry::log(LogLevel level, const std::string& message) const {
-  if (log_sink_) {
-    log_sink_(level, message);
-  } else if (level == LogLevel::kWarning) {
-    std::cerr << "[native_registry] warning: " << message << "\n";
-  }
+  ControlScope scope(*this);
+  // The sink it replaces may own host objects: freed after the lock.
+  defer_release(std::make_shared<LogSink>(std::exchange(log_sink_, std::move(sink))));
 }
 
 Registry::UnconditionalMask::UnconditionalMask(Registry& registry)
     : registry_(registry) {
-  std::lock_guard<std::recursive_mutex> lock(registry_.mutex_);
+  ControlScope scope(registry_);
   ++registry_.unconditional_mask_depth_;
   try {
     registry_.republish_all_installed();
@@ -626,7 +744,7 @@ Registry::UnconditionalMask::UnconditionalMask(Registry& registry)
 }
 
 Registry::UnconditionalMask::~UnconditionalMask() {
-  std::lock_guard<std::recursive_mutex> lock(registry_.mutex_);
+  ControlScope scope(registry_);
   --registry_.unconditional_mask_depth_;
   try {
     registry_.republish_all_installed();
@@ -634,6 +752,86 @@ Registry::UnconditionalMask::~UnconditionalMask() {
     registry_.log(LogLevel::kWarning,
                   std::string("lifting the unconditional mask failed: ") + e.what());
   }
+}
+
+// ---- self-checks ------------------------------------------------------------
+
+void Registry::check_invariants() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto fail = [](const std::string& what) { throw std::logic_error("invariant: " + what); };
+  for (const auto& [key, graph] : graphs_) {
+    std::set<const OverrideNode*> seen;
+    for (const NodePtr& node : graph) {
+      if (!node) fail("graph " + key.to_string() + " holds a null node");
+      if (!(node->key() == key)) fail("node " + node->node_id + " is in the graph of " + key.to_string());
+      if (node->registry_serial != serial_) fail("node " + node->node_id + " is another registry's");
+      if (!seen.insert(node.get()).second) fail("node " + node->node_id + " is twice in its graph");
+      if (!node->cond || !node->impl) fail("node " + node->node_id + " lacks a cond or an impl");
+    }
+    if (!graph.empty()) {
+      for (const auto& [index, name] : {std::pair{&by_dispatch_key_, key.dispatch_key},
+                                         std::pair{&by_op_symbol_, key.op_symbol}}) {
+        auto it = index->find(name);
+        if (it == index->end() || std::find(it->second.begin(), it->second.end(), key) ==
+                                      it->second.end()) {
+          fail("graph " + key.to_string() + " is missing from an index");
+        }
+      }
+    }
+  }
+  for (const Index* index : {&by_dsl_name_, &by_op_symbol_, &by_dispatch_key_}) {
+    for (const auto& [name, keys] : *index) {
+      for (const GraphKey& key : keys) {
+        if (!graphs_.count(key)) fail("index entry " + name + " names no graph: " + key.to_string());
+      }
+    }
+  }
+  if (unconditional_mask_depth_ < 0) fail("negative unconditional mask depth");
+  if (allowlist_.count("_native")) fail("_native is on the allowlist");
+  for (const auto& [key, router] : routers_) {
+    if (!installed_.count(key)) fail("router of " + key.to_string() + " for a graph never installed");
+    // The published chain may lag the graph (registration and a reorder
+    // without reinstall publish nothing), but it holds only this key's nodes
+    // of this registry, each with its `_native` op active.
+    for (const NodePtr& node : router->published()) {
+      if (!(node->key() == key) || node->registry_serial != serial_) {
+        fail("router of " + key.to_string() + " routes through foreign node " + node->node_id);
+      }
+      auto op = native_ops_.find(node->node_id);
+      if (op == native_ops_.end() || op->second->node() != node) {
+        fail("node " + node->node_id + " is routed but its _native op is not active");
+      }
+    }
+  }
+}
+
+std::string Registry::dump_state() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::ostringstream out;
+  for (const auto& [key, graph] : graphs_) {
+    out << key.to_string() << (installed_.count(key) ? " installed" : "");
+    auto router = routers_.find(key);
+    if (router != routers_.end()) {
+      out << " router#" << router->second->id() << " chain=[";
+      for (const NodePtr& node : router->second->published()) out << node->node_id << " ";
+      out << "]";
+    }
+    out << "\n";
+    for (const NodePtr& node : graph) {
+      out << "  " << node->node_id << " dsl=" << node->dsl_name
+          << (is_enabled_locked(*node) ? "" : " disabled")
+          << (node->unconditional_override ? " unconditional" : "") << "\n";
+    }
+  }
+  auto join = [](const std::set<std::string>& names) {
+    std::string joined;
+    for (const std::string& name : names) joined += (joined.empty() ? "" : ",") + name;
+    return joined;
+  };
+  out << "disabled: dsl=[" << join(filters_.dsl_names) << "] op=[" << join(filters_.op_symbols)
+      << "] key=[" << join(filters_.dispatch_keys) << "] mask=" << unconditional_mask_depth_
+      << " allow=[" << join(allowlist_) << "] native_ops=" << native_ops_.size() << "\n";
+  return out.str();
 }
 
 }  // namespace native_registry

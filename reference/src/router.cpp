@@ -120,6 +120,9 @@ struct Router::Shared {
   // dispatcher did.
   bool fallthrough = false;
   std::atomic<const Chain*> chain{nullptr};
+  // Every chain ever published, by node identity; written by publish()
+  // under the registry's lock, never read by calls (they hold `chain`).
+  std::map<std::vector<const OverrideNode*>, std::unique_ptr<const Chain>> interned;
 };
 
 namespace {
@@ -204,7 +207,9 @@ class BoxedRouterKernel final : public c10::OperatorKernel {
       : shared_(std::move(shared)) {}
 
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet keys, Stack* stack) {
-    route(*shared_, op, keys, stack);
+    // Held for the call: an impl may remove this kernel, and this functor with it.
+    const std::shared_ptr<const Router::Shared> pinned = shared_;
+    route(*pinned, op, keys, stack);
   }
 
  private:
@@ -282,11 +287,13 @@ struct TypedRouter {
   static torch::CppFunction kernel(std::shared_ptr<const Router::Shared> shared) {
     return torch::CppFunction(
         [shared = std::move(shared)](c10::DispatchKeySet keys, Args... args) -> at::Tensor {
+          // Held for the call, as in BoxedRouterKernel.
+          const std::shared_ptr<const Router::Shared> pinned = shared;
           ScratchStack scratch;
           Stack* stack = scratch.get();
           (stack->emplace_back(args), ...);
-          route(*shared, shared->op, keys, stack);
-          TORCH_INTERNAL_ASSERT(stack->size() == 1, "a kernel of ", shared->op.operator_name(),
+          route(*pinned, pinned->op, keys, stack);
+          TORCH_INTERNAL_ASSERT(stack->size() == 1, "a kernel of ", pinned->op.operator_name(),
                                 " left ", stack->size(), " values on the stack, expected 1");
           return std::move(stack->back()).toTensor();
         });
@@ -374,7 +381,7 @@ void Router::publish(const Graph& nodes) {
   std::vector<const OverrideNode*> identity;
   identity.reserve(nodes.size());
   for (const NodePtr& node : nodes) identity.push_back(node.get());
-  auto& slot = interned_[identity];
+  auto& slot = shared_->interned[identity];
   if (!slot) {
     auto chain = std::make_unique<Chain>();
     chain->nodes = nodes;

@@ -8,8 +8,14 @@
 //    so it is the kernel that was live at the key, never this router.
 //  * The published chain is immutable and read with one acquire load per
 //    call; publish() swaps it with one release store. Every chain ever
-//    published stays alive (interned by content) until the router is
-//    destroyed, so a call that loaded a chain can finish with it.
+//    published stays alive (interned by content, in Shared) as long as
+//    Shared does, so a call that loaded a chain can finish with it.
+//  * Every call holds a reference to Shared for its whole length (the
+//    kernel copies its shared_ptr on entry). Shared owns the chains, the
+//    chains own their nodes, so a cond or impl that tears the router down
+//    (restore(), a disable under kRemoveRouter) finishes on what it started
+//    with; the last call out frees them. Destroying the Router only takes
+//    its kernel out of the dispatcher.
 //  * Destroying the router removes exactly its kernel from the dispatcher
 //    (its own torch::Library handle) and nothing else.
 //  * publish() and destruction are called under the registry's lock; the
@@ -72,12 +78,16 @@ class Router {
   uint64_t id() const { return id_; }
   // Whether the router's kernel is the typed one (see the top of this file).
   bool typed() const { return typed_; }
+  // What calls still inside the router use (its chains, their nodes). The
+  // registry holds it past the router's destruction until its own lock is
+  // released, so that no node (and no host object a node holds) is freed
+  // under that lock.
+  std::shared_ptr<const void> keep_alive() const { return shared_; }
 
   struct Shared;  // what the router's kernel functor shares with it
 
  private:
   std::shared_ptr<Shared> shared_;
-  std::map<std::vector<const OverrideNode*>, std::unique_ptr<const Chain>> interned_;
   std::unique_ptr<torch::Library> library_;
   uint64_t id_;
   bool typed_ = false;

@@ -106,11 +106,15 @@ TEST_F(TeardownTest, RestoreWarnsAboutOpsThatNoLongerExist) {
   EXPECT_THAT(registry().graph(key), ElementsAre(node));
   EXPECT_EQ(registry().router_state(key), RouterState::kAbsent);
   ASSERT_EQ(warnings.size(), 2u);
-  EXPECT_THAT(warnings[0], ::testing::HasSubstr("restore: the op of " + key.to_string() +
-                                                " no longer exists"));
-  EXPECT_THAT(warnings[1], ::testing::HasSubstr(key.to_string() + " (for _native::" +
+  EXPECT_THAT(warnings[0], ::testing::HasSubstr(key.to_string() + " (for _native::" +
                                                 node->node_id + ")"));
-  EXPECT_FALSE(c10::Dispatcher::singleton().findOp({"_native::" + node->node_id, ""}));
+  EXPECT_THAT(warnings[1], ::testing::HasSubstr("restore: the op of " + key.to_string() +
+                                                " no longer exists"));
+  // Its `_native` op stays retired: defined, raising on every call.
+  auto native = c10::Dispatcher::singleton().findSchema({"_native::" + node->node_id, ""});
+  ASSERT_TRUE(native);
+  Stack stack{tensor({1})};
+  EXPECT_THROW(native->callBoxed(&stack), c10::Error);
   warnings.clear();
 }
 

@@ -44,7 +44,6 @@ class ReferenceAdapter(UpstreamShapedAdapter):
     def install(self, lib_symbol, op_symbol, dispatch_key):
         # Upstream's install always replaces the router; so does this one.
         registry._C.install_graph((lib_symbol, op_symbol, dispatch_key), True)
-        registry._sync_decomp_table()
 
     def install_all(self):
         registry.register_all_overrides()

@@ -29,4 +29,13 @@ class OperatorNotFoundError : public RegistryError {
   using RegistryError::RegistryError;
 };
 
+// Thrown by an ordering function to stop a whole reorder_graphs call, which
+// then changes nothing and rethrows it (the Python binding uses it for
+// KeyboardInterrupt and other exceptions that must not be swallowed as a
+// failed transformation).
+class AbortError : public RegistryError {
+ public:
+  using RegistryError::RegistryError;
+};
+
 }  // namespace native_registry

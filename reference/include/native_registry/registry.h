@@ -25,6 +25,19 @@
 //    are those defined at the snapshot (ops of nodes registered or first
 //    installed since are undefined).
 //
+//  * Locking: one plain mutex serialises the control plane. It is never held
+//    while code that is not the registry's runs: ordering functions are
+//    called before it is taken, log records are emitted and nodes (which
+//    own the callables and whatever host objects they hold) are freed after
+//    it is released. So a cond, impl, ordering function, runtime check or
+//    log handler may call the control plane, and a host runtime's lock (the
+//    GIL) is never waited for while it is held.
+//  * Lifetimes: a call holds its router's shared state (chains, nodes) for
+//    its whole length, and a `_native` op's impl holds its node, so a call
+//    during which the control plane tears down its own router finishes on
+//    what it started with. `_native` ops are retired, not undefined (see
+//    src/native_op.h).
+//
 // Installing or removing a kernel while another thread calls that op is
 // unsafe in LibTorch itself; install and teardown inherit that rule.
 // Everything else may run while other threads call overridden ops.
@@ -36,6 +49,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <utility>
 #include <set>
 #include <string>
 #include <vector>
@@ -111,8 +125,22 @@ class Registry {
   // or returns nodes that are not from that graph, null nodes or duplicates,
   // the graph is kept and a warning containing "Graph transformation failed"
   // is logged. With reinstall, installed routers of changed graphs are
-  // republished.
-  void reorder_graphs(const OrderingFn& fn, bool reinstall = false);
+  // republished. fn runs without the registry's lock, on the graphs as they
+  // were when the call began; a graph that changed meanwhile (fn itself
+  // registered into it, say) is kept, with the same warning. If fn throws
+  // AbortError, nothing changes and the error propagates. Returns the keys
+  // of the graphs that changed.
+  std::vector<GraphKey> reorder_graphs(const OrderingFn& fn, bool reinstall = false);
+  // What reorder_graphs installs once the graphs are replaced.
+  enum class ReorderInstall {
+    kNothing,
+    kInstalled,  // republish the installed routers of changed graphs (reinstall=true)
+    kChanged,    // install every changed graph, installed before or not, as
+                 // upstream's reregister_overrides=True does
+  };
+  // The same; all or nothing: if a graph to install names an op that does
+  // not resolve, no graph changes and OperatorNotFoundError is thrown.
+  std::vector<GraphKey> reorder_graphs(const OrderingFn& fn, ReorderInstall install);
 
   // Sets the graph of `key` to `nodes`: nodes of that key registered with
   // this registry, in any order, each at most once (an empty list empties
@@ -175,6 +203,16 @@ class Registry {
   // default writes warnings to stderr.
   void set_log_sink(LogSink sink);
 
+  // ---- self-checks -------------------------------------------------------
+
+  // Throws std::logic_error naming the first broken invariant of the
+  // registry's state (graphs, indexes, filters, routers, `_native` ops), as
+  // PyTorch's OperatorEntry::checkInvariants does. For tests: the stress,
+  // fuzz and model tests call it after every step.
+  void check_invariants() const;
+  // The whole state in a readable form, for failure messages.
+  std::string dump_state() const;
+
   // While alive, unconditional nodes that the filters disable are masked too
   // (upstream's `_unconditional_masked()`): the reference computation a test
   // compares an unconditional override against. Nests; republishes on entry
@@ -197,26 +235,38 @@ class Registry {
   };
   using Index = std::map<std::string, std::vector<GraphKey>>;
 
+  // Holds mutex_ for a control-plane operation and runs what must not run
+  // under it once it is released: log records, then the release of
+  // whatever the operation retired (see "Locking" at the top).
+  class ControlScope;
+  struct Pending;
+
+  // Everything below expects mutex_ held (a ControlScope alive).
+  bool is_enabled_locked(const OverrideNode& node) const;
   Graph enabled_chain(const GraphKey& key) const;
   std::set<GraphKey> keys_named_by(const Filter& filter) const;
   void republish_installed(const std::set<GraphKey>& keys);
   void republish_all_installed();
-  // Install steps. The caller holds mutex_.
+  void install_graph_locked(const GraphKey& key, InstallMode mode);
   c10::OperatorHandle resolve(const GraphKey& key) const;
   void publish(const GraphKey& key, const Graph& chain, InstallMode mode);
   void remove_router(const GraphKey& key);
   void ensure_native_ops(const Graph& chain);
+  void retire_native_op(detail::NativeOp& op);
+  // Queued while mutex_ is held, emitted once it is released.
   void log(LogLevel level, const std::string& message) const;
+  // Freed once mutex_ is released.
+  void defer_release(std::shared_ptr<const void> object) const;
+  // Emits at once; the caller does not hold mutex_.
+  void log_unlocked(LogLevel level, const std::string& message) const;
 
   // Unique for the life of the process: tells this registry's snapshots from
-  // those of a registry gone before it at the same address.
+  // those of a registry gone before it at the same address, and its nodes
+  // from another's (OverrideNode::registry_serial).
   const uint64_t serial_;
-  mutable std::recursive_mutex mutex_;  // serialises the control plane
+  mutable std::mutex mutex_;  // serialises the control plane; never held while user code runs
+  mutable Pending* pending_ = nullptr;  // the live ControlScope's, under mutex_
   std::map<GraphKey, Graph> graphs_;
-  // Every node registered here and still alive somewhere (a graph, a
-  // snapshot, a router's chain); weak, so an address reused later is not
-  // mistaken for it.
-  std::map<const OverrideNode*, std::weak_ptr<const OverrideNode>> registered_;
   Index by_dsl_name_, by_op_symbol_, by_dispatch_key_;
   FilterState filters_;
   std::set<std::string> allowlist_{"aten"};
@@ -225,7 +275,8 @@ class Registry {
   LogSink log_sink_;
   std::set<GraphKey> installed_;  // graphs install_graph has taken charge of
   std::map<GraphKey, std::unique_ptr<detail::Router>> routers_;
-  std::map<std::string, std::unique_ptr<detail::NativeOp>> native_ops_;  // by node_id
+  // By node_id: every `_native` op this registry defined, active or retired.
+  std::map<std::string, std::unique_ptr<detail::NativeOp>> native_ops_;
 };
 
 // ---- the trace shortcut -----------------------------------------------------

@@ -85,6 +85,10 @@ struct OverrideNode {
   // Names the opaque op `_native::<node_id>` that carries this override.
   // Unique for the life of the process and never reused.
   std::string node_id;
+  // The serial of the registry that registered it (Registry serials are
+  // unique for the life of the process), so that a registry can tell its own
+  // nodes without keeping a record of each.
+  uint64_t registry_serial = 0;
 
   GraphKey key() const { return {lib_symbol, op_symbol, dispatch_key}; }
 

@@ -4,11 +4,14 @@ Switching is one import::
 
     import native_registry.registry as registry   # was: torch._native.registry
 
-The functions below have upstream's names, signatures and semantics. The
-state lives in C++ (``native_registry._C``): graphs, filters, routers in the
-dispatcher, ``_native::<node_id>`` ops. This module keeps what only Python can
-hold: the node objects users see, and the decomposition routers that
-:func:`native_decomp_table` hands to ``torch.export`` / ``torch.compile``.
+The functions below have upstream's names, signatures and semantics. All
+state lives in C++ (``native_registry._C``), the one registry of the process,
+which C++ code in the same process shares: graphs, filters, routers in the
+dispatcher, ``_native::<node_id>`` ops. This module keeps no registry state
+of its own: node objects are views of the C++ nodes (made on demand, cached
+weakly so that the same node gives the same object while it is held), and
+the decomposition table is derived from the installed routers each time
+:func:`native_decomp_table` is called.
 
 Beyond upstream: :func:`snapshot`, :func:`restore` and :func:`scoped` put the
 registry *and* the dispatcher back exactly; :func:`allow_namespace` opts a
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -70,6 +74,7 @@ class _OverrideNode:
     __slots__ = (
         "dsl_name", "lib_symbol", "op_symbol", "dispatch_key", "cond_fn", "impl_fn",
         "node_id", "try_initialize_runtime", "unconditional_override", "_active", "_handle",
+        "__weakref__",
     )
 
     def __init__(
@@ -123,13 +128,30 @@ class _OverrideNode:
 
 UserOrderingFn = Callable[[str, str, list[_OverrideNode]], list[_OverrideNode]]
 
-# node_id -> the node object users see; the C++ node is its _handle.
-_nodes: dict[str, _OverrideNode] = {}
+# node_id -> the view of that C++ node while anything holds it. A cache of
+# views, not a record: every field comes from the C++ node.
+_views: weakref.WeakValueDictionary[str, _OverrideNode] = weakref.WeakValueDictionary()
 
-# Decomposition-style routers for compile and export, keyed by OpOverload,
-# kept in step with the routers in the dispatcher (see _sync_decomp_table).
-# Never written into a global table: callers opt in via native_decomp_table().
-_native_decomp_overrides: dict[object, Callable[..., Any]] = {}
+
+def _node_of(handle: _C.Node) -> _OverrideNode:
+    """The node object users see for a C++ node, registered from Python or C++."""
+    node = _views.get(handle.node_id)
+    if node is None:
+        cond = handle.cond_fn
+        node = _OverrideNode(
+            dsl_name=handle.dsl_name,
+            lib_symbol=handle.lib_symbol,
+            op_symbol=handle.op_symbol,
+            dispatch_key=handle.dispatch_key,
+            cond_fn=cond if cond is not None else _always_true,
+            impl_fn=handle.impl_fn,
+            node_id=handle.node_id,
+            try_initialize_runtime=handle.try_initialize_runtime,
+            unconditional_override=handle.unconditional_override,
+        )
+        node._handle = handle
+        _views[handle.node_id] = node
+    return node
 
 
 def _forward_log(level: str, message: str) -> None:
@@ -175,10 +197,6 @@ def _resolve_iterable(entries: str | Iterable[str] | None) -> list[str]:
     return resolved
 
 
-def _node_of(handle: _C.Node) -> _OverrideNode:
-    return _nodes[handle.node_id]
-
-
 def _resolve_overload(key: GraphKey) -> torch._ops.OpOverload | None:
     lib_symbol, op_symbol, _ = key
     name, _, overload = op_symbol.partition(".")
@@ -208,29 +226,16 @@ def _make_compile_router(chain: list[_OverrideNode]) -> Callable[..., Any]:
     return compile_router
 
 
-def _sync_decomp_table() -> None:
-    """One entry per router that routes through a non-empty chain."""
+def _decomp_overrides() -> dict[object, Callable[..., Any]]:
+    """One router per installed router that routes through a non-empty chain,
+    derived from the C++ registry now."""
     table: dict[object, Callable[..., Any]] = {}
     for key in _C.router_keys():
         chain = [_node_of(handle) for handle in _C.published_chain(key)]
         overload = _resolve_overload(key)
         if chain and overload is not None:
             table[overload] = _make_compile_router(chain)
-    _native_decomp_overrides.clear()
-    _native_decomp_overrides.update(table)
-
-
-@contextlib.contextmanager
-def _all_or_nothing() -> Iterator[None]:
-    """Runs a mutation that may touch several graphs; if it raises, the
-    registry and the dispatcher go back to how they were."""
-    saved = snapshot()
-    try:
-        yield
-    except BaseException:
-        restore(saved)
-        raise
-    _sync_decomp_table()
+    return table
 
 
 def register_op_override(
@@ -263,29 +268,6 @@ def register_op_override(
         dsl_name, lib_symbol, op_symbol, dispatch_key, cond, impl,
         try_initialize_runtime, bool(unconditional_override),
     )
-    node = _OverrideNode(
-        dsl_name=dsl_name,
-        lib_symbol=lib_symbol,
-        op_symbol=op_symbol,
-        dispatch_key=handle.dispatch_key,
-        cond_fn=cond if cond is not None else _always_true,
-        impl_fn=impl,
-        node_id=handle.node_id,
-        try_initialize_runtime=try_initialize_runtime,
-        unconditional_override=bool(unconditional_override),
-    )
-    node._handle = handle
-    _nodes[handle.node_id] = node
-
-
-def _keys_named_by(dsl_names: list[str], op_symbols: list[str], dispatch_keys: list[str]) -> set:
-    keys: set = set()
-    for index, names in ((_C.graphs_by_dsl_name(), dsl_names),
-                         (_C.graphs_by_op_symbol(), op_symbols),
-                         (_C.graphs_by_dispatch_key(), dispatch_keys)):
-        for name in names:
-            keys.update(index.get(name, ()))
-    return keys
 
 
 def deregister_op_overrides(
@@ -295,15 +277,13 @@ def deregister_op_overrides(
     disable_dispatch_keys: str | list[str] | None = None,
 ) -> None:
     """Disable overrides by dsl name, op symbol (bare, any namespace; "ns::op"
-    matches nothing) or dispatch key, then bring every graph the filters now
-    name in line, as upstream does. Unconditional overrides stay enabled."""
+    matches nothing) or dispatch key. Installed routers of the graphs named
+    follow at once; a graph never installed stays uninstalled. Unconditional
+    overrides stay enabled."""
     dsl, ops, keys = (_resolve_iterable(disable_dsl_names), _resolve_iterable(disable_op_symbols),
                       _resolve_iterable(disable_dispatch_keys))
     log.info("Disabling overrides: dsl=%s op_symbol=%s dispatch_key=%s", dsl, ops, keys)
-    with _all_or_nothing():
-        _C.deregister_op_overrides(dsl, ops, keys)
-        for key in sorted(_keys_named_by(*_C.filters())):
-            _C.install_graph(key, False)
+    _C.deregister_op_overrides(dsl, ops, keys)
 
 
 def reenable_op_overrides(
@@ -312,15 +292,12 @@ def reenable_op_overrides(
     enable_op_symbols: str | list[str] | None = None,
     enable_dispatch_keys: str | list[str] | None = None,
 ) -> None:
-    """Undo :func:`deregister_op_overrides` for the named entries and bring the
-    graphs they name in line."""
+    """Undo :func:`deregister_op_overrides` for the named entries; installed
+    routers of the graphs they name follow."""
     dsl, ops, keys = (_resolve_iterable(enable_dsl_names), _resolve_iterable(enable_op_symbols),
                       _resolve_iterable(enable_dispatch_keys))
     log.info("Re-enabling overrides: dsl=%s op_symbol=%s dispatch_key=%s", dsl, ops, keys)
-    with _all_or_nothing():
-        _C.reenable_op_overrides(dsl, ops, keys)
-        for key in sorted(_keys_named_by(dsl, ops, keys)):
-            _C.install_graph(key, False)
+    _C.reenable_op_overrides(dsl, ops, keys)
 
 
 def reorder_graphs_from_user_function(
@@ -337,20 +314,10 @@ def reorder_graphs_from_user_function(
         raise TypeError(f"fn must be callable, got {type(fn).__name__}")
 
     # An Exception from fn is a failed transformation (a warning, the graph
-    # kept); KeyboardInterrupt, SystemExit and the like must not be swallowed:
-    # they end the reordering, which is then undone, and propagate.
-    interrupted: list[BaseException] = []
-
+    # kept); KeyboardInterrupt, SystemExit and the like end the reordering,
+    # which then changes nothing, and propagate (the binding sees to both).
     def on_handles(op_symbol: str, dispatch_key: str, handles: list) -> list:
-        if interrupted:
-            return handles
-        try:
-            result = fn(op_symbol, dispatch_key, [_node_of(h) for h in handles])
-        except Exception:
-            raise
-        except BaseException as error:
-            interrupted.append(error)
-            return handles
+        result = fn(op_symbol, dispatch_key, [_node_of(h) for h in handles])
         if not isinstance(result, list):
             return result  # the C++ side reports the wrong type
         out = []
@@ -361,15 +328,7 @@ def reorder_graphs_from_user_function(
             out.append(item._handle)
         return out
 
-    with _all_or_nothing():
-        before = {key: [h.node_id for h in _C.graph(key)] for key in _C.graph_keys()}
-        _C.reorder_graphs(on_handles, False)
-        if interrupted:
-            raise interrupted[0]
-        if reregister_overrides:
-            for key in _C.graph_keys():
-                if [h.node_id for h in _C.graph(key)] != before.get(key):
-                    _C.install_graph(key, False)
+    _C.reorder_graphs(on_handles, "changed" if reregister_overrides else "nothing")
 
 
 def get_dsl_operations(dsl_name: str, lib_symbol: str = "aten") -> list[str]:
@@ -383,8 +342,7 @@ def register_all_overrides() -> None:
     """Install every graph: routers go into the dispatcher. Checks that every
     op resolves before installing any (AttributeError "... not found; is the
     namespace ..." otherwise)."""
-    with _all_or_nothing():
-        _C.install_all()
+    _C.install_all()
 
 
 # Upstream's private name for the same operation.
@@ -403,7 +361,7 @@ def native_decomp_table(overrides_only: bool = False) -> dict[object, Callable[.
         from torch.export import default_decompositions
 
         table = dict(default_decompositions())
-    table.update(_native_decomp_overrides)
+    table.update(_decomp_overrides())
     return table
 
 
@@ -447,12 +405,10 @@ def _unconditional_masked() -> Iterator[None]:
     leaves it in place; this hatch (for computing a reference result) lifts
     that exemption while it is open, and only for disabled overrides."""
     _C.push_unconditional_mask()
-    _sync_decomp_table()
     try:
         yield
     finally:
         _C.pop_unconditional_mask()
-        _sync_decomp_table()
 
 
 # ---- beyond upstream ------------------------------------------------------------
@@ -463,25 +419,21 @@ class Snapshot:
     """What :func:`restore` needs to put the registry and the dispatcher back."""
 
     _native: _C.Snapshot
-    _nodes: dict[str, _OverrideNode]
 
 
 def snapshot() -> Snapshot:
     """Capture the registry (graphs, filters, allowlist, installed routers)."""
-    return Snapshot(_C.snapshot(), dict(_nodes))
+    return Snapshot(_C.snapshot())
 
 
 def restore(saved: Snapshot) -> None:
     """Put back what :func:`snapshot` captured: routers installed since are
-    removed, routers replaced since are rebuilt on the op's own kernel,
-    ``_native`` ops of nodes registered since are undefined, and the
-    decomposition table follows."""
+    removed, routers replaced since are rebuilt on the op's own kernel, and
+    ``_native`` ops of nodes registered since are retired: a program exported
+    or compiled with one raises an error naming the override when called."""
     if not isinstance(saved, Snapshot):
         raise TypeError(f"restore takes a Snapshot, got {type(saved).__name__}")
     _C.restore(saved._native)
-    _nodes.clear()
-    _nodes.update(saved._nodes)
-    _sync_decomp_table()
 
 
 @contextlib.contextmanager

@@ -122,10 +122,6 @@ def _handle_of(node: _OverrideNode):
         node._handle = _C.register_op_override(
             node.dsl_name, node.lib_symbol, node.op_symbol, node.dispatch_key,
             node.cond_fn, node.impl_fn, node.try_initialize_runtime, node.unconditional_override)
-        _reference._nodes[node._handle.node_id] = _reference._OverrideNode(
-            node.dsl_name, node.lib_symbol, node.op_symbol, node._handle.dispatch_key,
-            node.cond_fn, node.impl_fn, node._handle.node_id, node.try_initialize_runtime,
-            node.unconditional_override)
     return node._handle
 
 
@@ -148,9 +144,6 @@ def register_op_override(dsl_name: str, lib_symbol: str, op_symbol: str, dispatc
     node = _OverrideNode(dsl_name, lib_symbol, op_symbol, handle.dispatch_key,
                          cond if cond is not None else _always_true, impl, handle.node_id,
                          try_initialize_runtime, bool(unconditional_override), True, handle)
-    _reference._nodes[handle.node_id] = _reference._OverrideNode(
-        dsl_name, lib_symbol, op_symbol, handle.dispatch_key, node.cond_fn, impl, handle.node_id,
-        try_initialize_runtime, bool(unconditional_override))
     key = (lib_symbol, op_symbol, handle.dispatch_key)
     _graphs.setdefault(key, []).append(node)
     for index, name in ((_dsl_name_to_lib_graph, dsl_name), (_op_symbol_to_lib_graph, op_symbol),
@@ -180,7 +173,7 @@ def _register_overrides_from_graph(lib_symbol: str, op_symbol: str, dispatch_key
     _live[key] = _override_libs[key] = _RouterLibrary(key)
     if overload is not None:
         _native_decomp_overrides[overload] = _reference._make_compile_router(
-            [_reference._nodes[h.node_id] for h in handles])
+            [_reference._node_of(h) for h in handles])
 
 
 _cleanup_and_reregister_graph = _register_overrides_from_graph

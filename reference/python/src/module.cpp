@@ -4,8 +4,12 @@
 // Python callables into boxed conds and impls, maps errors onto Python's
 // exception types, and exposes the C++ predicates.
 //
-// GIL rules: the control plane is entered from Python with the GIL held and
-// never releases it. The call path takes the GIL only where Python runs: once
+// GIL rules: every control-plane function and query releases the GIL before
+// it enters the core (which may wait for the registry's lock, held by a
+// thread that is about to need the GIL: a log handler, an ordering
+// function), and takes it back only to run Python: the ordering function,
+// the log sink, the conversions of its arguments and results. The core holds
+// no lock while it runs any of these. The call path takes the GIL only where Python runs: once
 // around a router's choice when its chain holds a Python cond or runtime check
 // (the host scope, which also covers the trace shortcut), and inside a Python
 // impl; chains of C++ predicates decline without it. Python references held
@@ -168,30 +172,57 @@ void push_python_result(const c10::OperatorHandle& op, Stack* stack, const py::o
   }
 }
 
-CondFn python_cond(py::object fn) {
-  auto ref = std::make_shared<PyRef>(std::move(fn));
-  return [ref](const c10::OperatorHandle& op, c10::DispatchKeySet, const Stack& stack) {
+// The Python callables of a node, as named functor types, so that the
+// binding can hand the very objects back (Node.cond_fn, ...) from what the
+// core stores: the core is the one record of every node, and Python's node
+// objects are views of it.
+struct PythonCond {
+  std::shared_ptr<PyRef> fn;
+  bool operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, const Stack& stack) const {
     GilForPython gil;
-    return truthy(call_with_arguments(ref->get(), op, stack));
-  };
-}
+    return truthy(call_with_arguments(fn->get(), op, stack));
+  }
+};
 
-ImplFn python_impl(py::object fn) {
-  auto ref = std::make_shared<PyRef>(std::move(fn));
-  return [ref](const c10::OperatorHandle& op, c10::DispatchKeySet, Stack* stack) {
+struct PythonImpl {
+  std::shared_ptr<PyRef> fn;
+  void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, Stack* stack) const {
     GilForPython gil;
-    py::object out = call_with_arguments(ref->get(), op, *stack);
+    py::object out = call_with_arguments(fn->get(), op, *stack);
     torch::jit::drop(*stack, op.schema().arguments().size());
     push_python_result(op, stack, out);
-  };
+  }
+};
+
+struct PythonTryInitialize {
+  std::shared_ptr<PyRef> fn;
+  bool operator()() const {
+    GilForPython gil;
+    return truthy(fn->get()());
+  }
+};
+
+std::shared_ptr<PyRef> hold(py::object fn) { return std::make_shared<PyRef>(std::move(fn)); }
+
+// The Python object behind a node's callable, or None (a C++ callable, or none).
+template <class Functor, class Fn>
+py::object python_object_of(const Fn& fn) {
+  if (const auto* functor = fn.template target<Functor>()) {
+    return py::reinterpret_borrow<py::object>(functor->fn->get());
+  }
+  return py::none();
 }
 
-TryInitializeRuntimeFn python_try_initialize(py::object fn) {
-  auto ref = std::make_shared<PyRef>(std::move(fn));
-  return [ref] {
-    GilForPython gil;
-    return truthy(ref->get()());
-  };
+py::object cond_object(const OverrideNode& node) {
+  if (const auto* predicate = node.cond.target<P::Predicate>()) return py::cast(*predicate);
+  return python_object_of<PythonCond>(node.cond);
+}
+
+// Runs `work` with the GIL released: see "GIL rules" at the top.
+template <class Work>
+auto without_gil(Work&& work) -> decltype(work()) {
+  py::gil_scoped_release released;
+  return work();
 }
 
 void require_callable(const char* what, const py::object& value) {
@@ -397,6 +428,14 @@ PYBIND11_MODULE(_C, m) {
       .def_readonly("node_id", &OverrideNode::node_id)
       .def_readonly("unconditional_override", &OverrideNode::unconditional_override)
       .def_readonly("divert_when_tracing", &OverrideNode::divert_when_tracing)
+      .def_property_readonly("cond_fn", &cond_object)
+      .def_property_readonly(
+          "impl_fn", [](const OverrideNode& n) { return python_object_of<PythonImpl>(n.impl); })
+      .def_property_readonly("try_initialize_runtime",
+                             [](const OverrideNode& n) {
+                               return python_object_of<PythonTryInitialize>(
+                                   n.try_initialize_runtime);
+                             })
       .def_property_readonly("key", [](const OverrideNode& n) { return from_key(n.key()); });
 
   py::class_<Snapshot>(m, "Snapshot");
@@ -410,15 +449,15 @@ PYBIND11_MODULE(_C, m) {
         options.unconditional_override = unconditional_override;
         CondFn cond_fn;
         if (py::isinstance<P::Predicate>(cond)) {
-          cond_fn = cond.cast<P::Predicate>().as_cond();
+          cond_fn = cond.cast<P::Predicate>();
         } else if (!cond.is_none()) {
           require_callable("cond", cond);
-          cond_fn = python_cond(cond);
+          cond_fn = PythonCond{hold(cond)};
         }
         require_callable("impl", impl);
         if (!try_initialize_runtime.is_none()) {
           require_callable("try_initialize_runtime", try_initialize_runtime);
-          options.try_initialize_runtime = python_try_initialize(try_initialize_runtime);
+          options.try_initialize_runtime = PythonTryInitialize{hold(try_initialize_runtime)};
         }
         // A Python cond or runtime check runs on every call the router sees,
         // so a tracer must be able to divert those calls first. Chains whose
@@ -430,9 +469,12 @@ PYBIND11_MODULE(_C, m) {
         // The same nodes need the GIL to choose (a Python cond or runtime
         // check, or the shortcut): the router takes it once for all of them.
         options.needs_host_scope = options.divert_when_tracing;
-        return mutable_node(registry().register_op_override(
-            dsl_name, lib_symbol, op_symbol, dispatch_key, std::move(cond_fn),
-            python_impl(impl), std::move(options)));
+        ImplFn impl_fn = PythonImpl{hold(impl)};
+        return mutable_node(without_gil([&] {
+          return registry().register_op_override(dsl_name, lib_symbol, op_symbol, dispatch_key,
+                                                 std::move(cond_fn), std::move(impl_fn),
+                                                 std::move(options));
+        }));
       },
       py::arg("dsl_name"), py::arg("lib_symbol"), py::arg("op_symbol"),
       py::arg("dispatch_key"), py::arg("cond"), py::arg("impl"),
@@ -441,76 +483,129 @@ PYBIND11_MODULE(_C, m) {
   m.def("deregister_op_overrides",
         [](std::vector<std::string> dsl, std::vector<std::string> ops,
            std::vector<std::string> keys) {
-          registry().deregister_op_overrides({std::move(dsl), std::move(ops), std::move(keys)});
+          without_gil([&] {
+            registry().deregister_op_overrides({std::move(dsl), std::move(ops), std::move(keys)});
+          });
         });
   m.def("reenable_op_overrides",
         [](std::vector<std::string> dsl, std::vector<std::string> ops,
            std::vector<std::string> keys) {
-          registry().reenable_op_overrides({std::move(dsl), std::move(ops), std::move(keys)});
+          without_gil([&] {
+            registry().reenable_op_overrides({std::move(dsl), std::move(ops), std::move(keys)});
+          });
         });
 
   // `fn(op_symbol, dispatch_key, [Node]) -> [Node]`; a result that is not a
-  // list of nodes counts as a failed transformation.
-  m.def("reorder_graphs", [](py::function fn, bool reinstall) {
-    registry().reorder_graphs(
-        [&fn](const std::string& op, const std::string& key, const Graph& graph) {
-          py::object result = fn(op, key, nodes_to_list(graph));
-          if (!py::isinstance<py::list>(result)) {
-            throw InvalidArgumentError("the ordering function returned " + type_name(result) +
-                                       ", expected a list of nodes");
-          }
-          Graph out;
-          for (const py::handle& item : result) {
-            if (!py::isinstance<OverrideNode>(item)) {
-              throw InvalidArgumentError("the ordering function returned a list holding " +
-                                         type_name(item) + ", expected nodes");
-            }
-            out.push_back(item.cast<MutableNode>());
-          }
-          return out;
-        },
-        reinstall);
+  // list of nodes counts as a failed transformation. An exception from fn
+  // that is an Exception is a failed transformation (a warning, the graph
+  // kept); any other (KeyboardInterrupt, SystemExit) aborts the reordering,
+  // which then changes nothing, and propagates. Returns the changed keys.
+  // install: "nothing", "installed" (republish installed routers of changed
+  // graphs) or "changed" (install every changed graph), all or nothing.
+  m.def("reorder_graphs", [](py::function fn, const std::string& install) {
+    Registry::ReorderInstall mode = Registry::ReorderInstall::kNothing;
+    if (install == "installed") {
+      mode = Registry::ReorderInstall::kInstalled;
+    } else if (install == "changed") {
+      mode = Registry::ReorderInstall::kChanged;
+    } else if (install != "nothing") {
+      throw py::value_error("install must be 'nothing', 'installed' or 'changed', got '" +
+                            install + "'");
+    }
+    std::optional<py::error_already_set> interrupted;
+    auto call = [&fn, &interrupted](const std::string& op, const std::string& key,
+                                    const Graph& graph) {
+      py::gil_scoped_acquire gil;
+      py::object result;
+      try {
+        result = fn(op, key, nodes_to_list(graph));
+      } catch (py::error_already_set& error) {
+        // No Python object travels through the core: an Exception becomes
+        // its message (type and text), anything else the abort.
+        if (error.matches(PyExc_Exception)) throw std::runtime_error(error.what());
+        interrupted.emplace(std::move(error));
+        throw AbortError("the ordering function was interrupted");
+      }
+      if (!py::isinstance<py::list>(result)) {
+        throw InvalidArgumentError("the ordering function returned " + type_name(result) +
+                                   ", expected a list of nodes");
+      }
+      Graph out;
+      for (const py::handle& item : result) {
+        if (!py::isinstance<OverrideNode>(item)) {
+          throw InvalidArgumentError("the ordering function returned a list holding " +
+                                     type_name(item) + ", expected nodes");
+        }
+        out.push_back(item.cast<MutableNode>());
+      }
+      return out;
+    };
+    std::vector<GraphKey> changed;
+    try {
+      changed = without_gil([&] { return registry().reorder_graphs(call, mode); });
+    } catch (const AbortError&) {
+      if (interrupted) throw std::move(*interrupted);
+      throw;
+    }
+    py::list out;
+    for (const GraphKey& key : changed) out.append(from_key(key));
+    return out;
   });
 
   m.def("replace_graph", [](const std::tuple<std::string, std::string, std::string>& key,
                             const std::vector<MutableNode>& nodes) {
-    registry().replace_graph(to_key(key), Graph(nodes.begin(), nodes.end()));
+    without_gil([&] { registry().replace_graph(to_key(key), Graph(nodes.begin(), nodes.end())); });
   });
   m.def("install_graph", [](const std::tuple<std::string, std::string, std::string>& key,
                             bool reinstall) {
-    registry().install_graph(to_key(key), reinstall ? InstallMode::kReinstall : InstallMode::kUpdate);
+    without_gil([&] {
+      registry().install_graph(to_key(key),
+                               reinstall ? InstallMode::kReinstall : InstallMode::kUpdate);
+    });
   });
-  m.def("install_all", [] { registry().install_all(); });
+  m.def("install_all", [] { without_gil([] { registry().install_all(); }); });
 
-  m.def("snapshot", [] { return registry().snapshot(); });
-  m.def("restore", [](const Snapshot& s) { registry().restore(s); });
+  // A Snapshot holds nodes, and so Python callables: dropped like any PyRef.
+  m.def("snapshot", [] { return without_gil([] { return registry().snapshot(); }); });
+  m.def("restore", [](const Snapshot& s) { without_gil([&] { registry().restore(s); }); });
 
-  m.def("allow_namespace", [](const std::string& ns) { registry().allow_namespace(ns); });
-  m.def("disallow_namespace", [](const std::string& ns) { registry().disallow_namespace(ns); });
-  m.def("allowed_namespaces", [] { return registry().allowed_namespaces(); });
+  m.def("allow_namespace",
+        [](const std::string& ns) { without_gil([&] { registry().allow_namespace(ns); }); });
+  m.def("disallow_namespace",
+        [](const std::string& ns) { without_gil([&] { registry().disallow_namespace(ns); }); });
+  m.def("allowed_namespaces",
+        [] { return without_gil([] { return registry().allowed_namespaces(); }); });
 
   m.def("get_dsl_operations", [](const std::string& dsl, const std::string& ns) {
-    return registry().get_dsl_operations(dsl, ns);
+    return without_gil([&] { return registry().get_dsl_operations(dsl, ns); });
   });
   m.def("graph_keys", [] {
     py::list out;
-    for (const GraphKey& key : registry().graph_keys()) out.append(from_key(key));
+    for (const GraphKey& key : without_gil([] { return registry().graph_keys(); })) {
+      out.append(from_key(key));
+    }
     return out;
   });
   m.def("router_keys", [] {
     py::list out;
-    for (const GraphKey& key : registry().router_keys()) out.append(from_key(key));
+    for (const GraphKey& key : without_gil([] { return registry().router_keys(); })) {
+      out.append(from_key(key));
+    }
     return out;
   });
   m.def("graph", [](const std::tuple<std::string, std::string, std::string>& key) {
-    return nodes_to_list(registry().graph(to_key(key)));
+    return nodes_to_list(without_gil([&] { return registry().graph(to_key(key)); }));
   });
   m.def("published_chain", [](const std::tuple<std::string, std::string, std::string>& key) {
-    return nodes_to_list(registry().published_chain(to_key(key)));
+    return nodes_to_list(without_gil([&] { return registry().published_chain(to_key(key)); }));
   });
-  m.def("is_enabled", [](const OverrideNode& node) { return registry().is_enabled(node); });
+  m.def("is_enabled", [](const OverrideNode& node) {
+    return without_gil([&] { return registry().is_enabled(node); });
+  });
+  m.def("check_invariants", [] { without_gil([] { registry().check_invariants(); }); });
+  m.def("dump_state", [] { return without_gil([] { return registry().dump_state(); }); });
   m.def("router_state", [](const std::tuple<std::string, std::string, std::string>& key) {
-    switch (registry().router_state(to_key(key))) {
+    switch (without_gil([&] { return registry().router_state(to_key(key)); })) {
       case RouterState::kAbsent: return "absent";
       case RouterState::kDormant: return "dormant";
       case RouterState::kActive: return "active";
@@ -518,41 +613,60 @@ PYBIND11_MODULE(_C, m) {
     return "absent";
   });
   m.def("filters", [] {
-    const Filter f = registry().filters();
+    const Filter f = without_gil([] { return registry().filters(); });
     return py::make_tuple(f.dsl_names, f.op_symbols, f.dispatch_keys);
   });
-  m.def("graphs_by_dsl_name", [] { return index_to_dict(registry().graphs_by_dsl_name()); });
-  m.def("graphs_by_op_symbol", [] { return index_to_dict(registry().graphs_by_op_symbol()); });
-  m.def("graphs_by_dispatch_key",
-        [] { return index_to_dict(registry().graphs_by_dispatch_key()); });
+  m.def("graphs_by_dsl_name", [] {
+    return index_to_dict(without_gil([] { return registry().graphs_by_dsl_name(); }));
+  });
+  m.def("graphs_by_op_symbol", [] {
+    return index_to_dict(without_gil([] { return registry().graphs_by_op_symbol(); }));
+  });
+  m.def("graphs_by_dispatch_key", [] {
+    return index_to_dict(without_gil([] { return registry().graphs_by_dispatch_key(); }));
+  });
 
   m.def("set_empty_chain_policy", [](const std::string& policy) {
-    if (policy == "keep_dormant") {
-      registry().set_empty_chain_policy(EmptyChainPolicy::kKeepDormantRouter);
-    } else if (policy == "remove") {
-      registry().set_empty_chain_policy(EmptyChainPolicy::kRemoveRouter);
+    if (policy == "keep_dormant" || policy == "remove") {
+      const EmptyChainPolicy chosen = policy == "remove" ? EmptyChainPolicy::kRemoveRouter
+                                                         : EmptyChainPolicy::kKeepDormantRouter;
+      without_gil([&] { registry().set_empty_chain_policy(chosen); });
     } else {
       throw py::value_error("empty chain policy must be 'keep_dormant' or 'remove', got '" +
                             policy + "'");
     }
   });
   m.def("empty_chain_policy", [] {
-    return registry().empty_chain_policy() == EmptyChainPolicy::kRemoveRouter ? "remove"
-                                                                              : "keep_dormant";
+    const EmptyChainPolicy policy = without_gil([] { return registry().empty_chain_policy(); });
+    return policy == EmptyChainPolicy::kRemoveRouter ? "remove" : "keep_dormant";
   });
+  // The core calls the sink with no lock held; what it raises is reported as
+  // unraisable, since the operation that logged has already happened.
   m.def("set_log_sink", [](py::function sink) {
-    auto ref = std::make_shared<PyRef>(std::move(sink));
-    registry().set_log_sink([ref](LogLevel level, const std::string& message) {
+    auto ref = hold(std::move(sink));
+    LogSink forward = [ref](LogLevel level, const std::string& message) {
       py::gil_scoped_acquire gil;
-      ref->get()(level == LogLevel::kWarning ? "warning" : "info", message);
-    });
+      try {
+        ref->get()(level == LogLevel::kWarning ? "warning" : "info", message);
+      } catch (py::error_already_set& error) {
+        error.discard_as_unraisable("native_registry's log sink");
+      }
+    };
+    without_gil([&] { registry().set_log_sink(std::move(forward)); });
   });
 
-  m.def("push_unconditional_mask",
-        [] { masks().push_back(std::make_unique<Registry::UnconditionalMask>(registry())); });
+  // The mask stack is Python's (only Python enters masks through here), so
+  // the GIL guards it; the core work runs without the GIL.
+  m.def("push_unconditional_mask", [] {
+    auto mask = without_gil(
+        [] { return std::make_unique<Registry::UnconditionalMask>(registry()); });
+    masks().push_back(std::move(mask));
+  });
   m.def("pop_unconditional_mask", [] {
     if (masks().empty()) throw py::value_error("no unconditional mask to lift");
+    std::unique_ptr<Registry::UnconditionalMask> mask = std::move(masks().back());
     masks().pop_back();
+    without_gil([&] { mask.reset(); });
   });
 
   dynamo_flag();

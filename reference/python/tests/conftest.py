@@ -20,12 +20,13 @@ from torch_fixtures import (  # noqa: E402,F401
 def reg():
     """The registry module, with everything a test does undone afterwards."""
     before = dispatcher_state()
-    saved_decomp = dict(registry._native_decomp_overrides)
+    saved_decomp = set(registry.native_decomp_table(overrides_only=True))
     with registry.scoped():
         yield registry
     assert dispatcher_state() == before, "the test left the dispatcher changed"
     assert_shared_tensors_intact()
-    assert registry._native_decomp_overrides == saved_decomp
+    assert set(registry.native_decomp_table(overrides_only=True)) == saved_decomp
+    registry._C.check_invariants()
 
 
 @pytest.fixture

@@ -138,11 +138,11 @@ def test_deregister_reenable_roundtrip(reg):
     install(reg)
     seven = torch.tensor([7.0, 7.0])
     assert torch.equal(mul(A, B), seven)
-    assert registry._native_decomp_overrides
+    assert registry.native_decomp_table(overrides_only=True)
     reg.deregister_op_overrides(disable_dsl_names="test_dsl")
     assert torch.equal(mul(A, B), STOCK)
     assert reg.router_state("aten", "mul.Tensor", "CPU") == "dormant"
-    assert not registry._native_decomp_overrides
+    assert not registry.native_decomp_table(overrides_only=True)
     reg.reenable_op_overrides(enable_dsl_names="test_dsl")
     assert torch.equal(mul(A, B), seven)
     assert reg.router_state("aten", "mul.Tensor", "CPU") == "active"
@@ -285,12 +285,12 @@ def test_undefined_op_raises_on_install_and_changes_nothing(reg, namespaces):
 
 def test_teardown_leaves_no_decomposition_router(reg, namespaces):
     op, _ = namespaces
-    before = dict(registry._native_decomp_overrides)
+    before = set(registry.native_decomp_table(overrides_only=True))
     saved = reg.snapshot()
     reg.register_op_override("test_dsl", NS, "twice", "CPU", lambda *a: True,
                              lambda x: torch.full_like(x, 99.0))
     install(reg)
-    assert op in registry._native_decomp_overrides
+    assert op in registry.native_decomp_table(overrides_only=True)
     reg.restore(saved)
-    assert registry._native_decomp_overrides == before
-    assert op not in registry._native_decomp_overrides
+    assert set(registry.native_decomp_table(overrides_only=True)) == before
+    assert op not in registry.native_decomp_table(overrides_only=True)
