@@ -27,14 +27,28 @@ def gtest_rows(path: pathlib.Path, implementation: str) -> list[dict]:
     for case in ET.parse(path).getroot().iter("testcase"):
         ids = [bid for p in case.iter("property") if p.get("name") == "behaviour"
                for bid in p.get("value", "").split(",") if bid]
-        if case.find("failure") is not None or case.find("error") is not None:
-            outcome = "fail"
-        elif case.get("result") == "skipped" or case.find("skipped") is not None:
-            outcome = "unsupported"
+        problem = case.find("failure")
+        if problem is None:
+            problem = case.find("error")
+        skipped = case.find("skipped")
+        row = {"test": f"{case.get('classname')}.{case.get('name')}", "behaviours": ids,
+               "side": "cpp", "implementation": implementation}
+        if problem is not None:
+            row["outcome"] = "fail"
+            row["message"] = problem.get("message") or (problem.text or "").strip()
+        elif case.get("result") == "skipped" or skipped is not None:
+            row["outcome"] = "unsupported"
+            if skipped is not None and skipped.get("message"):
+                row["reason"] = skipped.get("message").strip()
         else:
-            outcome = "pass"
-        rows.append({"test": f"{case.get('classname')}.{case.get('name')}", "behaviours": ids,
-                     "outcome": outcome, "side": "cpp", "implementation": implementation})
+            row["outcome"] = "pass"
+        if case.get("file"):
+            source = pathlib.Path(case.get("file"))
+            root = pathlib.Path(__file__).resolve().parents[1]
+            if source.is_absolute() and source.is_relative_to(root):
+                source = source.relative_to(root)
+            row["source"] = f"{source}:{case.get('line', '1')}"
+        rows.append(row)
     return rows
 
 
