@@ -22,6 +22,19 @@ from collections import defaultdict
 ORDER = {"FAIL": 0, "known-fail": 1, "unsupported": 2, "pass": 3}
 
 
+def repository_path(compiled: str) -> str:
+    """A source path as the compiler saw it (relative to a build folder in
+    the repository, or absolute) as a path relative to the repository."""
+    root = pathlib.Path(__file__).resolve().parents[1]
+    path = pathlib.Path(compiled)
+    if path.is_absolute():
+        return str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
+    parts = path.parts
+    while parts and parts[0] == "..":
+        parts = parts[1:]
+    return str(pathlib.Path(*parts))
+
+
 def gtest_rows(path: pathlib.Path, implementation: str) -> list[dict]:
     rows = []
     for case in ET.parse(path).getroot().iter("testcase"):
@@ -43,11 +56,7 @@ def gtest_rows(path: pathlib.Path, implementation: str) -> list[dict]:
         else:
             row["outcome"] = "pass"
         if case.get("file"):
-            source = pathlib.Path(case.get("file"))
-            root = pathlib.Path(__file__).resolve().parents[1]
-            if source.is_absolute() and source.is_relative_to(root):
-                source = source.relative_to(root)
-            row["source"] = f"{source}:{case.get('line', '1')}"
+            row["source"] = f"{repository_path(case.get('file'))}:{case.get('line', '1')}"
         rows.append(row)
     return rows
 
