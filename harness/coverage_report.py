@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import html
 import json
+import os
 import pathlib
 import re
 import subprocess
@@ -116,10 +117,11 @@ def lcov_summary(info: pathlib.Path) -> dict:
 def run(args) -> int:
     out = args.results / "coverage"
     out.mkdir(parents=True, exist_ok=True)
+    os.chdir(ROOT)  # the reports name files relative to the repository
     for old in out.glob("python.coverage*"):
         old.unlink()
     cpp = any(impl.cpp for impl in args.implementations)
-    progress = Progress(5 if cpp else 3)
+    progress = Progress(4 if cpp else 2)
     failures = 0
 
     if cpp:
@@ -156,7 +158,7 @@ def run(args) -> int:
         failures += sh([str(BUILD / "reference/tests/reference_tests"), "--gtest_brief=1"]).returncode != 0
         failures += measured_pytest(config, "own-tests:reference", env, ["reference/python/tests"]) != 0
         all_info = capture(out, "all")
-        cpp_figures = {"conformance suites": lcov_summary(conformance_info),
+        cpp_figures = {"the conformance suites": lcov_summary(conformance_info),
                        "every test": lcov_summary(all_info)}
 
     progress.step("reports: HTML, Cobertura XML, per behaviour")
@@ -167,7 +169,7 @@ def run(args) -> int:
     cov.load()
     cov.lcov_report(outfile=str(out / "python.info"))
     cov.html_report(directory=str(out / "python-html"), title="Python implementations")
-    py_files = python_figures(cov, out, "conformance:")
+    py_files = python_figures(cov, out, "conformance:", own_tests=cpp)
     infos = [str(out / "python.info")] + ([str(out / "reference-cpp.info")] if cpp else [])
     sh(["genhtml", *infos, "--output-directory", str(out / "html"), "--branch-coverage",
         "--title", "conformance coverage", "--quiet", *LCOV_BRANCHES], check=True)
@@ -212,11 +214,14 @@ def shown_name(filename: str) -> str:
     return str(pathlib.Path(*parts[parts.index("torch"):])) if "torch" in parts else filename
 
 
-def python_figures(cov, out: pathlib.Path, conformance_prefix: str) -> dict:
+def python_figures(cov, out: pathlib.Path, conformance_prefix: str, own_tests: bool) -> dict:
     """Per measured file: lines and branches, under every test and under the
     conformance suites alone (contexts are "static context|test")."""
     figures = {}
-    for scope, contexts in (("every test", None), ("conformance suites", [f"^{re.escape(conformance_prefix)}"])):
+    scopes = [("the conformance suites", [f"^{re.escape(conformance_prefix)}"])]
+    if own_tests:
+        scopes.append(("every test", None))
+    for scope, contexts in scopes:
         cov.set_option("report:contexts", contexts)
         report = out / "python-figures.json"
         cov.json_report(outfile=str(report))
@@ -312,11 +317,11 @@ def summary_lines(summary: dict, behaviours: dict) -> list[str]:
     lines = []
     for scope, figures in summary["cpp"].items():
         if figures:
-            lines.append(f"C++ reference/ (src, include, python/src) under the {scope}: "
+            lines.append(f"C++ reference/ (src, include, python/src) under {scope}: "
                          f"lines {_figure(figures['lines'])}, branches {_figure(figures['branches'])}")
     for name, by_scope in summary["python"].items():
         for scope, f in by_scope.items():
-            lines.append(f"Python {name} under the {scope}: lines {_figure(f['lines'])}, "
+            lines.append(f"Python {name} under {scope}: lines {_figure(f['lines'])}, "
                          f"branches {_figure(f['branches'])}")
     for label in behaviours["implementations"]:
         lines.append(f"fewest lines pinned ({label}): "
@@ -365,6 +370,16 @@ def index_page(summary: dict, behaviours: dict) -> str:
     return "\n".join(out) + "\n"
 
 
+def source_roots(files) -> list[str]:
+    """The folders the report's file names are relative to."""
+    roots = {str(ROOT)}
+    for name in files:
+        shown = shown_name(name)
+        if pathlib.Path(name).is_absolute() and name.endswith(shown) and name != shown:
+            roots.add(name[:-len(shown)].rstrip("/"))
+    return sorted(roots)
+
+
 def lcov_to_cobertura(infos: list[pathlib.Path]) -> str:
     """One Cobertura XML (the format CI systems read) from lcov tracefiles."""
     files: dict[str, dict] = {}
@@ -392,7 +407,8 @@ def lcov_to_cobertura(infos: list[pathlib.Path]) -> str:
            f'<coverage line-rate="{rate(hit_lines, total_lines)}" branch-rate="{rate(hit_br, total_br)}" '
            f'lines-covered="{hit_lines}" lines-valid="{total_lines}" branches-covered="{hit_br}" '
            f'branches-valid="{total_br}" complexity="0" version="native_registry" timestamp="{int(time.time())}">',
-           f"<sources><source>{html.escape(str(ROOT))}</source></sources><packages>"]
+           "<sources>" + "".join(f"<source>{html.escape(s)}</source>" for s in source_roots(files))
+           + "</sources><packages>"]
     by_package: dict[str, list[str]] = defaultdict(list)
     for name in sorted(files):
         by_package[str(pathlib.Path(shown_name(name)).parent)].append(name)

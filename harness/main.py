@@ -26,6 +26,7 @@ sys.path.insert(0, str(HERE))
 import catalogue as catalogue_module  # noqa: E402
 import check as catalogue_check  # noqa: E402
 import matrix  # noqa: E402
+from progress import gtest_progress, pytest_progress, stream  # noqa: E402
 import report_html  # noqa: E402
 import staging  # noqa: E402
 
@@ -218,39 +219,6 @@ def explain(what: str, found: dict) -> str:
                      + (" ..." if len(found["sys_path"]) > 8 else ""))
     lines.append(f"    fix: {found['fix']}")
     return "\n".join(lines)
-
-
-def stream(cmd: list[str], label: str, log: pathlib.Path, env: dict | None = None,
-           progress=lambda line: None, cwd: pathlib.Path = ROOT) -> int:
-    """Runs cmd, logging everything and echoing progress lines."""
-    with log.open("w") as out:
-        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True)
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            out.write(line)
-            shown = progress(line)
-            if shown:
-                print(f"  [{label}] {shown}", flush=True)
-        return proc.wait()
-
-
-def gtest_progress(line: str) -> str | None:
-    if line.startswith("[       OK ]"):
-        return "ok    " + line[13:].split(" (")[0].strip()
-    if line.startswith("[  SKIPPED ]") and "(" in line:
-        return "unsup " + line[13:].split(" (")[0].strip()
-    if line.startswith("[  FAILED  ]") and "ms)" in line:
-        return "FAIL  " + line[13:].split(" (")[0].strip()
-    return None
-
-
-def pytest_progress(line: str) -> str | None:
-    for word, shown in (("PASSED", "ok   "), ("FAILED", "FAIL "), ("XFAIL", "known"),
-                        ("XPASS", "XPASS"), ("SKIPPED", "unsup"), ("ERROR", "ERROR")):
-        if f" {word}" in line and "::" in line:
-            return f"{shown} {line.split(' ')[0].split('::', 1)[-1]}"
-    return None
 
 
 def run_cpp(impl: Implementation, build: pathlib.Path, results: pathlib.Path) -> tuple[int, list[dict]]:
