@@ -104,11 +104,12 @@ body{font-family:system-ui,sans-serif;font-size:13px;margin:16px;color:#222}
 table{border-collapse:collapse;margin-bottom:14px}
 td,th{padding:3px 7px;border:1px solid #ccc;vertical-align:top;text-align:left}
 th{background:#f0f0f0}
+td:first-child{min-width:22em}
 .pass{background:#c8f0c8}.FAIL,.missing{background:#f5b0b0}.known-fail{background:#f5e0a0}
 .unsupported{background:#e4e4e4}
 .title{color:#444}.stmt{max-width:42em;color:#333}
 details summary{cursor:pointer}
-pre{white-space:pre-wrap;max-width:60em;margin:4px 0;font-size:12px;background:#fff8f8;padding:4px}
+pre{white-space:pre-wrap;max-width:32em;margin:4px 0;font-size:12px;background:#fff8f8;padding:4px}
 .required{font-weight:600}.recommended{color:#555}
 td.num{text-align:right}
 """
@@ -132,11 +133,13 @@ def _cell(value: str, results: list[dict], results_dir: pathlib.Path) -> str:
         text = r.get("message") or r.get("reason") or ""
         parts.append(f"<div>{html.escape(r['outcome'])}: <code>{html.escape(r['test'])}</code> "
                      f"{_link(r.get('source', ''), results_dir)}<pre>{html.escape(text)}</pre></div>")
-    return (f'<td class="{html.escape(value)}"><details><summary>{html.escape(value)}</summary>'
+    return (f'<td class="{html.escape(value)}"><details class=cell><summary>{html.escape(value)}</summary>'
             f'{"".join(parts)}</details></td>')
 
 
 def _score_text(s: dict) -> str:
+    if not s["applicable"]:
+        return "–"
     percent = f" ({s['score'] * 100:.0f} %)" if s["score"] is not None else ""
     return f"{s['passed']}/{s['applicable']}{percent}"
 
@@ -147,7 +150,8 @@ def page(doc: dict, results_dir: pathlib.Path) -> str:
            f"<style>{STYLE}</style><h1>Conformance matrix</h1>", f"<p>{html.escape(doc['summary'])}</p>"]
     out.append("<table><tr><th>implementation</th><th>suites</th><th>what is under test</th></tr>")
     for impl in doc["implementations"]:
-        out.append(f"<tr><td><b>{html.escape(impl['label'])}</b> <code>{html.escape(impl['spec'])}</code></td>"
+        spec = f" <code>{html.escape(impl['spec'])}</code>" if impl["spec"] != impl["label"] else ""
+        out.append(f"<tr><td><b>{html.escape(impl['label'])}</b>{spec}</td>"
                    f"<td>{', '.join(impl['suites'])}</td><td>{html.escape(impl['description'])}</td></tr>")
     out.append("</table>")
     if doc["problems"]:
@@ -189,5 +193,8 @@ def page(doc: dict, results_dir: pathlib.Path) -> str:
         out.append("<p>None.</p>")
     out.append("<p>Cells: pass / FAIL / known-fail (an expectation entry with its reason) / unsupported "
                "(a feature the implementation lacks) / - (not expressible on that side). Click a cell "
-               "for its tests, messages and reasons; a test's link opens its source.</p>")
+               "for its tests, messages and reasons; a test's link opens its source. matrix.html#open "
+               "shows them all.</p>")
+    out.append('<script>if (location.hash === "#open") '
+               'document.querySelectorAll("details.cell").forEach(d => d.open = true);</script>')
     return "\n".join(out) + "\n"

@@ -4,6 +4,7 @@ the reports (terminal failure list, matrix.html, results.json, Cobertura)."""
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import pathlib
@@ -281,7 +282,8 @@ def test_matrix_html_explains_each_cell(tmp_path):
     cat = catalogue.load()
     failing, known, rows = rows_for(cat)
     page = report_html.page(make_document(cat, rows), ROOT / "results")
-    assert failing.title in page and known.title in page
+    assert html.escape(failing.title) in page and html.escape(known.title) in page
+    assert html.escape(failing.statement) in page
     assert "statement</summary>" in page and "<details>" in page
     assert "the impl ran although the cond declined" in page
     assert "mine keys graphs without a namespace" in page
@@ -325,3 +327,34 @@ def test_estimates_of_what_remains():
     assert progress.remaining(0, 4, 0.0) == "estimating"
     assert progress.remaining(1, 4, 30.0) == "about 1 min 30 s left"
     assert progress.remaining(4, 4, 120.0) == "none left"
+
+
+def test_the_python_suite_reports_the_message_and_source_of_a_failure(tmp_path):
+    """A real run of one conformance test against an adapter that gets node
+    fields wrong: its report row carries the assertion and the test's line."""
+    (tmp_path / "wrong_nodes.py").write_text(
+        "from adapters.reference import ReferenceAdapter\n"
+        "class WrongNodes(ReferenceAdapter):\n"
+        "    name = 'wrong-nodes'\n"
+        "    def make_node(self, *fields):\n"
+        "        node = super().make_node(*fields)\n"
+        "        node.node_id = 'renamed'\n"
+        "        return node\n"
+        "def make():\n    return WrongNodes()\n")
+    report = tmp_path / "rows.jsonl"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])))
+    # One test by node id: a filtered run (-k) would see the expectation files name absent tests.
+    subprocess.run([sys.executable, "-m", "pytest",
+                    "conformance/python/test_registration.py::test_node_fields_and_defaults", "-q",
+                    "-p", "no:cacheprovider",
+                    "--impl=wrong_nodes:make", f"--conformance-report={report}"],
+                   cwd=ROOT, env=env, capture_output=True, text=True)
+    (row,) = [json.loads(line) for line in report.read_text().splitlines()]
+    assert row["outcome"] == "fail" and row["implementation"] == "wrong-nodes"
+    assert row["message"].startswith("AssertionError")
+    assert "renamed" in row["message"]
+    source, line = row["source"].rsplit(":", 1)
+    assert source == "conformance/python/test_registration.py"
+    # The line where the test starts: its first decorator.
+    lines = (ROOT / source).read_text().splitlines()[int(line) - 1:int(line) + 1]
+    assert lines == ['@behaviour("nodes.fields-and-defaults")', "def test_node_fields_and_defaults(impl):"]
