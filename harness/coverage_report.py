@@ -29,12 +29,14 @@ import json
 import os
 import pathlib
 import re
+import shutil
 import subprocess
 import sys
 import time
 from collections import defaultdict
 
 import staging
+from progress import duration as progress_duration, remaining as progress_remaining
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 HERE = pathlib.Path(__file__).resolve().parent
@@ -121,7 +123,7 @@ def run(args) -> int:
     for old in out.glob("python.coverage*"):
         old.unlink()
     cpp = any(impl.cpp for impl in args.implementations)
-    progress = Progress(4 if cpp else 2)
+    progress = Progress(5 if cpp else 2)
     failures = 0
 
     if cpp:
@@ -145,7 +147,8 @@ def run(args) -> int:
     reports: dict[str, pathlib.Path] = {}
     for impl in args.implementations:
         if impl.cpp:
-            failures += sh([str(BUILD / impl.cpp), "--gtest_brief=1"]).returncode != 0
+            failures += sh([str(BUILD / impl.cpp), "--gtest_brief=1",
+                            f"--gtest_output=xml:{out / f'cpp-{impl.file_stem}.xml'}"]).returncode != 0
         reports[impl.label] = out / f"python-{impl.file_stem}.jsonl"
         failures += measured_pytest(config, f"conformance:{impl.label}", env,
                                     ["conformance/python", f"--impl={impl.python}",
@@ -175,6 +178,11 @@ def run(args) -> int:
         "--title", "conformance coverage", "--quiet", *LCOV_BRANCHES], check=True)
     (out / "cobertura.xml").write_text(lcov_to_cobertura([pathlib.Path(i) for i in infos]))
     behaviours = per_behaviour(cov, reports)
+    if cpp:
+        progress.step("per-test gcov counters of the C++ conformance suite (one run per test)")
+        for impl in (i for i in args.implementations if i.cpp):
+            behaviours["implementations"][f"{impl.label} (C++)"] = cpp_per_behaviour(
+                out, BUILD / impl.cpp, out / f"cpp-{impl.file_stem}.xml", behaviours["files"], impl.label)
     (out / "per-behaviour.json").write_text(json.dumps(behaviours, indent=1))
     summary = {"cpp": cpp_figures, "python": py_files}
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
@@ -273,19 +281,100 @@ def per_behaviour(cov, reports: dict[str, pathlib.Path]) -> dict:
             files[name] = {"implementation": owner, "statements": len(statements),
                            "reached by no behaviour": sorted(statements - by_test)}
     cat = catalogue.load()
-    out = {"files": files, "implementations": {}}
-    for label, per in reached.items():
-        entries = {}
-        for bid, by_file in per.items():
-            others = set().union(*[{(f, n) for f, ns in o.items() for n in ns}
-                                   for b, o in per.items() if b != bid] or [set()])
-            mine = {(f, n) for f, ns in by_file.items() for n in ns}
-            entries[bid] = {"title": cat[bid].title, "profile": cat[bid].profile,
-                            "level": getattr(cat[bid], "level", None) or "required",
-                            "lines": len(mine), "only this behaviour": len(mine - others),
-                            "by file": {f: sorted(ns) for f, ns in by_file.items()}}
-        out["implementations"][label] = dict(sorted(entries.items(), key=lambda kv: kv[1]["lines"]))
-    return out
+    return {"files": files, "implementations": {label: rank(cat, per) for label, per in reached.items()}}
+
+
+def cpp_per_behaviour(out: pathlib.Path, binary: pathlib.Path, xml: pathlib.Path, files: dict,
+                      label: str) -> dict:
+    """Each C++ test alone, its gcov counters written under a folder of its
+    own (GCOV_PREFIX; the build's own counters stay as they are), read with
+    gcov's JSON output: the reference's lines each behaviour's tests execute.
+    Adds the C++ files' unreached lines to `files`."""
+    import matrix
+
+    rows = [r for r in matrix.gtest_rows(xml, label) if r["outcome"] == "pass"] if xml.exists() else []
+    work = out / "per-test-gcov"
+    if work.exists():
+        shutil.rmtree(work)
+    gcno = {p.relative_to(BUILD): p for p in BUILD.rglob("*.gcno")}
+    wanted = tuple(str(ROOT / m.rstrip("*")) for m in MEASURED)
+    reached: dict[str, dict[str, set[int]]] = defaultdict(lambda: defaultdict(set))
+    executable: dict[str, set[int]] = defaultdict(set)
+    hit_any: dict[str, set[int]] = defaultdict(set)
+    start = time.monotonic()
+    for index, row in enumerate(rows, 1):
+        prefix = work / str(index)
+        env = dict(os.environ, GCOV_PREFIX=str(prefix), GCOV_PREFIX_STRIP="0")
+        subprocess.run([str(binary), f"--gtest_filter={row['test']}", "--gtest_brief=1"], cwd=ROOT,
+                       env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        mirror = prefix / BUILD.relative_to("/")
+        gcdas = sorted(mirror.rglob("*.gcda"))
+        for gcda in gcdas:  # gcov reads the notes file beside the counters
+            source = gcno.get(gcda.relative_to(mirror).with_suffix(".gcno"))
+            if source and not gcda.with_suffix(".gcno").exists():
+                gcda.with_suffix(".gcno").symlink_to(source)
+        lines = gcov_lines(gcdas, wanted)
+        for name, (counted, hit) in lines.items():
+            executable[name] |= counted
+            hit_any[name] |= hit
+            for bid in row["behaviours"]:
+                reached[bid][name] |= hit
+        shutil.rmtree(prefix)
+        if index % 10 == 0 or index == len(rows):
+            elapsed = time.monotonic() - start
+            print(f"  [{index}/{len(rows)}] C++ tests measured one by one "
+                  f"(elapsed {progress_duration(elapsed)}, {progress_remaining(index, len(rows), elapsed)})",
+                  flush=True)
+    import catalogue
+
+    cat = catalogue.load()
+    for name in sorted(executable):
+        files[name] = {"implementation": f"{label} (C++)", "statements": len(executable[name]),
+                       "reached by no behaviour": sorted(executable[name] - hit_any[name])}
+    return rank(cat, reached)
+
+
+def gcov_lines(gcdas: list[pathlib.Path], wanted: tuple[str, ...]) -> dict[str, tuple[set[int], set[int]]]:
+    """gcov's JSON for these counter files: per source file of ours, the lines
+    with code and the lines executed."""
+    found: dict[str, tuple[set[int], set[int]]] = {}
+    if not gcdas:
+        return found
+    proc = subprocess.run(["gcov", "--json-format", "--stdout", *map(str, gcdas)], cwd=gcdas[0].parent,
+                          capture_output=True, text=True)
+    for line in proc.stdout.splitlines():
+        if not line.startswith("{"):
+            continue
+        for entry in json.loads(line).get("files", []):
+            path = entry["file"]
+            if not path.startswith("/"):
+                path = str((BUILD / path).resolve())
+            if not path.startswith(wanted):
+                continue
+            name = str(pathlib.Path(path).relative_to(ROOT))
+            counted, hit = found.setdefault(name, (set(), set()))
+            for ln in entry["lines"]:
+                counted.add(ln["line_number"])
+                if ln["count"]:
+                    hit.add(ln["line_number"])
+    return found
+
+
+def rank(cat: dict, reached: dict[str, dict[str, set[int]]]) -> dict:
+    """Per behaviour: the lines its tests execute and those only it reaches,
+    fewest lines first."""
+    entries = {}
+    for bid, by_file in reached.items():
+        mine = {(f, n) for f, ns in by_file.items() for n in ns}
+        others = set()
+        for other, their in reached.items():
+            if other != bid:
+                others |= {(f, n) for f, ns in their.items() for n in ns}
+        entries[bid] = {"title": cat[bid].title, "profile": cat[bid].profile,
+                        "level": getattr(cat[bid], "level", None) or "required",
+                        "lines": len(mine), "only this behaviour": len(mine - others),
+                        "by file": {f: sorted(ns) for f, ns in by_file.items()}}
+    return dict(sorted(entries.items(), key=lambda kv: kv[1]["lines"]))
 
 
 def ranges(numbers: list[int]) -> str:
@@ -348,9 +437,10 @@ def index_page(summary: dict, behaviours: dict) -> str:
         for scope, f in by_scope.items():
             out.append(f"<tr><td><code>{e(name)}</code></td><td>{e(scope)}</td>"
                        f"<td class=num>{_figure(f['lines'])}</td><td class=num>{_figure(f['branches'])}</td></tr>")
-    out.append("</table><h2>What each behaviour pins (Python, conformance suite)</h2>"
-               "<p>Lines of the implementation that the behaviour's tests execute, and those no other "
-               "behaviour's tests reach. Sorted by lines, fewest first.</p>")
+    out.append("</table><h2>What each behaviour pins (the conformance suites)</h2>"
+               "<p>Lines of the implementation that the behaviour's tests execute (Python: "
+               "coverage.py contexts; C++: the gcov counters of each test run alone), and those no "
+               "other behaviour's tests reach. Sorted by lines, fewest first.</p>")
     for label, entries in behaviours["implementations"].items():
         out.append(f"<h3>{e(label)}</h3><table><tr><th>behaviour</th><th>level</th><th>lines</th>"
                    "<th>only this behaviour</th><th>which lines</th></tr>")
