@@ -164,6 +164,14 @@ def run(args) -> int:
         cpp_figures = {"the conformance suites": lcov_summary(conformance_info),
                        "every test": lcov_summary(all_info)}
 
+    cpp_pins: dict[str, dict] = {}
+    cpp_files: dict[str, dict] = {}
+    for impl in (i for i in args.implementations if i.cpp):
+        progress.step(f"per-test gcov counters of the C++ conformance suite against {impl.label} "
+                      "(each test run alone)")
+        cpp_pins[f"{impl.label} (C++)"] = cpp_per_behaviour(
+            out, BUILD / impl.cpp, out / f"cpp-{impl.file_stem}.xml", cpp_files, impl.label)
+
     progress.step("reports: HTML, Cobertura XML, per behaviour")
     sh([sys.executable, "-m", "coverage", "combine", f"--rcfile={config}", "-q"], env=env)
     import coverage
@@ -178,11 +186,8 @@ def run(args) -> int:
         "--title", "conformance coverage", "--quiet", *LCOV_BRANCHES], check=True)
     (out / "cobertura.xml").write_text(lcov_to_cobertura([pathlib.Path(i) for i in infos]))
     behaviours = per_behaviour(cov, reports)
-    if cpp:
-        progress.step("per-test gcov counters of the C++ conformance suite (one run per test)")
-        for impl in (i for i in args.implementations if i.cpp):
-            behaviours["implementations"][f"{impl.label} (C++)"] = cpp_per_behaviour(
-                out, BUILD / impl.cpp, out / f"cpp-{impl.file_stem}.xml", behaviours["files"], impl.label)
+    behaviours["implementations"].update(cpp_pins)
+    behaviours["files"].update(cpp_files)
     (out / "per-behaviour.json").write_text(json.dumps(behaviours, indent=1))
     summary = {"cpp": cpp_figures, "python": py_files}
     (out / "summary.json").write_text(json.dumps(summary, indent=1))

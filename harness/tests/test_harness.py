@@ -358,3 +358,31 @@ def test_the_python_suite_reports_the_message_and_source_of_a_failure(tmp_path):
     # The line where the test starts: its first decorator.
     lines = (ROOT / source).read_text().splitlines()[int(line) - 1:int(line) + 1]
     assert lines == ['@behaviour("nodes.fields-and-defaults")', "def test_node_fields_and_defaults(impl):"]
+
+
+def test_coverage_of_a_python_implementation(tmp_path):
+    """--coverage --impl upstream: coverage.py with branches over upstream's
+    registry.py by path, one report, Cobertura XML, and what each behaviour pins."""
+    assert (BUILD / "build.ninja").exists(), f"this test runs the harness on the build in {BUILD}"
+    results = tmp_path / "results"
+    proc = subprocess.run([sys.executable, str(ROOT / "harness" / "main.py"), "--build", str(BUILD),
+                           "--results", str(results), "--coverage", "--impl", "upstream"],
+                          cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = results / "coverage"
+    summary = json.loads((out / "summary.json").read_text())
+    figures = summary["python"]["torch/_native/registry.py"]["the conformance suites"]
+    assert 0 < figures["lines"]["covered"] < figures["lines"]["total"]
+    assert 0 < figures["branches"]["covered"] < figures["branches"]["total"]
+    assert summary["cpp"] == {}  # no C++ implementation was asked for
+    pins = json.loads((out / "per-behaviour.json").read_text())
+    upstream = pins["implementations"]["upstream"]
+    assert "routing.first-match-wins" in upstream
+    entry = upstream["routing.first-match-wins"]
+    assert entry["lines"] == sum(len(v) for v in entry["by file"].values()) > 0
+    unreached = pins["files"]["torch/_native/registry.py"]["reached by no behaviour"]
+    assert unreached and not set(unreached) & set(entry["by file"]["torch/_native/registry.py"])
+    cobertura = ET.parse(out / "cobertura.xml").getroot()
+    assert cobertura.find(".//class[@filename='torch/_native/registry.py']") is not None
+    assert (out / "html" / "index.html").exists() and (out / "index.html").exists()
+    assert "coverage [2/2" in proc.stdout  # progress steps
