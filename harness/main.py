@@ -1,25 +1,22 @@
-"""The conformance harness: runs the suites against implementations and
-reports. Called by ./harness/run once the build is up to date.
-
-    ./harness/run [--impl reference,upstream] [--results DIR]
-    ./harness/run --coverage
-    ./harness/run --mutants [--only NAME,...]
-    ./harness/run --upstream-tests PATH/TO/test_registry.py
-
-Exit status: non-zero only on unexpected results (a failure not listed in the
-implementation's expectation file, a known failure that passed, a catalogue
-or traceability problem, a fault no test kills).
+"""The conformance harness's command line. ./harness/run calls it once the
+build is up to date (and first with --check-args, before installing or
+building anything); ci/test calls it directly. `./harness/run --help` says
+what every option does.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import pathlib
 import platform
+import re
+import shutil
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -29,69 +26,225 @@ sys.path.insert(0, str(HERE))
 import catalogue as catalogue_module  # noqa: E402
 import check as catalogue_check  # noqa: E402
 import matrix  # noqa: E402
+from progress import gtest_progress, pytest_progress, stream  # noqa: E402
+import report_html  # noqa: E402
 import staging  # noqa: E402
 
+DESCRIPTION = """\
+Runs the conformance suites (C++ with GoogleTest, Python with pytest) against
+one or more implementations of PyTorch's op-override registry and reports
+which catalogue behaviours each one holds: a behaviour x implementation matrix
+and a list of every failure with its assertion message on the terminal, and
+results/matrix.md, matrix.html, results.json and JUnit XML. An implementation
+is `reference` (the C++ reference and its Python binding: both suites),
+`upstream` (torch._native.registry of the installed PyTorch: the Python suite)
+or any Python adapter named `module:factory` (the Python suite). Before any
+suite runs, every adapter is imported and every suite's dependencies are
+checked; a problem is reported with the real exception and its fix. Other
+modes measure coverage of an implementation (--coverage), run the suites
+against seeded faults (--mutants), or run an upstream test file against the
+installed PyTorch and the reference (--upstream-tests). Relative paths are
+taken from the directory the command is run in. Exit status: 0 when every
+result is as expected; 1 on an unexpected result (a failure no expectation
+file lists, a known failure that now passes, a catalogue or traceability
+problem, a fault no test kills); 2 on bad usage or an implementation or
+dependency that cannot be loaded."""
+
+EXAMPLES = """\
+examples:
+  ./harness/run                                    the reference, both suites
+  ./harness/run --impl reference,upstream          also the installed PyTorch's torch._native
+  PYTHONPATH=~/src ./harness/run --impl mypkg.adapter:make
+                                                   your implementation, through its adapter
+  ./harness/run --impl upstream --results /tmp/up  reports into another folder
+  ./harness/run --coverage                         coverage of the reference: C++ (lcov) and Python
+  ./harness/run --coverage --impl reference,upstream
+                                                   also upstream's torch/_native/registry.py
+  ./harness/run --mutants                          every seeded fault of fixtures/faults/faults.toml
+  ./harness/run --mutants --only drop-first-node   one fault
+  ./harness/run --upstream-tests ../shared/spec/test_registry.py
+                                                   an upstream test file: installed torch vs reference
+
+environment: PYTHON (the interpreter; default python3), BUILD_DIR (the build
+folder ./harness/run builds, relative to the repository; default build).
+The adapter protocol: conformance/python/adapter.py; expectation files
+(known failures with reasons): conformance/expectations/<adapter name>.toml."""
+
 SHIPPED = {"reference": "adapters.reference:make", "upstream": "adapters.upstream:make"}
+# The C++ suite binary (in the build folder) of the shipped implementations that have one.
 CPP_SUITES = {"reference": "conformance/cpp/conformance_reference"}
+DOTTED = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 
 
-def stream(cmd: list[str], label: str, log: pathlib.Path, env: dict | None = None,
-           progress=lambda line: None) -> int:
-    """Runs cmd, logging everything and echoing progress lines."""
-    with log.open("w") as out:
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True)
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            out.write(line)
-            shown = progress(line)
-            if shown:
-                print(f"  [{label}] {shown}", flush=True)
-        return proc.wait()
+class UsageError(ValueError):
+    """A bad command line: reported in one line, exit status 2."""
 
 
-def gtest_progress(line: str) -> str | None:
-    if line.startswith("[       OK ]"):
-        return "ok    " + line[13:].split(" (")[0].strip()
-    if line.startswith("[  SKIPPED ]") and "(" in line:
-        return "unsup " + line[13:].split(" (")[0].strip()
-    if line.startswith("[  FAILED  ]") and "ms)" in line:
-        return "FAIL  " + line[13:].split(" (")[0].strip()
-    return None
+@dataclass
+class Implementation:
+    """One implementation under test and the suites it runs."""
+    spec: str                         # as given: a shipped name or module:factory
+    python: str                       # the module:factory the Python suite loads
+    cpp: str | None = None            # its C++ suite binary, relative to the build folder
+    label: str = ""                   # unique; the adapter's own name (set by preflight)
+    description: str = ""
+
+    @property
+    def file_stem(self) -> str:
+        """The label as a file name: results/python-<stem>.log and the like."""
+        return re.sub(r"[^A-Za-z0-9_.-]+", "_", self.label or self.python)
 
 
-def pytest_progress(line: str) -> str | None:
-    for word, shown in (("PASSED", "ok   "), ("FAILED", "FAIL "), ("XFAIL", "known"),
-                        ("XPASS", "XPASS"), ("SKIPPED", "unsup"), ("ERROR", "ERROR")):
-        if f" {word}" in line and "::" in line:
-            return f"{shown} {line.split(' ')[0].split('::', 1)[-1]}"
-    return None
+def parse_impls(text: str) -> list[Implementation]:
+    """--impl's comma-separated list; refuses what can never load."""
+    impls: list[Implementation] = []
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        if item in SHIPPED or item in SHIPPED.values():
+            name = item if item in SHIPPED else next(k for k, v in SHIPPED.items() if v == item)
+            impls.append(Implementation(item, SHIPPED[name], CPP_SUITES.get(name)))
+            continue
+        module, colon, factory = item.partition(":")
+        if not colon:
+            raise UsageError(f"--impl {item!r}: not a shipped implementation ({', '.join(SHIPPED)}) "
+                             f"and not of the form module:factory (no colon); for example "
+                             f"--impl mypkg.adapter:make")
+        if not DOTTED.match(module):
+            raise UsageError(f"--impl {item!r}: {module!r} is not a Python module path")
+        if not factory.isidentifier():
+            raise UsageError(f"--impl {item!r}: {factory!r} is not a Python name (the factory "
+                             f"to call, after the colon)")
+        impls.append(Implementation(item, item))
+    if not impls:
+        raise UsageError("--impl names no implementation")
+    seen: dict[str, str] = {}
+    for impl in impls:
+        if impl.python in seen:
+            raise UsageError(f"--impl names one implementation twice: {seen[impl.python]!r} and {impl.spec!r}")
+        seen[impl.python] = impl.spec
+    return impls
 
 
-def run_cpp(impl: str, build: pathlib.Path, results: pathlib.Path) -> tuple[int, list[dict]]:
-    binary = build / CPP_SUITES[impl]
-    xml = results / f"cpp-{impl}.xml"
-    status = stream([str(binary), f"--gtest_output=xml:{xml}"], f"c++ {impl}",
-                    results / f"cpp-{impl}.log", progress=gtest_progress)
-    rows = matrix.gtest_rows(xml, impl) if xml.exists() else []
+def assign_labels(impls: list[Implementation], names: dict[str, str]) -> None:
+    """Each implementation's label is its adapter's own name; implementations
+    whose adapters share a name are labelled by their full module:factory."""
+    taken: dict[str, int] = {}
+    for impl in impls:
+        taken[names[impl.python]] = taken.get(names[impl.python], 0) + 1
+    for impl in impls:
+        name = names[impl.python]
+        impl.label = name if taken[name] == 1 and name not in {i.python for i in impls} else impl.python
+
+
+def resolve_paths(args) -> None:
+    """Every path option against the caller's directory (./harness/run runs
+    this in the directory it was called from), absolute from here on: the
+    suites run in subprocesses with other working directories."""
+    for option in ("build", "results", "spec", "upstream_tests"):
+        value = getattr(args, option)
+        if value is not None:
+            setattr(args, option, value.expanduser().resolve())
+    if args.upstream_tests is not None and not args.upstream_tests.is_file():
+        raise UsageError(f"--upstream-tests {args.upstream_tests}: no such file (relative paths are "
+                         f"taken from {pathlib.Path.cwd()})")
+    if args.only and not args.mutants:
+        raise UsageError("--only goes with --mutants")
+
+
+def suite_modules(args) -> dict[str, str]:
+    """Python modules the chosen mode's suites import -> the fix when one is missing."""
+    setup = "run ./ci/setup, or install it into $PYTHON"
+    modules = {"pytest": f"pip install pytest ({setup})", "torch": f"pip install torch ({setup})"}
+    if args.upstream_tests:
+        modules["torch.testing._internal.common_utils"] = (
+            "upstream's test files import torch.testing._internal, which needs numpy and expecttest: "
+            f"pip install numpy expecttest ({setup})")
+    if args.coverage:
+        modules["coverage"] = f"pip install coverage ({setup})"
+    return modules
+
+
+def preflight(args) -> list[str]:
+    """Imports every adapter and every suite dependency in the environment the
+    suites will run in; returns the problems, each with its fix."""
+    problems: list[str] = []
+    try:
+        env = staging.environment_for(staging.stage_package(args.build, args.results / "_package"))
+    except FileNotFoundError as exc:
+        return [f"no usable build in {args.build}: {exc}\n    fix: ./harness/run builds it "
+                f"(or: meson setup {args.build} && meson compile -C {args.build})"]
+    args.suite_env = env
+    if not (args.mutants or args.upstream_tests):
+        for impl in args.implementations:
+            if impl.cpp and not (args.build / impl.cpp).is_file():
+                problems.append(f"the C++ suite of {impl.spec} is not built: {args.build / impl.cpp}\n"
+                                f"    fix: meson compile -C {args.build}")
+    tools = {"lcov": "apt-get install lcov (ci/setup does)", "genhtml": "apt-get install lcov (ci/setup does)"}
+    for tool, fix in (tools.items() if args.coverage else ()):
+        if shutil.which(tool) is None:
+            problems.append(f"{tool} is not on PATH\n    fix: {fix}")
+    cmd = [sys.executable, str(HERE / "preflight.py")]
+    for impl in args.implementations:
+        cmd += ["--adapter", impl.python]
+    for module, fix in suite_modules(args).items():
+        cmd += ["--module", f"{module}={fix}"]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    try:
+        report = json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        return problems + [f"the preflight check itself failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}"]
+    for spec, found in report["adapters"].items():
+        if not found["ok"]:
+            problems.append(explain(f"cannot load implementation {spec!r}", found))
+    for module, found in report["modules"].items():
+        if not found["ok"]:
+            problems.append(explain(f"a suite needs {module!r}, which does not import", found))
+    if not problems:
+        names = {spec: found["name"] for spec, found in report["adapters"].items()}
+        assign_labels(args.implementations, names)
+        for impl in args.implementations:
+            impl.description = report["adapters"][impl.python]["description"]
+    return problems
+
+
+def explain(what: str, found: dict) -> str:
+    lines = [what, f"    {found['error']}"]
+    if found.get("where"):
+        lines.append(f"    raised at {found['where']}")
+    if found.get("tried"):
+        lines.append(f"    tried: {found['tried']}")
+    if found.get("sys_path"):
+        lines.append("    searched: " + os.pathsep.join(found["sys_path"][:8])
+                     + (" ..." if len(found["sys_path"]) > 8 else ""))
+    lines.append(f"    fix: {found['fix']}")
+    return "\n".join(lines)
+
+
+def run_cpp(impl: Implementation, build: pathlib.Path, results: pathlib.Path) -> tuple[int, list[dict]]:
+    xml = results / f"cpp-{impl.file_stem}.xml"
+    status = stream([str(build / impl.cpp), f"--gtest_output=xml:{xml}"], f"c++ {impl.label}",
+                    results / f"cpp-{impl.file_stem}.log", progress=gtest_progress)
+    rows = matrix.gtest_rows(xml, impl.label) if xml.exists() else []
     return status, rows
 
 
-def run_python(impl: str, spec: str, results: pathlib.Path, env: dict | None = None,
+def run_python(impl: Implementation, results: pathlib.Path, env: dict | None = None,
                extra: tuple[str, ...] = ()) -> tuple[int, list[dict]]:
-    report = results / f"python-{impl}.jsonl"
+    report = results / f"python-{impl.file_stem}.jsonl"
     cmd = [sys.executable, "-m", "pytest", "conformance/python", "-v", "-p", "no:cacheprovider",
-           f"--impl={spec}", f"--conformance-report={report}",
-           f"--junitxml={results / f'python-{impl}.xml'}", *extra]
-    status = stream(cmd, f"py {impl}", results / f"python-{impl}.log", env=env,
+           f"--impl={impl.python}", f"--conformance-report={report}",
+           f"--junitxml={results / f'python-{impl.file_stem}.xml'}", *extra]
+    status = stream(cmd, f"py {impl.label}", results / f"python-{impl.file_stem}.log", env=env,
                     progress=pytest_progress)
     rows = matrix.python_rows(report) if report.exists() else []
+    for row in rows:  # the harness's label, unique even where adapters share a name
+        row["implementation"] = impl.label
     return status, rows
 
 
 def conformance(args) -> int:
     results: pathlib.Path = args.results
-    results.mkdir(parents=True, exist_ok=True)
     for old in list(results.glob("*.xml")) + list(results.glob("*.jsonl")):
         old.unlink()
     start = time.monotonic()
@@ -104,18 +257,23 @@ def conformance(args) -> int:
 
     rows: list[dict] = []
     unexpected = bool(problems)
-    # The Python suite imports the package built in args.build, like the C++ suite.
-    env = staging.environment_for(staging.stage_package(args.build, results / "_package"))
-    for impl in args.impl:
-        name = impl if impl in SHIPPED else impl.split(":")[0].rsplit(".", 1)[-1]
-        if name in CPP_SUITES:
-            print(f"== C++ suite against {name}")
-            status, got = run_cpp(name, args.build, results)
+    broken: list[str] = []  # suites that crashed or reported nothing
+    env = args.suite_env  # imports the package built in args.build, like the C++ suite
+    for impl in args.implementations:
+        if impl.cpp:
+            print(f"== C++ suite against {impl.label}", flush=True)
+            status, got = run_cpp(impl, args.build, results)
             rows += got
+            if not got:
+                broken.append(f"the C++ suite against {impl.label} reported nothing (exit {status}); "
+                              f"see {results / f'cpp-{impl.file_stem}.log'}")
             unexpected |= status != 0 or not got
-        print(f"== Python suite against {name}")
-        status, got = run_python(name, SHIPPED.get(impl, impl), results, env=env)
+        print(f"== Python suite against {impl.label}", flush=True)
+        status, got = run_python(impl, results, env=env)
         rows += got
+        if not got:
+            broken.append(f"the Python suite against {impl.label} reported nothing (exit {status}); "
+                          f"see {results / f'python-{impl.file_stem}.log'}")
         unexpected |= status != 0 or not got
 
     import torch
@@ -124,21 +282,28 @@ def conformance(args) -> int:
     labels, table = matrix.build(catalogue, rows, platform_label)
     missing = [row[0] for row in table if "missing" in row]
     unexpected |= bool(missing)
-    header = (f"# Conformance matrix\n\nImplementations: {', '.join(args.impl)}. "
+    header = (f"# Conformance matrix\n\nImplementations: {', '.join(i.label for i in args.implementations)}. "
               f"PyTorch {torch.__version__}, Python {platform.python_version()}, "
               f"{platform.machine()}. {len(catalogue)} behaviours, {len(rows)} test results, "
               f"{time.monotonic() - start:.0f} s.")
     md = matrix.markdown(labels, table, header)
     (results / "matrix.md").write_text(md)
-    notes = [header.splitlines()[-1], "pass / FAIL / known-fail (expectation entry with a reason) / "
-             "unsupported (feature the implementation lacks) / - (not expressible on that side)"]
-    (results / "matrix.html").write_text(matrix.html_page(labels, table, "Conformance matrix", notes))
-    (results / "results.json").write_text(json.dumps(rows, indent=1))
+    document = report_html.document(
+        catalogue, rows, labels, table,
+        implementations=[{"label": i.label, "spec": i.spec, "description": i.description,
+                          "suites": (["cpp"] if i.cpp else []) + ["python"]}
+                         for i in args.implementations],
+        summary=header.splitlines()[-1], problems=problems + broken)
+    (results / "matrix.html").write_text(report_html.page(document, results))
+    (results / "results.json").write_text(json.dumps(document, indent=1))
     print()
     print(matrix.terminal(labels, table))
     print()
     for label, tally in matrix.counts(labels, table).items():
         print(f"  {label}: " + ", ".join(f"{k} {v}" for k, v in sorted(tally.items())))
+    listing = report_html.failure_list(document)
+    if listing:
+        print("\n" + listing)
     passed = sum(r["outcome"] in ("pass", "xfail", "unsupported") for r in rows)
     failed = len(rows) - passed + len(problems) + len(missing)
     print(f"\nreports: {results}/matrix.md, matrix.html, results.json, cpp-*.xml, python-*.xml")
@@ -146,24 +311,61 @@ def conformance(args) -> int:
     return 1 if unexpected else 0
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--build", type=pathlib.Path, default=ROOT / "build")
-    parser.add_argument("--results", type=pathlib.Path, default=ROOT / "results")
-    parser.add_argument("--impl", default="reference",
-                        help="comma-separated: reference, upstream, or module:factory")
-    parser.add_argument("--spec", type=pathlib.Path, default=ROOT.parent / "shared" / "spec" / "test_registry.py",
-                        help="upstream test file to check the seed list against, if present")
-    parser.add_argument("--coverage", action="store_true", help="instrumented build, lcov report")
-    parser.add_argument("--mutants", action="store_true", help="seeded faults, kill table")
-    parser.add_argument("--only", default="", help="with --mutants: comma-separated fault names")
-    parser.add_argument("--upstream-tests", type=pathlib.Path, metavar="PATH",
-                        help="run an upstream test file against the installed PyTorch and the reference")
-    args = parser.parse_args()
-    args.impl = [i for i in args.impl.split(",") if i]
-    # Absolute from here on: the suites run in subprocesses with other working
-    # directories (pytest resolves --junitxml against its own cwd).
-    args.build, args.results = args.build.resolve(), args.results.resolve()
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="harness/run", description=DESCRIPTION, epilog=EXAMPLES,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--impl", default="reference", metavar="LIST",
+                   help="comma-separated implementations to test: reference, upstream, or "
+                        "module:factory (a Python adapter; its package must be importable, e.g. on "
+                        "PYTHONPATH). Default: reference")
+    p.add_argument("--build", type=pathlib.Path, default=ROOT / "build", metavar="DIR",
+                   help="the build folder whose C++ suite and Python extension are tested "
+                        "(default: build/ of the repository; ./harness/run builds it first)")
+    p.add_argument("--results", type=pathlib.Path, default=ROOT / "results", metavar="DIR",
+                   help="where reports, logs and JUnit XML go (default: results/ of the repository)")
+    p.add_argument("--spec", type=pathlib.Path, default=ROOT.parent / "shared" / "spec" / "test_registry.py",
+                   metavar="PATH", help="upstream's test_registry.py, to check conformance/seeds.txt "
+                   "lists exactly its tests; skipped when the file is absent (default: %(default)s)")
+    p.add_argument("--coverage", action="store_true",
+                   help="coverage of the --impl implementations under the conformance suites: "
+                        "coverage.py with branches for Python ones, gcov/lcov (instrumented build in "
+                        "build-coverage/) for the reference's C++; one HTML report, Cobertura XML and a "
+                        "per-behaviour table in results/coverage/")
+    p.add_argument("--mutants", action="store_true",
+                   help="apply each seeded fault of fixtures/faults/faults.toml to a copy of the tree, "
+                        "rebuild it (build-mutants/) and run the conformance suites: every fault must be "
+                        "killed; table in results/mutants/mutants.md")
+    p.add_argument("--only", default="", metavar="NAMES",
+                   help="with --mutants: only these comma-separated fault names")
+    p.add_argument("--upstream-tests", type=pathlib.Path, metavar="PATH",
+                   help="run an upstream PyTorch test file (such as test/test_registry.py) against the "
+                        "installed torch._native and against the reference; table in "
+                        "results/upstream-tests/")
+    p.add_argument("--check-args", action="store_true", help=argparse.SUPPRESS)  # ./harness/run, before building
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        args.implementations = parse_impls(args.impl)
+        resolve_paths(args)
+    except UsageError as exc:
+        print(f"harness/run: error: {exc}", file=sys.stderr)
+        return 2
+    if args.check_args:
+        return 0
+    args.results.mkdir(parents=True, exist_ok=True)
+    print("== checking the implementations and the suites' dependencies", flush=True)
+    problems = preflight(args)
+    if problems:
+        for problem in problems:
+            print(f"harness/run: error: {problem}", file=sys.stderr)
+        print(f"harness/run: {len(problems)} problem(s) before any suite ran; nothing was run",
+              file=sys.stderr)
+        return 2
+    for impl in args.implementations:
+        print(f"  {impl.label}: {impl.description}")
     if args.coverage:
         import coverage_report
 

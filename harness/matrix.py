@@ -22,19 +22,42 @@ from collections import defaultdict
 ORDER = {"FAIL": 0, "known-fail": 1, "unsupported": 2, "pass": 3}
 
 
+def repository_path(compiled: str) -> str:
+    """A source path as the compiler saw it (relative to a build folder in
+    the repository, or absolute) as a path relative to the repository."""
+    root = pathlib.Path(__file__).resolve().parents[1]
+    path = pathlib.Path(compiled)
+    if path.is_absolute():
+        return str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
+    parts = path.parts
+    while parts and parts[0] == "..":
+        parts = parts[1:]
+    return str(pathlib.Path(*parts))
+
+
 def gtest_rows(path: pathlib.Path, implementation: str) -> list[dict]:
     rows = []
     for case in ET.parse(path).getroot().iter("testcase"):
         ids = [bid for p in case.iter("property") if p.get("name") == "behaviour"
                for bid in p.get("value", "").split(",") if bid]
-        if case.find("failure") is not None or case.find("error") is not None:
-            outcome = "fail"
-        elif case.get("result") == "skipped" or case.find("skipped") is not None:
-            outcome = "unsupported"
+        problem = case.find("failure")
+        if problem is None:
+            problem = case.find("error")
+        skipped = case.find("skipped")
+        row = {"test": f"{case.get('classname')}.{case.get('name')}", "behaviours": ids,
+               "side": "cpp", "implementation": implementation}
+        if problem is not None:
+            row["outcome"] = "fail"
+            row["message"] = problem.get("message") or (problem.text or "").strip()
+        elif case.get("result") == "skipped" or skipped is not None:
+            row["outcome"] = "unsupported"
+            if skipped is not None and skipped.get("message"):
+                row["reason"] = skipped.get("message").strip()
         else:
-            outcome = "pass"
-        rows.append({"test": f"{case.get('classname')}.{case.get('name')}", "behaviours": ids,
-                     "outcome": outcome, "side": "cpp", "implementation": implementation})
+            row["outcome"] = "pass"
+        if case.get("file"):
+            row["source"] = f"{repository_path(case.get('file'))}:{case.get('line', '1')}"
+        rows.append(row)
     return rows
 
 

@@ -18,6 +18,7 @@ import tomllib
 import xml.etree.ElementTree as ET
 
 import staging
+from progress import duration, remaining
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 FAULTS = ROOT / "fixtures" / "faults" / "faults.toml"
@@ -107,18 +108,24 @@ def run(args) -> int:
     only = {n for n in args.only.split(",") if n}
     if only:
         faults = [f for f in faults if f["name"] in only]
-    print(f"== {len(faults)} seeded faults; baseline build in {BUILD}")
+    print(f"== {len(faults)} seeded faults; baseline build in {BUILD} (the first one takes minutes)",
+          flush=True)
+    begin = time.monotonic()
     copy_tree()  # once: the faults apply to this snapshot of the tree
     if not build():
         print("baseline build failed")
         return 1
+    print(f"  baseline built in {duration(time.monotonic() - begin)}; running the suites on it", flush=True)
     baseline = run_suites(out)
     if baseline:
         print(f"baseline is not green: {baseline}")
         return 1
+    print(f"  baseline green after {duration(time.monotonic() - begin)}; now each fault: "
+          f"rebuild, then the C++ and Python conformance suites", flush=True)
+    faults_start = time.monotonic()
 
     rows, errors = [], 0
-    for fault in faults:
+    for index, fault in enumerate(faults, 1):
         start = time.monotonic()
         path = SRC / fault["file"]
         pristine = path.read_text()  # the copy, which the working tree's edits do not reach
@@ -140,7 +147,9 @@ def run(args) -> int:
             path.write_text(pristine)
         errors += verdict != "killed"
         rows.append((fault, verdict, detail))
-        print(f"  {fault['name']:40s} {verdict:8s} {time.monotonic() - start:5.0f} s  {detail[:110]}",
+        elapsed = time.monotonic() - faults_start
+        print(f"  [{index}/{len(faults)}] {fault['name']:36s} {verdict:8s} {time.monotonic() - start:4.0f} s "
+              f"(elapsed {duration(elapsed)}, {remaining(index, len(faults), elapsed)})  {detail[:90]}",
               flush=True)
     build()  # leave the copy pristine
 

@@ -7,11 +7,10 @@ The project does not contain such a file; CI passes the seed file."""
 from __future__ import annotations
 
 import pathlib
-import subprocess
 import sys
 import xml.etree.ElementTree as ET
 
-import staging
+from progress import pytest_progress, stream
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 HERE = pathlib.Path(__file__).resolve().parent
@@ -33,13 +32,10 @@ def outcomes(xml: pathlib.Path) -> dict[str, str]:
 
 
 def run(args) -> int:
-    path = args.upstream_tests.resolve()
-    if not path.exists():
-        print(f"no such test file: {path}")
-        return 1
+    path = args.upstream_tests  # main.py resolved it against the caller's directory and checked it
     out = args.results / "upstream-tests"
     out.mkdir(parents=True, exist_ok=True)
-    env = staging.environment_for(staging.stage_package(args.build, out / "_package"))
+    env = dict(args.suite_env)  # main.py's preflight staged the package and checked the imports
     env["PYTHONPATH"] = f"{HERE}:{env['PYTHONPATH']}"
     runs = {
         "installed torch._native": [],
@@ -50,10 +46,9 @@ def run(args) -> int:
         xml = out / ("installed.xml" if "installed" in label else "reference.xml")
         print(f"== {path.name} against {label}", flush=True)
         log_path = out / f"{xml.stem}.log"
-        with log_path.open("w") as log:
-            subprocess.run([sys.executable, "-m", "pytest", str(path), "-q", "-p", "no:cacheprovider",
-                            "--rootdir", str(path.parent), f"--junitxml={xml}", *extra],
-                           cwd=out, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=1800)
+        stream([sys.executable, "-m", "pytest", str(path), "-v", "-p", "no:cacheprovider",
+                "--rootdir", str(path.parent), f"--junitxml={xml}", *extra],
+               label, log_path, env=env, progress=pytest_progress, cwd=out)
         results[label] = outcomes(xml)
         if not results[label]:
             # Nothing collected or no report written: show why in the CI log.

@@ -11,7 +11,8 @@
 * Every registry test runs inside the adapter's scope() and must leave the
   dispatch tables of the ops it may touch exactly as they were.
 * ``--conformance-report PATH`` writes one JSON record per test (behaviours,
-  outcome) for the harness's matrix.
+  outcome, source; the failure message or known-failure reason) for the
+  harness's matrix.
 """
 
 from __future__ import annotations
@@ -121,10 +122,16 @@ def pytest_runtest_makereport(item, call):
             result = "unsupported"
         else:
             result = "pass" if report.passed else "fail"
-        item.config._report_rows.append({
-            "test": item.nodeid.split("::", 1)[1], "behaviours": behaviours_of(item),
-            "outcome": result, "side": "python", "implementation": item.config._adapter.name,
-        })
+        row = {"test": item.nodeid.split("::", 1)[1], "behaviours": behaviours_of(item),
+               "outcome": result, "side": "python", "implementation": item.config._adapter.name,
+               "source": f"{item.location[0]}:{item.location[1] + 1}"}
+        if hasattr(report, "wasxfail"):
+            row["reason"] = report.wasxfail.removeprefix("known failure: ")
+        elif report.skipped and isinstance(report.longrepr, tuple):
+            row["reason"] = report.longrepr[2].removeprefix("Skipped: ")
+        if report.failed:  # the exception and its message, not the whole traceback
+            row["message"] = (call.excinfo.exconly() if call.excinfo else report.longreprtext)[:4000]
+        item.config._report_rows.append(row)
 
 
 def pytest_sessionfinish(session):
