@@ -1,0 +1,177 @@
+// The control plane called from inside a call, on the call's own op: the
+// call finishes on the chain it started with (nothing it uses is freed under
+// it), the next call sees the new state; and code the registry calls back
+// (ordering functions, the log sink) may use the control plane, since no
+// lock is held while it runs.
+
+#include "support.h"
+
+namespace native_registry::testing {
+namespace {
+
+class LifetimeTest : public RegistryTest,
+                     public ::testing::WithParamInterface<EmptyChainPolicy> {
+ protected:
+  void SetUp() override {
+    RegistryTest::SetUp();
+    registry().set_empty_chain_policy(GetParam());
+  }
+};
+
+// An impl that does `work` first, then fills the result with `value`.
+ImplFn impl_doing(std::function<void()> work, double value) {
+  ImplFn fill = fill_impl(value);
+  return [work = std::move(work), fill](const c10::OperatorHandle& op, c10::DispatchKeySet keys,
+                                        Stack* stack) {
+    work();
+    fill(op, keys, stack);
+  };
+}
+
+TEST_P(LifetimeTest, ACondThatRestoresItsOwnOpFinishesOnTheOldChain) {
+  const Snapshot empty = registry().snapshot();
+  int conds = 0;
+  register_override(
+      mul_cpu(),
+      [&](const c10::OperatorHandle&, c10::DispatchKeySet, const Stack&) {
+        ++conds;
+        registry().restore(empty);
+        return true;
+      },
+      fill_impl(7));
+  registry().install_all();
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({7})));
+  EXPECT_EQ(conds, 1);
+  EXPECT_EQ(registry().router_state(mul_cpu()), RouterState::kAbsent);
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({8})));
+  registry().check_invariants();
+}
+
+TEST_P(LifetimeTest, AnImplThatRestoresItsOwnOpReturnsItsResult) {
+  const Snapshot empty = registry().snapshot();
+  register_override(mul_cpu(), constant_cond(true),
+                    impl_doing([&] { registry().restore(empty); }, 5));
+  registry().install_all();
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({5})));
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({8})));
+}
+
+TEST_P(LifetimeTest, AnImplThatDisablesItsOwnDslFinishes) {
+  register_override(mul_cpu(), constant_cond(true),
+                    impl_doing([&] { registry().deregister_op_overrides({{"test_dsl"}, {}, {}}); }, 6));
+  registry().install_all();
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({6})));
+  EXPECT_EQ(registry().router_state(mul_cpu()), GetParam() == EmptyChainPolicy::kRemoveRouter
+                                                    ? RouterState::kAbsent
+                                                    : RouterState::kDormant);
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({8})));
+  registry().check_invariants();
+}
+
+TEST_P(LifetimeTest, AnImplMayReinstallAndReorderItsOwnGraph) {
+  register_override(mul_cpu(), constant_cond(false), fill_impl(1), {}, "other");
+  register_override(mul_cpu(), constant_cond(true), impl_doing([&] {
+                      registry().install_graph(mul_cpu(), InstallMode::kReinstall);
+                      registry().reorder_graphs(
+                          [](const std::string&, const std::string&, const Graph& graph) {
+                            return Graph(graph.rbegin(), graph.rend());
+                          },
+                          true);
+                      registry().install_all();
+                    }, 3));
+  registry().install_all();
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({3})));
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({3})));
+  registry().check_invariants();
+}
+
+// A `_native` op's impl that retires its own op finishes too.
+TEST_P(LifetimeTest, ANativeOpsImplThatRetiresItFinishes) {
+  const Snapshot empty = registry().snapshot();
+  const NodePtr node = register_override(mul_cpu(), constant_cond(false),
+                                         impl_doing([&] { registry().restore(empty); }, 4));
+  registry().install_all();
+  auto native = c10::Dispatcher::singleton().findSchema({"_native::" + node->node_id, ""});
+  ASSERT_TRUE(native);
+  Stack stack{tensor({2}), tensor({4})};
+  native->callBoxed(&stack);
+  EXPECT_TRUE(same(stack.at(0).toTensor(), tensor({4})));
+  Stack again{tensor({2}), tensor({4})};
+  EXPECT_THROW(native->callBoxed(&again), c10::Error);
+}
+
+INSTANTIATE_TEST_SUITE_P(Policies, LifetimeTest,
+                         ::testing::Values(EmptyChainPolicy::kKeepDormantRouter,
+                                           EmptyChainPolicy::kRemoveRouter),
+                         [](const auto& info) {
+                           return info.param == EmptyChainPolicy::kRemoveRouter
+                                      ? std::string("Remove")
+                                      : std::string("KeepDormant");
+                         });
+
+// With the registry's lock held while these run, each would deadlock (the
+// lock is a plain mutex): the test would hang and meson's timeout fail it.
+using CallbackTest = RegistryTest;
+
+TEST_F(CallbackTest, AnOrderingFunctionMayCallTheControlPlane) {
+  register_override(mul_cpu(), constant_cond(false), fill_impl(1), {}, "a");
+  register_override(mul_cpu(), constant_cond(true), fill_impl(2), {}, "b");
+  registry().install_all();
+  registry().reorder_graphs(
+      [&](const std::string&, const std::string&, const Graph& graph) {
+        EXPECT_EQ(registry().graph(mul_cpu()).size(), 2u);
+        registry().deregister_op_overrides({{"nobody"}, {}, {}});
+        return Graph(graph.rbegin(), graph.rend());
+      },
+      true);
+  EXPECT_EQ(registry().graph(mul_cpu()).at(0)->dsl_name, "b");
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({2})));
+}
+
+TEST_F(CallbackTest, AGraphChangedByItsOrderingFunctionIsKeptWithAWarning) {
+  register_override(mul_cpu(), constant_cond(false), fill_impl(1), {}, "a");
+  registry().reorder_graphs([&](const std::string&, const std::string&, const Graph& graph) {
+    register_override(mul_cpu(), constant_cond(false), fill_impl(1), {}, "late");
+    return graph;  // unchanged, so nothing to apply
+  });
+  EXPECT_EQ(registry().graph(mul_cpu()).size(), 2u);
+  warnings.clear();
+  registry().reorder_graphs([&](const std::string&, const std::string&, const Graph& graph) {
+    register_override(mul_cpu(), constant_cond(false), fill_impl(1), {}, "later");
+    return Graph(graph.rbegin(), graph.rend());
+  });
+  EXPECT_EQ(registry().graph(mul_cpu()).size(), 3u);
+  EXPECT_EQ(registry().graph(mul_cpu()).back()->dsl_name, "later");
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_THAT(warnings[0], ::testing::HasSubstr("changed while the ordering function ran"));
+  warnings.clear();
+}
+
+TEST_F(CallbackTest, TheLogSinkMayCallTheControlPlane) {
+  std::vector<size_t> keys_seen;
+  registry().set_log_sink([&](LogLevel, const std::string&) {
+    keys_seen.push_back(registry().graph_keys().size());
+  });
+  register_override(mul_cpu(), constant_cond(false), fill_impl(1));
+  registry().deregister_op_overrides({{"test_dsl"}, {}, {}});
+  registry().reenable_op_overrides({{"test_dsl"}, {}, {}});
+  EXPECT_EQ(keys_seen, (std::vector<size_t>{1, 1}));
+}
+
+TEST_F(CallbackTest, AnAbortErrorFromTheOrderingFunctionChangesNothing) {
+  register_override(mul_cpu(), constant_cond(false), fill_impl(1), {}, "a");
+  register_override(mul_cpu(), constant_cond(false), fill_impl(1), {}, "b");
+  register_override(bmm_cpu(), constant_cond(false), fill_impl(1), {}, "a");
+  const Graph before = registry().graph(mul_cpu());
+  EXPECT_THROW(registry().reorder_graphs([](const std::string& op, const std::string&,
+                                            const Graph& graph) -> Graph {
+    if (op == "mul.Tensor") throw AbortError("stop");
+    return Graph(graph.rbegin(), graph.rend());
+  }),
+               AbortError);
+  EXPECT_EQ(registry().graph(mul_cpu()), before);
+  EXPECT_TRUE(warnings.empty());
+}
+
+}  // namespace
+}  // namespace native_registry::testing
