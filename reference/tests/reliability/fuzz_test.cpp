@@ -698,6 +698,13 @@ TEST_F(FuzzTest, HostileCallsAreRefusedCleanlyOrDoWhatTheySay) {
     } else {
       fuzz_call(f);
     }
+    // After every step, as PyTorch's OperatorEntry::checkInvariants.
+    try {
+      registry().check_invariants();
+    } catch (const std::logic_error& broken) {
+      ++failures_;
+      ADD_FAILURE() << broken.what() << "\n" << registry().dump_state();
+    }
     if (++since_restore >= 200) {
       since_restore = 0;
       restore_pristine();

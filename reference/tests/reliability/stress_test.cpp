@@ -358,6 +358,11 @@ TEST_F(StressTest, EveryCallReturnsWhatAStateItCouldHaveSeenGives) {
       }
     }
     drift = chains_differ();
+    try {
+      registry().check_invariants();
+    } catch (const std::logic_error& broken) {
+      drift = std::string(broken.what()) + "\n" + registry().dump_state();
+    }
   }
   stop = true;
   for (auto& thread : callers) thread.join();

@@ -1,0 +1,98 @@
+// Hostile-but-legal use through the adapter: the control plane from inside a
+// call, a `_native` op held past teardown, callbacks that use the registry.
+
+#include "suite.h"
+
+namespace conformance {
+namespace {
+
+using namespace native_registry::fixtures;
+
+at::Tensor mul_2_3_by_4_5() { return call_mul(tensor({2, 3}), tensor({4, 5})); }
+const at::Tensor kStock = tensor({8, 15});
+
+// An impl that does `work` first, then fills the result with `value`.
+ImplFn impl_doing(std::function<void()> work, double value) {
+  ImplFn fill = fill_impl(value);
+  return [work = std::move(work), fill](const c10::OperatorHandle& op, c10::DispatchKeySet keys,
+                                        native_registry::Stack* stack) {
+    work();
+    fill(op, keys, stack);
+  };
+}
+
+TEST_P(Conformance, ACondThatTearsDownItsOwnOpFinishesOnTheOldChain) {
+  BEHAVIOUR("lifetime.teardown-inside-a-call");
+  std::unique_ptr<Scope> inner = adapter().scope();
+  int conds = 0;
+  add(mul_key(),
+      [&](const c10::OperatorHandle&, c10::DispatchKeySet, const native_registry::Stack&) {
+        ++conds;
+        inner.reset();  // the teardown, from inside the call
+        return true;
+      },
+      fill_impl(7));
+  adapter().install(mul_key());
+  EXPECT_TRUE(same(mul_2_3_by_4_5(), tensor({7, 7})));
+  EXPECT_EQ(conds, 1);
+  EXPECT_FALSE(adapter().router_installed(mul_key()));
+  EXPECT_TRUE(same(mul_2_3_by_4_5(), kStock));
+}
+
+TEST_P(Conformance, AnImplThatTearsDownOrDisablesItsOwnOpFinishes) {
+  BEHAVIOUR("lifetime.teardown-inside-a-call");
+  std::unique_ptr<Scope> inner = adapter().scope();
+  add(mul_key(), constant_cond(true), impl_doing([&] { inner.reset(); }, 5));
+  adapter().install(mul_key());
+  EXPECT_TRUE(same(mul_2_3_by_4_5(), tensor({5, 5})));
+  EXPECT_TRUE(same(mul_2_3_by_4_5(), kStock));
+
+  add(mul_key(), constant_cond(true),
+      impl_doing([&] { adapter().disable({{"test_dsl"}, {}, {}}); }, 6));
+  adapter().install(mul_key());
+  EXPECT_TRUE(same(mul_2_3_by_4_5(), tensor({6, 6})));
+  EXPECT_TRUE(same(mul_2_3_by_4_5(), kStock));
+  adapter().enable({{"test_dsl"}, {}, {}});
+}
+
+TEST_P(Conformance, ANativeOpHeldPastTeardownRaisesNamingTheOverride) {
+  BEHAVIOUR("lifetime.recorded-native-op-after-teardown");
+  REQUIRE_FEATURE("native-op-meta");
+  std::optional<c10::OperatorHandle> native;
+  std::string node_id;
+  {
+    std::unique_ptr<Scope> inner = adapter().scope();
+    add(mul_key(), constant_cond(true), fill_impl(3), "gone_dsl");
+    adapter().install(mul_key());
+    const NodeInfo node = adapter().graph(mul_key()).at(0);
+    node_id = node.node_id;
+    native = adapter().native_op(node);
+    ASSERT_TRUE(native);
+  }
+  native_registry::Stack stack{tensor({2}), tensor({4})};
+  try {
+    native->callBoxed(&stack);
+    ADD_FAILURE() << "the _native op of a torn-down override still ran";
+  } catch (const std::exception& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr(node_id));
+  }
+}
+
+TEST_P(Conformance, AnOrderingFunctionMayUseTheControlPlane) {
+  BEHAVIOUR("locking.callbacks-may-use-the-control-plane");
+  add(mul_key(), constant_cond(false), fill_impl(1), "a");
+  add(mul_key(), constant_cond(true), fill_impl(2), "b");
+  adapter().install(mul_key());
+  std::vector<std::string> seen;
+  adapter().reorder([&](const std::string&, const std::string&, const std::vector<NodeInfo>& graph) {
+    seen = adapter().dsl_operations("a", "aten");
+    std::vector<std::string> ids;
+    for (auto it = graph.rbegin(); it != graph.rend(); ++it) ids.push_back(it->node_id);
+    return ids;
+  });
+  EXPECT_EQ(seen, (std::vector<std::string>{"mul.Tensor"}));
+  EXPECT_EQ(adapter().graph(mul_key()).at(0).dsl_name, "b");
+}
+
+}  // namespace
+}  // namespace conformance

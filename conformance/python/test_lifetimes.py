@@ -1,0 +1,154 @@
+"""Hostile-but-legal use: the control plane from inside a call, programs that
+outlive the scope they were built in, callbacks and threads that use the
+registry while it works. A crash, hang or misroute here is the worst bug a
+registry can ship; none of this is in the seed file, so the behaviours are
+`recommended`."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+
+from conftest import behaviour
+
+from torch_fixtures import A, B, STOCK, mul
+from torch_fixtures import MUL_CPU as KEY
+
+SEVEN = torch.tensor([7.0, 7.0])
+
+
+def seven(a, *rest):
+    return torch.full_like(a, 7.0)
+
+
+@behaviour("lifetime.teardown-inside-a-call")
+def test_a_cond_that_tears_down_its_own_op_finishes_on_the_old_chain(impl):
+    inner = impl.scope()
+    inner.__enter__()
+    torn_down = []
+
+    def cond(*args):
+        if not torn_down:
+            torn_down.append(True)
+            inner.__exit__(None, None, None)
+        return True
+
+    impl.register("test_dsl", *KEY, cond, seven)
+    impl.install(*KEY)
+    assert torch.equal(mul(A, B), SEVEN)
+    assert torn_down == [True]
+    assert not impl.router_installed(*KEY)
+    assert torch.equal(mul(A, B), STOCK)
+
+
+@behaviour("lifetime.teardown-inside-a-call")
+def test_an_impl_that_tears_down_its_own_op_returns_its_result(impl):
+    inner = impl.scope()
+    inner.__enter__()
+
+    def body(a, b):
+        inner.__exit__(None, None, None)
+        return mul(a, b) + 1  # the op is stock again inside the impl
+
+    impl.register("test_dsl", *KEY, lambda *a: True, body)
+    impl.install(*KEY)
+    assert torch.equal(mul(A, B), STOCK + 1)
+    assert torch.equal(mul(A, B), STOCK)
+
+
+@behaviour("lifetime.teardown-inside-a-call")
+def test_an_impl_that_disables_its_own_dsl_finishes(impl):
+    def body(a, b):
+        impl.disable(dsl_names=["test_dsl"])
+        return seven(a)
+
+    impl.register("test_dsl", *KEY, lambda *a: True, body)
+    impl.install(*KEY)
+    assert torch.equal(mul(A, B), SEVEN)
+    assert torch.equal(mul(A, B), STOCK)
+    impl.enable(dsl_names=["test_dsl"])
+
+
+@behaviour("lifetime.recorded-native-op-after-teardown")
+def test_a_native_op_recorded_in_a_scope_raises_after_it(impl):
+    with impl.scope():
+        impl.register("gone_dsl", *KEY, lambda *a: True, seven)
+        impl.install(*KEY)
+        node = impl.graph(*KEY)[0]
+        native = impl.native_op(node)
+        assert torch.equal(native(A, B), SEVEN)
+    with pytest.raises(Exception, match=node.node_id):
+        native(A, B)
+
+
+@behaviour("lifetime.recorded-native-op-after-teardown")
+def test_an_exported_program_called_after_its_scope_raises(impl):
+    class Mul(torch.nn.Module):
+        def forward(self, a, b):
+            return a * b
+
+    with impl.scope():
+        impl.register("gone_dsl", *KEY, lambda *a: True, seven)
+        impl.install(*KEY)
+        node = impl.graph(*KEY)[0]
+        program = torch.export.export(Mul(), (A, B)).run_decompositions(impl.decomp_table())
+        assert torch.equal(program.module()(A, B), SEVEN)
+    with pytest.raises(Exception, match=node.node_id):
+        program.module()(A, B)
+
+
+@behaviour("locking.callbacks-may-use-the-control-plane")
+def test_an_ordering_function_and_a_log_handler_may_use_the_control_plane(impl):
+    import logging
+
+    seen = []
+
+    class Querying(logging.Handler):
+        def emit(self, record):
+            seen.append(("log", impl.dsl_operations("test_dsl")))
+
+    def ordering(op_symbol, dispatch_key, graph):
+        seen.append(("order", impl.dsl_operations("test_dsl")))
+        raise ValueError("no")  # a failed transformation: logged
+
+    logger = logging.getLogger(impl.log_name)
+    handler = Querying(level=logging.WARNING)
+    logger.addHandler(handler)
+    try:
+        impl.register("test_dsl", *KEY, lambda *a: False, seven)
+        impl.reorder(ordering)
+    finally:
+        logger.removeHandler(handler)
+    assert ("order", ["mul.Tensor"]) in seen
+    assert ("log", ["mul.Tensor"]) in seen
+
+
+@behaviour("locking.callbacks-may-use-the-control-plane")
+def test_a_querying_thread_beside_failing_reorders_does_not_deadlock(impl):
+    """A thread that holds the GIL and queries the registry while the control
+    plane runs Python (an ordering function, a log record) that releases it.
+    Both run on daemon threads, so a deadlock fails the test, not the run."""
+    impl.register("test_dsl", *KEY, lambda *a: False, seven)
+    stop = threading.Event()
+
+    def query():
+        while not stop.is_set():
+            impl.dsl_operations("test_dsl")
+
+    def raising(op_symbol, dispatch_key, graph):
+        raise ValueError("no")
+
+    def reorders():
+        for _ in range(300):
+            impl.reorder(raising)
+
+    querier = threading.Thread(target=query, daemon=True)
+    worker = threading.Thread(target=reorders, daemon=True)
+    querier.start()
+    worker.start()
+    worker.join(60)
+    stop.set()
+    querier.join(10)
+    assert not worker.is_alive() and not querier.is_alive(), "the registry deadlocked"
