@@ -93,9 +93,15 @@ namespace {
 // kernel registered at the key itself, and most fallthroughs are backend
 // fallbacks), so this reads the computed table's dump, where such an entry
 // reads "<Key>: fallthrough registered at ...". Called at install only.
-bool computed_kernel_is_fallthrough(const c10::OperatorHandle& op, c10::DispatchKey key) {
-  const std::string entry = "\n" + std::string(c10::toString(key)) + ": fallthrough ";
-  return ("\n" + op.dumpComputedTable()).find(entry) != std::string::npos;
+// Built with append, not operator+: GCC 12 at -O3 reports a false -Wrestrict
+// on the inlined concatenation.
+C10_NOINLINE bool computed_kernel_is_fallthrough(const c10::OperatorHandle& op,
+                                                 c10::DispatchKey key) {
+  std::string entry("\n");
+  entry.append(c10::toString(key)).append(": fallthrough ");
+  std::string table("\n");
+  table.append(op.dumpComputedTable());
+  return table.find(entry) != std::string::npos;
 }
 
 }  // namespace
@@ -123,7 +129,41 @@ struct Router::Shared {
   // Every chain ever published, by node identity; written by publish()
   // under the registry's lock, never read by calls (they hold `chain`).
   std::map<std::vector<const OverrideNode*>, std::unique_ptr<const Chain>> interned;
+  // Holds on this object: one for all its shared_ptr owners together (the
+  // Router, the kernel functor, the registry's deferred releases; see
+  // make_shared_state), plus one per call inside the router. The last to let
+  // go deletes it. Cheaper on the call path than copying a shared_ptr.
+  mutable std::atomic<uint64_t> holds{1};
 };
+
+namespace {
+
+void let_go(const Router::Shared* shared) {
+  if (shared->holds.fetch_sub(1, std::memory_order_acq_rel) == 1) delete shared;
+}
+
+std::shared_ptr<Router::Shared> make_shared_state(const c10::OperatorHandle& op,
+                                                  c10::DispatchKey key) {
+  return std::shared_ptr<Router::Shared>(new Router::Shared(op, key),
+                                         [](Router::Shared* shared) { let_go(shared); });
+}
+
+// One call's hold on the router's shared state, for the whole call: an impl
+// may remove the router, and its kernel functor with it.
+class CallHold {
+ public:
+  explicit CallHold(const Router::Shared& shared) : shared_(&shared) {
+    shared.holds.fetch_add(1, std::memory_order_relaxed);
+  }
+  ~CallHold() { let_go(shared_); }
+  CallHold(const CallHold&) = delete;
+  CallHold& operator=(const CallHold&) = delete;
+
+ private:
+  const Router::Shared* shared_;
+};
+
+}  // namespace
 
 namespace {
 
@@ -207,9 +247,9 @@ class BoxedRouterKernel final : public c10::OperatorKernel {
       : shared_(std::move(shared)) {}
 
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet keys, Stack* stack) {
-    // Held for the call: an impl may remove this kernel, and this functor with it.
-    const std::shared_ptr<const Router::Shared> pinned = shared_;
-    route(*pinned, op, keys, stack);
+    const Router::Shared& shared = *shared_;  // this functor may go during the call
+    CallHold hold(shared);
+    route(shared, op, keys, stack);
   }
 
  private:
@@ -287,13 +327,13 @@ struct TypedRouter {
   static torch::CppFunction kernel(std::shared_ptr<const Router::Shared> shared) {
     return torch::CppFunction(
         [shared = std::move(shared)](c10::DispatchKeySet keys, Args... args) -> at::Tensor {
-          // Held for the call, as in BoxedRouterKernel.
-          const std::shared_ptr<const Router::Shared> pinned = shared;
+          const Router::Shared& pinned = *shared;  // as in BoxedRouterKernel
+          CallHold hold(pinned);
           ScratchStack scratch;
           Stack* stack = scratch.get();
           (stack->emplace_back(args), ...);
-          route(*pinned, pinned->op, keys, stack);
-          TORCH_INTERNAL_ASSERT(stack->size() == 1, "a kernel of ", pinned->op.operator_name(),
+          route(pinned, pinned.op, keys, stack);
+          TORCH_INTERNAL_ASSERT(stack->size() == 1, "a kernel of ", pinned.op.operator_name(),
                                 " left ", stack->size(), " values on the stack, expected 1");
           return std::move(stack->back()).toTensor();
         });
@@ -353,7 +393,7 @@ std::optional<torch::CppFunction> typed_kernel(const c10::OperatorHandle& op,
 
 Router::Router(const c10::OperatorHandle& op, c10::DispatchKey dispatch_key,
                const Graph& chain)
-    : shared_(std::make_shared<Shared>(op, dispatch_key)),
+    : shared_(make_shared_state(op, dispatch_key)),
       id_(g_next_router_id.fetch_add(1)) {
   publish(chain);
   const c10::OperatorName& name = op.operator_name();

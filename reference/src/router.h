@@ -10,8 +10,8 @@
 //    call; publish() swaps it with one release store. Every chain ever
 //    published stays alive (interned by content, in Shared) as long as
 //    Shared does, so a call that loaded a chain can finish with it.
-//  * Every call holds a reference to Shared for its whole length (the
-//    kernel copies its shared_ptr on entry). Shared owns the chains, the
+//  * Every call holds Shared for its whole length (an intrusive count
+//    taken on entry, see CallHold in router.cpp). Shared owns the chains, the
 //    chains own their nodes, so a cond or impl that tears the router down
 //    (restore(), a disable under kRemoveRouter) finishes on what it started
 //    with; the last call out frees them. Destroying the Router only takes
