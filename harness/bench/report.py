@@ -365,6 +365,44 @@ def others_lines(calls: list[dict]) -> list[str]:
     return out
 
 
+def python_control(times_path: Path | None, callgrind: Path | None) -> tuple[list[str], dict | None]:
+    """Lines and a verdict for Python's disable + re-enable of a 1-op dsl
+    against 0 / 1k / 10k overrides on other ops (harness/bench/control_py.py)."""
+    if times_path is None or not times_path.exists():
+        return [], None
+    times = {r["others"]: r for r in json.loads(times_path.read_text())}
+    instr: dict[int, float] = {}
+    order_path = callgrind / "pyctl_order.json" if callgrind else None
+    if order_path and order_path.exists():
+        order = json.loads(order_path.read_text())
+        dumps = [total for _, _, total in _dumps(callgrind, "pyctl.out")]
+        if len(dumps) == len(order):
+            base = dumps[0] / order[0]["rounds"]
+            for entry, total in zip(order[1:], dumps[1:]):
+                instr[entry["others"]] = total / entry["rounds"] - base
+    sizes = sorted(times)
+    lines = ["", "### Control plane from Python (disable + re-enable of a 1-op dsl)", "",
+             "| overrides on other ops | median | spread | instructions | ×(none), instructions |",
+             "|---|---|---|---|---|"]
+    for n in sizes:
+        r = times[n]
+        spread = (r["p75_s"] - r["p25_s"]) / r["median_s"] if r["median_s"] else 0
+        ratio = f"{instr[n] / instr[sizes[0]]:.3f}" if n in instr and instr.get(sizes[0]) else "–"
+        count = f"{instr[n]:,.0f}" if n in instr else "–"
+        lines.append(f"| {n:,} | {fmt_ns(r['median_s'] * 1e9)} | {spread:.0%} | {count} | {ratio} |")
+    verdict = None
+    if instr.get(0) and instr.get(10000):
+        factor = instr[10000] / instr[0]
+        verdict = {"target": "a Python disable + re-enable of a 1-op dsl among 10,000 overrides "
+                             "on other ops costs at most 1.5x the same with none, in instructions",
+                   "met": factor <= 1.5,
+                   "evidence": f"instructions: {instr[0]:,.0f} with none, {instr[10000]:,.0f} "
+                               f"with 10,000 ({factor:.2f}x); time: "
+                               f"{fmt_ns(times[0]['median_s'] * 1e9)} / "
+                               f"{fmt_ns(times[10000]['median_s'] * 1e9)}"}
+    return lines, verdict
+
+
 def markdown(calls: list[dict], control: list[dict], verdicts: list[dict],
              machine: dict, instructions: list[dict], toggles: list[dict]) -> str:
     load = machine.get("load_average")
@@ -482,6 +520,8 @@ def main() -> int:
     parser.add_argument("--out", type=Path, required=True, help="the results folder")
     parser.add_argument("--callgrind", type=Path,
                         help="folder of callgrind dumps (cpp.out.*, py.out.*, py_order.json, calls.json)")
+    parser.add_argument("--python-control", type=Path,
+                        help="times of harness/bench/control_py.py (its dumps: pyctl.out.* in --callgrind)")
     parser.add_argument("--no-plot", action="store_true")
     parser.add_argument("--readme", type=Path,
                         help="also put the table (less its long listing) between the bench-table "
@@ -498,8 +538,12 @@ def main() -> int:
     toggles = (load_toggle_instructions(args.callgrind)
                if args.callgrind and (args.callgrind / "calls.json").exists() else [])
     verdicts = targets(calls, control, instructions, toggles)
+    py_control_lines, py_control_verdict = python_control(args.python_control, args.callgrind)
+    if py_control_verdict:
+        verdicts.append(py_control_verdict)
     args.out.mkdir(parents=True, exist_ok=True)
     text = markdown(calls, control, verdicts, machine, instructions, toggles)
+    text = text.rstrip("\n") + "\n" + "\n".join(py_control_lines) + "\n"
     (args.out / "table.md").write_text(text)
     (args.out / "table.json").write_text(json.dumps(
         {"machine": machine, "google_benchmark_context": context, "targets": verdicts,
