@@ -9,6 +9,7 @@ killed; a fault whose `find` text is gone from the source is an error too.
 
 from __future__ import annotations
 
+import os
 import pathlib
 import shutil
 import subprocess
@@ -27,6 +28,10 @@ SRC, BUILD = WORK / "src", WORK / "build"
 GTEST = {"conformance": "conformance/cpp/conformance_reference"}
 # Only what the conformance suites run: the C++ suite and the extension.
 TARGETS = ["conformance/cpp/conformance_reference", "reference/python/_C"]
+# glibc fills freed memory with this byte, as meson test does: a fault that
+# frees what a running call still uses then crashes (killed) instead of
+# reading stale but intact memory.
+FREED_MEMORY_FILLED = {"MALLOC_PERTURB_": "165"}
 TIMEOUT_S = 300
 
 
@@ -76,7 +81,8 @@ def run_suites(out: pathlib.Path) -> dict[str, list[str]]:
         xml.unlink(missing_ok=True)
         try:
             proc = subprocess.run([str(BUILD / binary), f"--gtest_output=xml:{xml}"],
-                                  capture_output=True, timeout=TIMEOUT_S)
+                                  capture_output=True, timeout=TIMEOUT_S,
+                                  env={**os.environ, **FREED_MEMORY_FILLED})
             failed = failing_gtests(xml)
             if proc.returncode != 0 and not failed:
                 failed = [f"<crashed: exit {proc.returncode}>"]
@@ -92,7 +98,7 @@ def run_suites(out: pathlib.Path) -> dict[str, list[str]]:
         proc = subprocess.run(
             [sys.executable, "-m", "pytest", "conformance/python", "-q", "-x", "-p", "no:cacheprovider",
              "--impl=adapters.reference:make", f"--junitxml={xml}"],
-            cwd=SRC, env=env, capture_output=True, timeout=TIMEOUT_S)
+            cwd=SRC, env={**env, **FREED_MEMORY_FILLED}, capture_output=True, timeout=TIMEOUT_S)
         failed = failing_gtests(xml) or ([f"<exit {proc.returncode}>"] if proc.returncode else [])
     except subprocess.TimeoutExpired:
         failed = ["<timeout>"]
