@@ -20,18 +20,12 @@ using detail::Router;
 
 struct Snapshot::State {
   uint64_t owner = 0;  // the registry's serial, not its address, which a later one may reuse
-  std::map<GraphKey, Graph> graphs;
-  std::map<std::string, std::vector<GraphKey>> by_dsl_name, by_op_symbol,
-      by_dispatch_key;
-  std::set<std::string> disabled_dsl_names, disabled_op_symbols,
-      disabled_dispatch_keys;
-  std::set<std::string> allowlist;
-  std::set<GraphKey> installed;
+  Registry::ControlState control;
   struct RouterRecord {
     uint64_t router_id;
   };
   std::map<GraphKey, RouterRecord> routers;
-  std::map<std::string, NodePtr> native_nodes;  // nodes whose `_native` op was defined
+  std::map<std::string, NodePtr> native_nodes;  // nodes whose `_native` op was active
 };
 
 Snapshot::Snapshot() = default;
@@ -156,7 +150,7 @@ Registry::~Registry() {
   routers_.clear();
   for (auto& entry : native_ops_) retire_native_op(*entry.second);
   native_ops_.clear();
-  defer_release(std::make_shared<std::map<GraphKey, Graph>>(std::move(graphs_)));
+  defer_release(std::make_shared<std::map<GraphKey, Graph>>(std::move(state_.graphs)));
 }
 
 Registry& Registry::global() {
@@ -225,9 +219,9 @@ NodePtr Registry::register_op_override(const std::string& dsl_name,
   node->registry_serial = serial_;
 
   ControlScope scope(*this);
-  if (!allowlist_.count(lib_symbol)) {
+  if (!state_.allowlist.count(lib_symbol)) {
     std::string names;
-    for (const auto& ns : allowlist_) names += (names.empty() ? "" : ", ") + ns;
+    for (const auto& ns : state_.allowlist) names += (names.empty() ? "" : ", ") + ns;
     // The node (and the callables it took) is freed after the lock.
     defer_release(std::move(node));
     throw InvalidArgumentError("lib_symbol=" + quoted(lib_symbol) +
@@ -236,10 +230,10 @@ NodePtr Registry::register_op_override(const std::string& dsl_name,
   node->node_id = mint_node_id(dsl_name, op_symbol);
 
   const GraphKey graph_key = node->key();
-  graphs_[graph_key].push_back(node);
-  append_once(by_dsl_name_[dsl_name], graph_key);
-  append_once(by_op_symbol_[op_symbol], graph_key);
-  append_once(by_dispatch_key_[graph_key.dispatch_key], graph_key);
+  state_.graphs[graph_key].push_back(node);
+  append_once(state_.by_dsl_name[dsl_name], graph_key);
+  append_once(state_.by_op_symbol[op_symbol], graph_key);
+  append_once(state_.by_dispatch_key[graph_key.dispatch_key], graph_key);
   return node;
 }
 
@@ -253,9 +247,9 @@ std::set<GraphKey> Registry::keys_named_by(const Filter& filter) const {
       if (it != index.end()) keys.insert(it->second.begin(), it->second.end());
     }
   };
-  collect(by_dsl_name_, filter.dsl_names);
-  collect(by_op_symbol_, filter.op_symbols);
-  collect(by_dispatch_key_, filter.dispatch_keys);
+  collect(state_.by_dsl_name, filter.dsl_names);
+  collect(state_.by_op_symbol, filter.op_symbols);
+  collect(state_.by_dispatch_key, filter.dispatch_keys);
   return keys;
 }
 
@@ -265,15 +259,15 @@ void Registry::deregister_op_overrides(const Filter& disable) {
   check_filter_entries("disable_dispatch_keys entry", disable.dispatch_keys);
   ControlScope scope(*this);
   log(LogLevel::kInfo, "disabling overrides");
-  const FilterState saved = filters_;
-  filters_.dsl_names.insert(disable.dsl_names.begin(), disable.dsl_names.end());
-  filters_.op_symbols.insert(disable.op_symbols.begin(), disable.op_symbols.end());
-  filters_.dispatch_keys.insert(disable.dispatch_keys.begin(),
+  const FilterState saved = state_.filters;
+  state_.filters.dsl_names.insert(disable.dsl_names.begin(), disable.dsl_names.end());
+  state_.filters.op_symbols.insert(disable.op_symbols.begin(), disable.op_symbols.end());
+  state_.filters.dispatch_keys.insert(disable.dispatch_keys.begin(),
                                 disable.dispatch_keys.end());
   try {
     republish_installed(keys_named_by(disable));
   } catch (...) {
-    filters_ = saved;  // republish_installed published nothing
+    state_.filters = saved;  // republish_installed published nothing
     throw;
   }
 }
@@ -284,14 +278,14 @@ void Registry::reenable_op_overrides(const Filter& enable) {
   check_filter_entries("enable_dispatch_keys entry", enable.dispatch_keys);
   ControlScope scope(*this);
   log(LogLevel::kInfo, "re-enabling overrides");
-  const FilterState saved = filters_;
-  for (const auto& name : enable.dsl_names) filters_.dsl_names.erase(name);
-  for (const auto& name : enable.op_symbols) filters_.op_symbols.erase(name);
-  for (const auto& name : enable.dispatch_keys) filters_.dispatch_keys.erase(name);
+  const FilterState saved = state_.filters;
+  for (const auto& name : enable.dsl_names) state_.filters.dsl_names.erase(name);
+  for (const auto& name : enable.op_symbols) state_.filters.op_symbols.erase(name);
+  for (const auto& name : enable.dispatch_keys) state_.filters.dispatch_keys.erase(name);
   try {
     republish_installed(keys_named_by(enable));
   } catch (...) {
-    filters_ = saved;  // republish_installed published nothing
+    state_.filters = saved;  // republish_installed published nothing
     throw;
   }
 }
@@ -302,7 +296,7 @@ bool Registry::is_enabled(const OverrideNode& node) const {
 }
 
 bool Registry::is_enabled_locked(const OverrideNode& node) const {
-  if (!filters_.matches(node)) return true;
+  if (!state_.filters.matches(node)) return true;
   // An unconditional override is the op's implementation: a disable leaves
   // it in place unless the mask is also up.
   return node.unconditional_override && unconditional_mask_depth_ == 0;
@@ -310,8 +304,8 @@ bool Registry::is_enabled_locked(const OverrideNode& node) const {
 
 Graph Registry::enabled_chain(const GraphKey& key) const {
   Graph chain;
-  auto it = graphs_.find(key);
-  if (it == graphs_.end()) return chain;
+  auto it = state_.graphs.find(key);
+  if (it == state_.graphs.end()) return chain;
   for (const NodePtr& node : it->second) {
     if (is_enabled_locked(*node)) chain.push_back(node);
   }
@@ -323,16 +317,16 @@ void Registry::republish_installed(const std::set<GraphKey>& keys) {
   // a chain it needs one, and its op must resolve. Checked for every key
   // before anything is published, so that an error changes nothing.
   for (const GraphKey& key : keys) {
-    if (installed_.count(key) && !routers_.count(key) && !enabled_chain(key).empty()) {
+    if (state_.installed.count(key) && !routers_.count(key) && !enabled_chain(key).empty()) {
       resolve(key);
     }
   }
   for (const GraphKey& key : keys) {
-    if (installed_.count(key)) publish(key, enabled_chain(key), InstallMode::kUpdate);
+    if (state_.installed.count(key)) publish(key, enabled_chain(key), InstallMode::kUpdate);
   }
 }
 
-void Registry::republish_all_installed() { republish_installed(installed_); }
+void Registry::republish_all_installed() { republish_installed(state_.installed); }
 
 // ---- ordering ---------------------------------------------------------------
 
@@ -347,7 +341,7 @@ std::vector<GraphKey> Registry::reorder_graphs(const OrderingFn& fn, ReorderInst
   std::map<GraphKey, Graph> originals;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    originals = graphs_;
+    originals = state_.graphs;
   }
   std::map<GraphKey, Graph> results;
   for (const auto& [key, original] : originals) {
@@ -379,8 +373,8 @@ std::vector<GraphKey> Registry::reorder_graphs(const OrderingFn& fn, ReorderInst
   ControlScope scope(*this);
   std::map<GraphKey, Graph> replaced;  // the originals of graphs that changed
   for (auto& [key, reordered] : results) {
-    auto it = graphs_.find(key);
-    if (it == graphs_.end() || it->second != originals.at(key)) {
+    auto it = state_.graphs.find(key);
+    if (it == state_.graphs.end() || it->second != originals.at(key)) {
       log(LogLevel::kWarning, "Graph transformation failed for " + key.to_string() +
                                   ": the graph changed while the ordering function ran. "
                                   "Preserving the current graph.");
@@ -400,7 +394,7 @@ std::vector<GraphKey> Registry::reorder_graphs(const OrderingFn& fn, ReorderInst
       for (const GraphKey& key : changed) install_graph_locked(key, InstallMode::kUpdate);
     }
   } catch (...) {
-    for (auto& [key, original] : replaced) graphs_[key] = std::move(original);
+    for (auto& [key, original] : replaced) state_.graphs[key] = std::move(original);
     throw;
   }
   // Nodes an ordering function dropped may be held by nothing else.
@@ -425,7 +419,7 @@ void Registry::replace_graph(const GraphKey& key, const Graph& nodes) {
       throw InvalidArgumentError("replace_graph: node " + node->node_id + " appears twice");
     }
   }
-  defer_release(std::make_shared<Graph>(std::exchange(graphs_[key], nodes)));
+  defer_release(std::make_shared<Graph>(std::exchange(state_.graphs[key], nodes)));
 }
 
 // ---- installation -----------------------------------------------------------
@@ -503,15 +497,15 @@ void Registry::install_graph(const GraphKey& key, InstallMode mode) {
 
 void Registry::install_graph_locked(const GraphKey& key, InstallMode mode) {
   publish(key, enabled_chain(key), mode);
-  installed_.insert(key);
+  state_.installed.insert(key);
 }
 
 void Registry::install_all() {
   ControlScope scope(*this);
-  for (const auto& entry : graphs_) {
+  for (const auto& entry : state_.graphs) {
     if (!enabled_chain(entry.first).empty()) resolve(entry.first);
   }
-  for (const auto& entry : graphs_) install_graph_locked(entry.first, InstallMode::kUpdate);
+  for (const auto& entry : state_.graphs) install_graph_locked(entry.first, InstallMode::kUpdate);
 }
 
 // ---- teardown ---------------------------------------------------------------
@@ -520,15 +514,7 @@ Snapshot Registry::snapshot() const {
   std::lock_guard<std::mutex> lock(mutex_);
   auto state = std::make_shared<Snapshot::State>();
   state->owner = serial_;
-  state->graphs = graphs_;
-  state->by_dsl_name = by_dsl_name_;
-  state->by_op_symbol = by_op_symbol_;
-  state->by_dispatch_key = by_dispatch_key_;
-  state->disabled_dsl_names = filters_.dsl_names;
-  state->disabled_op_symbols = filters_.op_symbols;
-  state->disabled_dispatch_keys = filters_.dispatch_keys;
-  state->allowlist = allowlist_;
-  state->installed = installed_;
+  state->control = state_;
   for (const auto& [key, router] : routers_) {
     state->routers[key] = {router->id()};
   }
@@ -560,16 +546,7 @@ void Registry::restore(const Snapshot& snapshot) {
   for (const GraphKey& key : stale) remove_router(key);
 
   // The nodes of graphs replaced here may be held by nothing else.
-  defer_release(std::make_shared<std::map<GraphKey, Graph>>(std::move(graphs_)));
-  graphs_ = saved.graphs;
-  by_dsl_name_ = saved.by_dsl_name;
-  by_op_symbol_ = saved.by_op_symbol;
-  by_dispatch_key_ = saved.by_dispatch_key;
-  filters_.dsl_names = saved.disabled_dsl_names;
-  filters_.op_symbols = saved.disabled_op_symbols;
-  filters_.dispatch_keys = saved.disabled_dispatch_keys;
-  allowlist_ = saved.allowlist;
-  installed_ = saved.installed;
+  defer_release(std::make_shared<ControlState>(std::exchange(state_, saved.control)));
 
   std::vector<std::string> unrestorable;
   // `_native` ops: active are those active at the snapshot, no others. Ops
@@ -626,22 +603,22 @@ void Registry::allow_namespace(const std::string& lib_symbol) {
         "carry the overrides");
   }
   std::lock_guard<std::mutex> lock(mutex_);
-  allowlist_.insert(lib_symbol);
+  state_.allowlist.insert(lib_symbol);
 }
 
 void Registry::disallow_namespace(const std::string& lib_symbol) {
   std::lock_guard<std::mutex> lock(mutex_);
-  allowlist_.erase(lib_symbol);
+  state_.allowlist.erase(lib_symbol);
 }
 
 bool Registry::is_namespace_allowed(const std::string& lib_symbol) const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return allowlist_.count(lib_symbol) > 0;
+  return state_.allowlist.count(lib_symbol) > 0;
 }
 
 std::set<std::string> Registry::allowed_namespaces() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return allowlist_;
+  return state_.allowlist;
 }
 
 // ---- queries ----------------------------------------------------------------
@@ -650,7 +627,7 @@ std::vector<std::string> Registry::get_dsl_operations(
     const std::string& dsl_name, const std::string& lib_symbol) const {
   std::lock_guard<std::mutex> lock(mutex_);
   std::set<std::string> operations;
-  for (const auto& [key, graph] : graphs_) {
+  for (const auto& [key, graph] : state_.graphs) {
     if (key.lib_symbol != lib_symbol) continue;
     for (const NodePtr& node : graph) {
       if (node->dsl_name == dsl_name) operations.insert(key.op_symbol);
@@ -662,14 +639,14 @@ std::vector<std::string> Registry::get_dsl_operations(
 std::vector<GraphKey> Registry::graph_keys() const {
   std::lock_guard<std::mutex> lock(mutex_);
   std::vector<GraphKey> keys;
-  for (const auto& entry : graphs_) keys.push_back(entry.first);
+  for (const auto& entry : state_.graphs) keys.push_back(entry.first);
   return keys;
 }
 
 Graph Registry::graph(const GraphKey& key) const {
   std::lock_guard<std::mutex> lock(mutex_);
-  auto it = graphs_.find(key);
-  return it == graphs_.end() ? Graph{} : it->second;
+  auto it = state_.graphs.find(key);
+  return it == state_.graphs.end() ? Graph{} : it->second;
 }
 
 RouterState Registry::router_state(const GraphKey& key) const {
@@ -694,23 +671,23 @@ Graph Registry::published_chain(const GraphKey& key) const {
 
 Filter Registry::filters() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return {sorted(filters_.dsl_names), sorted(filters_.op_symbols),
-          sorted(filters_.dispatch_keys)};
+  return {sorted(state_.filters.dsl_names), sorted(state_.filters.op_symbols),
+          sorted(state_.filters.dispatch_keys)};
 }
 
 std::map<std::string, std::vector<GraphKey>> Registry::graphs_by_dsl_name() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return by_dsl_name_;
+  return state_.by_dsl_name;
 }
 
 std::map<std::string, std::vector<GraphKey>> Registry::graphs_by_op_symbol() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return by_op_symbol_;
+  return state_.by_op_symbol;
 }
 
 std::map<std::string, std::vector<GraphKey>> Registry::graphs_by_dispatch_key() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return by_dispatch_key_;
+  return state_.by_dispatch_key;
 }
 
 // ---- settings ---------------------------------------------------------------
@@ -759,7 +736,7 @@ Registry::UnconditionalMask::~UnconditionalMask() {
 void Registry::check_invariants() const {
   std::lock_guard<std::mutex> lock(mutex_);
   auto fail = [](const std::string& what) { throw std::logic_error("invariant: " + what); };
-  for (const auto& [key, graph] : graphs_) {
+  for (const auto& [key, graph] : state_.graphs) {
     std::set<const OverrideNode*> seen;
     for (const NodePtr& node : graph) {
       if (!node) fail("graph " + key.to_string() + " holds a null node");
@@ -769,8 +746,8 @@ void Registry::check_invariants() const {
       if (!node->cond || !node->impl) fail("node " + node->node_id + " lacks a cond or an impl");
     }
     if (!graph.empty()) {
-      for (const auto& [index, name] : {std::pair{&by_dispatch_key_, key.dispatch_key},
-                                         std::pair{&by_op_symbol_, key.op_symbol}}) {
+      for (const auto& [index, name] : {std::pair{&state_.by_dispatch_key, key.dispatch_key},
+                                         std::pair{&state_.by_op_symbol, key.op_symbol}}) {
         auto it = index->find(name);
         if (it == index->end() || std::find(it->second.begin(), it->second.end(), key) ==
                                       it->second.end()) {
@@ -779,17 +756,17 @@ void Registry::check_invariants() const {
       }
     }
   }
-  for (const Index* index : {&by_dsl_name_, &by_op_symbol_, &by_dispatch_key_}) {
+  for (const Index* index : {&state_.by_dsl_name, &state_.by_op_symbol, &state_.by_dispatch_key}) {
     for (const auto& [name, keys] : *index) {
       for (const GraphKey& key : keys) {
-        if (!graphs_.count(key)) fail("index entry " + name + " names no graph: " + key.to_string());
+        if (!state_.graphs.count(key)) fail("index entry " + name + " names no graph: " + key.to_string());
       }
     }
   }
   if (unconditional_mask_depth_ < 0) fail("negative unconditional mask depth");
-  if (allowlist_.count("_native")) fail("_native is on the allowlist");
+  if (state_.allowlist.count("_native")) fail("_native is on the allowlist");
   for (const auto& [key, router] : routers_) {
-    if (!installed_.count(key)) fail("router of " + key.to_string() + " for a graph never installed");
+    if (!state_.installed.count(key)) fail("router of " + key.to_string() + " for a graph never installed");
     // The published chain may lag the graph (registration and a reorder
     // without reinstall publish nothing), but it holds only this key's nodes
     // of this registry, each with its `_native` op active.
@@ -808,8 +785,8 @@ void Registry::check_invariants() const {
 std::string Registry::dump_state() const {
   std::lock_guard<std::mutex> lock(mutex_);
   std::ostringstream out;
-  for (const auto& [key, graph] : graphs_) {
-    out << key.to_string() << (installed_.count(key) ? " installed" : "");
+  for (const auto& [key, graph] : state_.graphs) {
+    out << key.to_string() << (state_.installed.count(key) ? " installed" : "");
     auto router = routers_.find(key);
     if (router != routers_.end()) {
       out << " router#" << router->second->id() << " chain=[";
@@ -828,9 +805,9 @@ std::string Registry::dump_state() const {
     for (const std::string& name : names) joined += (joined.empty() ? "" : ",") + name;
     return joined;
   };
-  out << "disabled: dsl=[" << join(filters_.dsl_names) << "] op=[" << join(filters_.op_symbols)
-      << "] key=[" << join(filters_.dispatch_keys) << "] mask=" << unconditional_mask_depth_
-      << " allow=[" << join(allowlist_) << "] native_ops=" << native_ops_.size() << "\n";
+  out << "disabled: dsl=[" << join(state_.filters.dsl_names) << "] op=[" << join(state_.filters.op_symbols)
+      << "] key=[" << join(state_.filters.dispatch_keys) << "] mask=" << unconditional_mask_depth_
+      << " allow=[" << join(state_.allowlist) << "] native_ops=" << native_ops_.size() << "\n";
   return out.str();
 }
 

@@ -2,6 +2,7 @@
 
 #include "quiet_override_warning.h"
 
+#include <native_registry/call_hooks.h>
 #include <native_registry/registry.h>
 
 #include <c10/core/impl/COW.h>

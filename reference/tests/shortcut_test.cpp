@@ -6,6 +6,8 @@
 
 #include "support.h"
 
+#include <native_registry/call_hooks.h>
+
 #include <ATen/ops/_lazy_clone.h>
 #include <ATen/ops/cat.h>
 #include <c10/core/impl/COW.h>

@@ -229,11 +229,21 @@ class Registry {
   };
 
  private:
+  friend class Snapshot;
   struct FilterState {
     std::set<std::string> dsl_names, op_symbols, dispatch_keys;
     bool matches(const OverrideNode& node) const;
   };
   using Index = std::map<std::string, std::vector<GraphKey>>;
+  // Everything a snapshot captures and restore puts back, besides routers and
+  // `_native` ops (which live in the dispatcher): copied whole.
+  struct ControlState {
+    std::map<GraphKey, Graph> graphs;
+    Index by_dsl_name, by_op_symbol, by_dispatch_key;  // graph keys, in registration order
+    FilterState filters;                                // the disabled entries
+    std::set<std::string> allowlist{"aten"};
+    std::set<GraphKey> installed;  // graphs install_graph has taken charge of
+  };
 
   // Holds mutex_ for a control-plane operation and runs what must not run
   // under it once it is released: log records, then the release of
@@ -266,43 +276,13 @@ class Registry {
   const uint64_t serial_;
   mutable std::mutex mutex_;  // serialises the control plane; never held while user code runs
   mutable Pending* pending_ = nullptr;  // the live ControlScope's, under mutex_
-  std::map<GraphKey, Graph> graphs_;
-  Index by_dsl_name_, by_op_symbol_, by_dispatch_key_;
-  FilterState filters_;
-  std::set<std::string> allowlist_{"aten"};
+  ControlState state_;
   int unconditional_mask_depth_ = 0;
   EmptyChainPolicy empty_chain_policy_ = EmptyChainPolicy::kKeepDormantRouter;
   LogSink log_sink_;
-  std::set<GraphKey> installed_;  // graphs install_graph has taken charge of
   std::map<GraphKey, std::unique_ptr<detail::Router>> routers_;
   // By node_id: every `_native` op this registry defined, active or retired.
   std::map<std::string, std::unique_ptr<detail::NativeOp>> native_ops_;
 };
-
-// ---- the trace shortcut -----------------------------------------------------
-//
-// A tracer (Dynamo) must see the plain op, not the router. When a router whose
-// chain holds a node with divert_when_tracing runs, this thread is not already
-// inside a diverted call, no tensor argument is copy-on-write, and the
-// shortcut says a tracer is active, the router calls the op again from the
-// top with a thread-local re-entrancy flag set; that re-entered call takes
-// the ordinary path, so cond is consulted once and nothing recurses.
-using TraceShortcutFn = bool (*)();
-void set_trace_shortcut(TraceShortcutFn fn);  // nullptr turns it off
-TraceShortcutFn trace_shortcut();
-// True while this thread is inside a call the shortcut diverted.
-bool in_diverted_call();
-
-// ---- the host scope -----------------------------------------------------------
-//
-// Conds written for a host runtime (Python) must enter it to run, and entering
-// costs more than a cheap cond. When a router's chain holds a node with
-// needs_host_scope, the router makes its choice (the trace shortcut, then each
-// node's try_initialize_runtime and cond, in order) inside one call of the
-// host scope function, which must call choose(context) exactly once with the
-// runtime entered and let its exceptions through. The chosen impl, the
-// fallback and a diverted call all run after the scope has been left.
-using HostScopeFn = void (*)(void (*choose)(void*), void* context);
-void set_host_scope(HostScopeFn fn);  // nullptr: conds enter the runtime themselves
 
 }  // namespace native_registry

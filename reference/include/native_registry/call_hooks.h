@@ -1,0 +1,35 @@
+#pragma once
+
+// Process-wide hooks of the call path, set by a host runtime (the Python
+// binding sets both): what a router consults before its conds. They are not
+// part of a registry's state; routers read them with one atomic load each.
+
+namespace native_registry {
+
+// ---- the trace shortcut -----------------------------------------------------
+//
+// A tracer (Dynamo) must see the plain op, not the router. When a router whose
+// chain holds a node with divert_when_tracing runs, this thread is not already
+// inside a diverted call, no tensor argument is copy-on-write, and the
+// shortcut says a tracer is active, the router calls the op again from the
+// top with a thread-local re-entrancy flag set; that re-entered call takes
+// the ordinary path, so cond is consulted once and nothing recurses.
+using TraceShortcutFn = bool (*)();
+void set_trace_shortcut(TraceShortcutFn fn);  // nullptr turns it off
+TraceShortcutFn trace_shortcut();
+// True while this thread is inside a call the shortcut diverted.
+bool in_diverted_call();
+
+// ---- the host scope -----------------------------------------------------------
+//
+// Conds written for a host runtime (Python) must enter it to run, and entering
+// costs more than a cheap cond. When a router's chain holds a node with
+// needs_host_scope, the router makes its choice (the trace shortcut, then each
+// node's try_initialize_runtime and cond, in order) inside one call of the
+// host scope function, which must call choose(context) exactly once with the
+// runtime entered and let its exceptions through. The chosen impl, the
+// fallback and a diverted call all run after the scope has been left.
+using HostScopeFn = void (*)(void (*choose)(void*), void* context);
+void set_host_scope(HostScopeFn fn);  // nullptr: conds enter the runtime themselves
+
+}  // namespace native_registry
