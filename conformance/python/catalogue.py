@@ -13,6 +13,7 @@ CATALOGUE = CONFORMANCE / "catalogue.toml"
 SEEDS = CONFORMANCE / "seeds.txt"
 
 PROFILES = {"registry", "platform"}
+LEVELS = ("required", "recommended")
 SIDES = {"cpp", "python"}
 ID = re.compile(r"^[a-z]+\.[a-z0-9-]+$")
 
@@ -26,6 +27,8 @@ class Behaviour:
     tags: tuple[str, ...]
     seeds: tuple[str, ...]
     implied: bool
+    level: str          # "required" or "recommended" (see catalogue.toml)
+    level_reason: str   # why, where the seeds do not say; "" otherwise
     sides: tuple[str, ...]
     requires: tuple[str, ...]
 
@@ -38,7 +41,8 @@ def load(path: pathlib.Path = CATALOGUE) -> dict[str, Behaviour]:
         behaviour = Behaviour(
             id=entry["id"], title=entry["title"], statement=entry["statement"],
             profile=entry["profile"], tags=tuple(entry["tags"]), seeds=tuple(entry["seeds"]),
-            implied=entry["implied"], sides=tuple(entry["sides"]),
+            implied=entry["implied"], level=entry["level"],
+            level_reason=entry.get("level_reason", ""), sides=tuple(entry["sides"]),
             requires=tuple(entry["requires"]),
         )
         if behaviour.id in catalogue:
@@ -71,6 +75,12 @@ def problems(catalogue: dict[str, Behaviour], seeds: list[str]) -> list[str]:
             found.append(f"{b.id}: sides {b.sides} must be a non-empty subset of {sorted(SIDES)}")
         if not b.tags:
             found.append(f"{b.id}: no feature tags")
+        if b.level not in LEVELS:
+            found.append(f"{b.id}: level {b.level!r} is not one of {list(LEVELS)}")
+        if b.implied and not b.level_reason:
+            found.append(f"{b.id}: an implied behaviour needs a level_reason")
+        if b.level == "recommended" and not b.level_reason:
+            found.append(f"{b.id}: a recommended behaviour needs a level_reason")
         if b.implied != (not b.seeds):
             found.append(f"{b.id}: implied must be true exactly when it names no seed test")
         for seed in b.seeds:

@@ -40,6 +40,10 @@ class UpstreamAdapter(UpstreamShapedAdapter):
         self.description = f"torch._native.registry of torch {torch.__version__}"
         params = inspect.signature(registry.register_op_override).parameters
         self._namespaced = hasattr(registry, "_ALLOWED_LIB_SYMBOLS")
+        # The API revision expectation entries name: 2.13's registry keys
+        # graphs by (op_symbol, dispatch_key) and has no allowlist; the
+        # namespaced API (upstream main, the seed file's) has both.
+        self.revision = "namespaced-api" if self._namespaced else "torch-2.13-api"
         self._override_libs_name = ("_override_libs" if hasattr(registry, "_override_libs")
                                     else "_aten_override_libs")
         features = {"native-op-meta", "unconditional-survives-disable"}
