@@ -6,9 +6,11 @@ reports. Called by ./harness/run once the build is up to date.
     ./harness/run --mutants [--only NAME,...]
     ./harness/run --upstream-tests PATH/TO/test_registry.py
 
-Exit status: non-zero only on unexpected results (a failure not listed in the
-implementation's expectation file, a known failure that passed, a catalogue
-or traceability problem, a fault no test kills).
+Exit status: non-zero only on unexpected results (a failure of a required
+behaviour not listed in the implementation's expectation file, a suite that
+crashed, a catalogue or traceability problem, a fault no test kills). A
+recommended behaviour's failure ("miss") and a known failure that passed
+("fixed: expectation stale") are reported and not fatal.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ sys.path.insert(0, str(HERE))
 
 import catalogue as catalogue_module  # noqa: E402
 import check as catalogue_check  # noqa: E402
+import cpp_impls  # noqa: E402
 import matrix  # noqa: E402
 import staging  # noqa: E402
 
@@ -62,14 +65,16 @@ def gtest_progress(line: str) -> str | None:
 
 def pytest_progress(line: str) -> str | None:
     for word, shown in (("PASSED", "ok   "), ("FAILED", "FAIL "), ("XFAIL", "known"),
+                        ("MISS", "miss "), ("STALE", "stale"),
                         ("XPASS", "XPASS"), ("SKIPPED", "unsup"), ("ERROR", "ERROR")):
         if f" {word}" in line and "::" in line:
             return f"{shown} {line.split(' ')[0].split('::', 1)[-1]}"
     return None
 
 
-def run_cpp(impl: str, build: pathlib.Path, results: pathlib.Path) -> tuple[int, list[dict]]:
-    binary = build / CPP_SUITES[impl]
+def run_cpp(impl: str, build: pathlib.Path, results: pathlib.Path,
+            binary: pathlib.Path | None = None) -> tuple[int, list[dict]]:
+    binary = binary or build / CPP_SUITES[impl]
     xml = results / f"cpp-{impl}.xml"
     status = stream([str(binary), f"--gtest_output=xml:{xml}"], f"c++ {impl}",
                     results / f"cpp-{impl}.log", progress=gtest_progress)
@@ -112,11 +117,17 @@ def conformance(args) -> int:
             print(f"== C++ suite against {name}")
             status, got = run_cpp(name, args.build, results)
             rows += got
-            unexpected |= status != 0 or not got
+            unexpected |= matrix.suite_failed(status, got, catalogue)
         print(f"== Python suite against {name}")
-        status, got = run_python(name, SHIPPED.get(impl, impl), results, env=env)
+        status, got = run_python(name, SHIPPED.get(impl, impl), results, env=env,
+                                 extra=tuple(f"--expectations={p}" for p in args.expectations))
         rows += got
-        unexpected |= status != 0 or not got
+        unexpected |= matrix.suite_failed(status, got, catalogue) or status != 0
+    for name, binary in args.cpp_impl:
+        print(f"== C++ suite against {name} ({binary})")
+        status, got = run_cpp(name, args.build, results, binary=binary)
+        rows += got
+        unexpected |= matrix.suite_failed(status, got, catalogue)
 
     import torch
 
@@ -128,7 +139,10 @@ def conformance(args) -> int:
               f"PyTorch {torch.__version__}, Python {platform.python_version()}, "
               f"{platform.machine()}. {len(catalogue)} behaviours, {len(rows)} test results, "
               f"{time.monotonic() - start:.0f} s.")
+    score = matrix.scores(catalogue, labels, table)
     md = matrix.markdown(labels, table, header)
+    md += "\nScore (passed / applicable; unsupported behaviours are not applicable):\n\n" + "".join(
+        f"- {label}: {matrix.score_line(s)}\n" for label, s in score.items())
     (results / "matrix.md").write_text(md)
     notes = [header.splitlines()[-1], "pass / FAIL / known-fail (expectation entry with a reason) / "
              "unsupported (feature the implementation lacks) / - (not expressible on that side)"]
@@ -138,8 +152,14 @@ def conformance(args) -> int:
     print(matrix.terminal(labels, table))
     print()
     for label, tally in matrix.counts(labels, table).items():
-        print(f"  {label}: " + ", ".join(f"{k} {v}" for k, v in sorted(tally.items())))
-    passed = sum(r["outcome"] in ("pass", "xfail", "unsupported") for r in rows)
+        print(f"  {label}: " + ", ".join(f"{k} {v}" for k, v in sorted(tally.items()))
+              + f"; score: {matrix.score_line(score[label])}")
+    for r in rows:
+        if r["outcome"] == "stale":
+            print(f"  fixed: expectation stale: {r['implementation']} {r['side']} {r['test']}")
+        elif r["outcome"] == "fail" and not matrix.is_fatal(r, catalogue):
+            print(f"  miss (recommended): {r['implementation']} {r['side']} {r['test']}")
+    passed = sum(not matrix.is_fatal(r, catalogue) for r in rows)
     failed = len(rows) - passed + len(problems) + len(missing)
     print(f"\nreports: {results}/matrix.md, matrix.html, results.json, cpp-*.xml, python-*.xml")
     print(f"{passed} passed, {failed} failed")
@@ -154,6 +174,12 @@ def main() -> int:
                         help="comma-separated: reference, upstream, or module:factory")
     parser.add_argument("--spec", type=pathlib.Path, default=ROOT.parent / "shared" / "spec" / "test_registry.py",
                         help="upstream test file to check the seed list against, if present")
+    parser.add_argument("--expectations", action="append", default=[], metavar="PATH",
+                        help="known failures of a --impl implementation (TOML); replaces its "
+                             "expectations/<name>.toml; may be repeated")
+    parser.add_argument("--cpp-impl", action="append", default=[], metavar="NAME=PATH",
+                        help="also run a C++ conformance binary (the suite linked with another "
+                             "implementation's adapter) as column NAME; may be repeated")
     parser.add_argument("--coverage", action="store_true", help="instrumented build, lcov report")
     parser.add_argument("--mutants", action="store_true", help="seeded faults, kill table")
     parser.add_argument("--only", default="", help="with --mutants: comma-separated fault names")
@@ -161,6 +187,10 @@ def main() -> int:
                         help="run an upstream test file against the installed PyTorch and the reference")
     args = parser.parse_args()
     args.impl = [i for i in args.impl.split(",") if i]
+    try:
+        args.cpp_impl = cpp_impls.parse(args.cpp_impl)
+    except ValueError as error:
+        parser.error(str(error))
     # Absolute from here on: the suites run in subprocesses with other working
     # directories (pytest resolves --junitxml against its own cwd).
     args.build, args.results = args.build.resolve(), args.results.resolve()

@@ -48,7 +48,9 @@ class Adapter(Protocol):
     def register(self, dsl_name: str, lib_symbol: str, op_symbol: str, dispatch_key: str,
                  cond: Callable[..., bool] | None, impl: Callable[..., Any], *,
                  try_initialize_runtime: Callable[[], bool] | None = None,
-                 unconditional_override: bool = False) -> None: ...
+                 unconditional_override: bool = False,
+                 allow_multiple_override: bool | None = None) -> None:
+        """None: the argument is not passed at all (it is upstream main's)."""
     def graph(self, lib_symbol: str, op_symbol: str, dispatch_key: str) -> list[Any]: ...
     def set_graph(self, lib_symbol: str, op_symbol: str, dispatch_key: str,
                   nodes: list[Any]) -> None: ...

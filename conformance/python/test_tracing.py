@@ -188,3 +188,65 @@ def test_install_prints_no_override_notice(impl):
     notice_seen, other_seen = verdict.split()
     assert other_seen == "True", "the probe must see ordinary warnings"
     assert notice_seen == "False", "the kernel-override notice reached the user"
+
+
+@behaviour("cow.never-diverted")
+def test_a_cow_keyword_argument_is_never_diverted(impl):
+    guard_states = []
+    install_declining(impl, declining_cond_noting_the_guard(impl, guard_states))
+    cow = torch._lazy_clone(torch.tensor([4.0, 5.0]))
+    with patch.object(torch.compiler, "is_dynamo_compiling", return_value=True):
+        assert torch.equal(torch.ops.aten.mul.Tensor(A, other=cow), STOCK)
+    assert guard_states == [False], "a copy-on-write keyword argument was diverted"
+    assert torch._C._is_cow_tensor(cow)
+
+
+SILU = ("aten", "silu", "CPU")  # an op torch.export.default_decompositions() decomposes
+
+
+@behaviour("export.decomp-table-contents")
+def test_decomp_table_is_the_defaults_with_the_overrides_winning(impl):
+    defaults = torch.export.default_decompositions()
+    silu, mul_op = torch.ops.aten.silu.default, torch.ops.aten.mul.Tensor
+    assert silu in defaults, "the test needs an op the default table decomposes"
+    # Routers the implementation installed before the test (torch's own
+    # overrides, in upstream's case) stay; the test's come on top.
+    already = dict(impl.decomp_table(overrides_only=True))
+    impl.register("test_dsl", *SILU, lambda *a, **k: True, lambda x: torch.full_like(x, 9.0))
+    impl.register("test_dsl", *KEY, lambda *a, **k: True, lambda a, b: torch.full_like(a, 42.0))
+    impl.install(*SILU)
+    impl.install(*KEY)
+    overrides = impl.decomp_table(overrides_only=True)
+    table = impl.decomp_table()
+    assert set(overrides) == set(already) | {silu, mul_op}
+    assert set(table) == set(defaults) | set(overrides)
+    assert all(table[op] is overrides[op] for op in overrides), "a default entry won over an override"
+    assert table[silu] is not defaults[silu]
+    impl.disable(dsl_names="test_dsl")
+    assert set(impl.decomp_table(overrides_only=True)) == set(already)
+    assert set(impl.decomp_table()) == set(defaults) | set(already)
+    impl.enable(dsl_names="test_dsl")
+    assert set(impl.decomp_table(overrides_only=True)) == set(already) | {silu, mul_op}
+
+
+@behaviour("export.router-honours-dispatch-key")
+def test_a_cpu_export_is_not_routed_into_a_cuda_override(impl):
+    impl.register("test_dsl", "aten", "mul.Tensor", "CUDA", lambda *a, **k: True,
+                  lambda a, b: torch.full_like(a, 42.0))
+    impl.install("aten", "mul.Tensor", "CUDA")
+    ep = torch.export.export(MulPlusOne(), (A, B)).run_decompositions(impl.decomp_table())
+    assert "aten.mul.Tensor" in call_targets(ep), "a CPU program was routed to a CUDA override"
+    assert torch.equal(ep.module()(A, B), STOCK + 1)
+
+
+@behaviour("export.runtime-asked-at-run-time")
+def test_an_exported_program_asks_the_runtime_when_it_runs(impl):
+    available = [True]
+    impl.register("test_dsl", *KEY, lambda a, b: True, lambda a, b: torch.full_like(a, 42.0),
+                  try_initialize_runtime=lambda: available[0])
+    impl.install(*KEY)
+    available[0] = False  # e.g. the program runs where the driver is missing
+    ep = torch.export.export(MulPlusOne(), (A, B)).run_decompositions(impl.decomp_table())
+    eager = MulPlusOne()(A, B)
+    assert torch.equal(eager, STOCK + 1)
+    assert torch.equal(ep.module()(A, B), eager), "the exported program ran an impl whose runtime is unavailable"

@@ -117,10 +117,13 @@ class UpstreamAdapter(UpstreamShapedAdapter):
     # ---- the API ------------------------------------------------------------
 
     def register(self, dsl_name, lib_symbol, op_symbol, dispatch_key, cond, impl, *,
-                 try_initialize_runtime=None, unconditional_override=False):
+                 try_initialize_runtime=None, unconditional_override=False,
+                 allow_multiple_override=None):
         kwargs = {"unconditional_override": unconditional_override}
         if try_initialize_runtime is not None:
             kwargs["try_initialize_runtime"] = try_initialize_runtime
+        if allow_multiple_override is not None:
+            kwargs["allow_multiple_override"] = allow_multiple_override
         registry.register_op_override(dsl_name, lib_symbol, op_symbol, dispatch_key, cond, impl,
                                       **kwargs)
 
