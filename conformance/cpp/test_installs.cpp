@@ -66,7 +66,7 @@ TEST_P(Conformance, TheNativeOpAsksTheRuntimeWhenCalled) {
   ASSERT_TRUE(native.has_value()) << "no _native op for the node";
   // What an exported program does: it calls the _native op directly.
   auto call_native = [&] {
-    native_registry::Stack stack{tensor({2, 3}), tensor({4, 5})};
+    Stack stack{tensor({2, 3}), tensor({4, 5})};
     native->callBoxed(&stack);
     return stack.at(0).toTensor();
   };

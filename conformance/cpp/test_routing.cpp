@@ -116,7 +116,7 @@ TEST_P(Conformance, EmptyGraphTakesTheRouterDown) {
 TEST_P(Conformance, UserErrorsReachTheCaller) {
   BEHAVIOUR("routing.user-errors-propagate");
   CondFn throwing = [](const c10::OperatorHandle&, c10::DispatchKeySet,
-                       const native_registry::Stack&) -> bool {
+                       const Stack&) -> bool {
     throw std::invalid_argument("cond exploded");
   };
   add(mul_key(), throwing, fill_impl(1));
@@ -171,7 +171,7 @@ TEST_P(Conformance, OtherNamespaceRoutesAndFallsBack) {
   BEHAVIOUR("namespaces.non-aten-routes");
   REQUIRE_FEATURE("namespaces");
   CondFn two_elements = [](const c10::OperatorHandle&, c10::DispatchKeySet,
-                           const native_registry::Stack& stack) {
+                           const Stack& stack) {
     return stack.back().toTensor().numel() == 2;
   };
   add(twice_key(kTestNamespace), two_elements, fill_impl(99));
@@ -226,7 +226,7 @@ TEST_P(Conformance, MetaShapeInferenceRunsNeitherImplNorRuntime) {
   EXPECT_EQ(direct.sizes(), at::IntArrayRef({3, 4}));
   auto native = adapter().native_op(adapter().graph(mul_key())[0]);
   ASSERT_TRUE(native.has_value()) << "no _native op for the node";
-  native_registry::Stack stack{at::empty({3, 4}, meta), at::empty({3, 4}, meta)};
+  Stack stack{at::empty({3, 4}, meta), at::empty({3, 4}, meta)};
   native->callBoxed(&stack);
   EXPECT_TRUE(stack.at(0).toTensor().is_meta());
   EXPECT_EQ(stack.at(0).toTensor().sizes(), at::IntArrayRef({3, 4}));
