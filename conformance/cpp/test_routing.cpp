@@ -85,6 +85,17 @@ TEST_P(Conformance, UnavailableRuntimeSkipsTheNode) {
   EXPECT_TRUE(same(mul_2_3_by_4_5(), kStock));
 }
 
+TEST_P(Conformance, ADecliningCondNeverInitialisesTheRuntime) {
+  BEHAVIOUR("routing.runtime-after-cond");
+  REQUIRE_FEATURE("runtime-init");
+  auto runtime_calls = std::make_shared<std::atomic<int>>(0);
+  add(mul_key(), constant_cond(false), forbidden_impl(), "test_dsl",
+      [runtime_calls] { return ++*runtime_calls > 0; });
+  adapter().install(mul_key());
+  EXPECT_TRUE(same(mul_2_3_by_4_5(), kStock));
+  EXPECT_EQ(runtime_calls->load(), 0) << "a declining cond initialised the runtime";
+}
+
 TEST_P(Conformance, NoRecursionThroughBmmBackward) {
   BEHAVIOUR("routing.no-recursion-through-autograd");
   const at::Tensor a = at::randn({2, 3, 4}).requires_grad_(true);

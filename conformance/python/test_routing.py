@@ -316,3 +316,12 @@ def test_allow_multiple_override_is_accepted(impl, allow):
     assert [n.dsl_name for n in impl.graph(*KEY)] == ["a", "b"]
     impl.install(*KEY)
     assert torch.equal(mul(), torch.tensor([3.0, 3.0]))
+
+
+@behaviour("routing.runtime-after-cond")
+def test_a_declining_cond_never_initialises_the_runtime(impl):
+    runtime = MagicMock(return_value=True)
+    impl.register("test_dsl", *KEY, lambda *a: False, forbidden(), try_initialize_runtime=runtime)
+    impl.install(*KEY)
+    assert torch.equal(mul(), STOCK)
+    runtime.assert_not_called()
