@@ -121,7 +121,7 @@ def is_recommended(ids: list[str]) -> bool:
 def whole_suite_collected(items) -> bool:
     """Whether every test file of the suite was collected (a -k or -m
     selection is applied after this point, so it does not count)."""
-    files = {pathlib.Path(str(item.fspath)).name for item in items}
+    files = {item.path.name for item in items}
     here = pathlib.Path(__file__).parent
     return files >= {p.name for p in here.glob("test_*.py")}
 
