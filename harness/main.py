@@ -25,6 +25,7 @@ sys.path.insert(0, str(HERE))
 
 import catalogue as catalogue_module  # noqa: E402
 import check as catalogue_check  # noqa: E402
+import cpp_impls  # noqa: E402
 import matrix  # noqa: E402
 from progress import gtest_progress, pytest_progress, stream  # noqa: E402
 import report_html  # noqa: E402
@@ -45,10 +46,12 @@ modes measure coverage of an implementation (--coverage), run the suites
 against seeded faults (--mutants), or run an upstream test file against the
 installed PyTorch and the reference (--upstream-tests). Relative paths are
 taken from the directory the command is run in. Exit status: 0 when every
-result is as expected; 1 on an unexpected result (a failure no expectation
-file lists, a known failure that now passes, a catalogue or traceability
-problem, a fault no test kills); 2 on bad usage or an implementation or
-dependency that cannot be loaded."""
+result is as expected; 1 on an unexpected result (a failure of a required
+behaviour that no expectation file lists, a suite that crashed, a catalogue or
+traceability problem, a fault no test kills); 2 on bad usage or an
+implementation or dependency that cannot be loaded. A recommended behaviour's
+failure ("miss") and a known failure that now passes ("fixed: expectation
+stale") are reported and not fatal."""
 
 EXAMPLES = """\
 examples:
@@ -57,6 +60,10 @@ examples:
   PYTHONPATH=~/src ./harness/run --impl mypkg.adapter:make
                                                    your implementation, through its adapter
   ./harness/run --impl upstream --results /tmp/up  reports into another folder
+  ./harness/run --impl mypkg.adapter:make --expectations my-known-failures.toml
+                                                   your known failures, with reasons
+  ./harness/run --cpp-impl mine=path/to/conformance_mine
+                                                   a C++ suite binary linked with your adapter
   ./harness/run --coverage                         coverage of the reference: C++ (lcov) and Python
   ./harness/run --coverage --impl reference,upstream
                                                    also upstream's torch/_native/registry.py
@@ -222,6 +229,7 @@ def explain(what: str, found: dict) -> str:
 
 
 def run_cpp(impl: Implementation, build: pathlib.Path, results: pathlib.Path) -> tuple[int, list[dict]]:
+    # impl.cpp is relative to the build folder, or absolute (--cpp-impl).
     xml = results / f"cpp-{impl.file_stem}.xml"
     status = stream([str(build / impl.cpp), f"--gtest_output=xml:{xml}"], f"c++ {impl.label}",
                     results / f"cpp-{impl.file_stem}.log", progress=gtest_progress)
@@ -267,14 +275,23 @@ def conformance(args) -> int:
             if not got:
                 broken.append(f"the C++ suite against {impl.label} reported nothing (exit {status}); "
                               f"see {results / f'cpp-{impl.file_stem}.log'}")
-            unexpected |= status != 0 or not got
+            unexpected |= matrix.suite_failed(status, got, catalogue)
         print(f"== Python suite against {impl.label}", flush=True)
-        status, got = run_python(impl, results, env=env)
+        status, got = run_python(impl, results, env=env,
+                                 extra=tuple(f"--expectations={p}" for p in args.expectations))
         rows += got
         if not got:
             broken.append(f"the Python suite against {impl.label} reported nothing (exit {status}); "
                           f"see {results / f'python-{impl.file_stem}.log'}")
-        unexpected |= status != 0 or not got
+        unexpected |= matrix.suite_failed(status, got, catalogue) or status != 0
+    for impl in args.cpp_implementations:  # --cpp-impl: a C++ column only
+        print(f"== C++ suite against {impl.label} ({impl.cpp})", flush=True)
+        status, got = run_cpp(impl, args.build, results)
+        rows += got
+        if not got:
+            broken.append(f"the C++ suite against {impl.label} reported nothing (exit {status}); "
+                          f"see {results / f'cpp-{impl.file_stem}.log'}")
+        unexpected |= matrix.suite_failed(status, got, catalogue)
 
     import torch
 
@@ -286,13 +303,18 @@ def conformance(args) -> int:
               f"PyTorch {torch.__version__}, Python {platform.python_version()}, "
               f"{platform.machine()}. {len(catalogue)} behaviours, {len(rows)} test results, "
               f"{time.monotonic() - start:.0f} s.")
+    score = matrix.scores(catalogue, labels, table)
     md = matrix.markdown(labels, table, header)
+    md += "\nScore (passed / applicable; unsupported behaviours are not applicable):\n\n" + "".join(
+        f"- {label}: {matrix.score_line(s)}\n" for label, s in score.items())
     (results / "matrix.md").write_text(md)
     document = report_html.document(
         catalogue, rows, labels, table,
         implementations=[{"label": i.label, "spec": i.spec, "description": i.description,
                           "suites": (["cpp"] if i.cpp else []) + ["python"]}
-                         for i in args.implementations],
+                         for i in args.implementations]
+                        + [{"label": i.label, "spec": i.spec, "description": i.description,
+                            "suites": ["cpp"]} for i in args.cpp_implementations],
         summary=header.splitlines()[-1], problems=problems + broken)
     (results / "matrix.html").write_text(report_html.page(document, results))
     (results / "results.json").write_text(json.dumps(document, indent=1))
@@ -300,11 +322,17 @@ def conformance(args) -> int:
     print(matrix.terminal(labels, table))
     print()
     for label, tally in matrix.counts(labels, table).items():
-        print(f"  {label}: " + ", ".join(f"{k} {v}" for k, v in sorted(tally.items())))
+        print(f"  {label}: " + ", ".join(f"{k} {v}" for k, v in sorted(tally.items()))
+              + f"; score: {matrix.score_line(score[label])}")
+    for r in rows:
+        if r["outcome"] == "stale":
+            print(f"  fixed: expectation stale: {r['implementation']} {r['side']} {r['test']}")
+        elif r["outcome"] == "fail" and not matrix.is_fatal(r, catalogue):
+            print(f"  miss (recommended): {r['implementation']} {r['side']} {r['test']}")
     listing = report_html.failure_list(document)
     if listing:
         print("\n" + listing)
-    passed = sum(r["outcome"] in ("pass", "xfail", "unsupported") for r in rows)
+    passed = sum(not matrix.is_fatal(r, catalogue) for r in rows)
     failed = len(rows) - passed + len(problems) + len(missing)
     print(f"\nreports: {results}/matrix.md, matrix.html, results.json, cpp-*.xml, python-*.xml")
     print(f"{passed} passed, {failed} failed")
@@ -326,6 +354,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--spec", type=pathlib.Path, default=ROOT.parent / "shared" / "spec" / "test_registry.py",
                    metavar="PATH", help="upstream's test_registry.py, to check conformance/seeds.txt "
                    "lists exactly its tests; skipped when the file is absent (default: %(default)s)")
+    p.add_argument("--expectations", action="append", default=[], metavar="PATH",
+                   help="known failures of the --impl implementations (TOML, as "
+                        "conformance/expectations/*.toml; see conformance/ADAPTERS.md); replaces "
+                        "their own expectations/<name>.toml; may be repeated")
+    p.add_argument("--cpp-impl", action="append", default=[], metavar="NAME=PATH",
+                   help="also run a C++ conformance binary (the suite library linked with another "
+                        "implementation's adapter) as the C++ column NAME; may be repeated")
     p.add_argument("--coverage", action="store_true",
                    help="coverage of the --impl implementations under the conformance suites: "
                         "coverage.py with branches for Python ones, gcov/lcov (instrumented build in "
@@ -350,7 +385,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args.implementations = parse_impls(args.impl)
         resolve_paths(args)
-    except UsageError as exc:
+        args.expectations = [pathlib.Path(p).expanduser().resolve() for p in args.expectations]
+        args.cpp_implementations = [] if args.check_args else [
+            Implementation(f"{name}={binary}", "", str(binary), name, f"C++ suite binary {binary}")
+            for name, binary in cpp_impls.parse(args.cpp_impl)]
+    except (UsageError, ValueError) as exc:
         print(f"harness/run: error: {exc}", file=sys.stderr)
         return 2
     if args.check_args:

@@ -2,11 +2,17 @@
 
 Inputs: GoogleTest XML of the C++ suite (each test records its behaviours as
 JUnit properties) and the JSON lines the Python suite writes with
---conformance-report. A cell aggregates every test naming the behaviour:
+--conformance-report. Both give rows of one schema: test, behaviours,
+outcome (pass, fail, xfail, stale, unsupported), side, implementation, and
+optionally reason (of a known failure or an unsupported test) and message
+(a failure's text). A cell aggregates every test naming the behaviour:
 
   pass         all passed
-  FAIL         some test failed unexpectedly, or a known failure passed (xpass)
+  FAIL         some test of a required behaviour failed unexpectedly (fatal)
+  miss (recommended)  some test of a recommended behaviour failed (not fatal)
   known-fail   only known failures (expectation entries), otherwise passing
+  stale        passing, but an expectation entry still calls it a known failure
+               ("fixed: expectation stale"; not fatal)
   unsupported  the implementation lacks a feature the behaviour needs
   -            not expressible on that side
 """
@@ -19,7 +25,9 @@ import pathlib
 import xml.etree.ElementTree as ET
 from collections import defaultdict
 
-ORDER = {"FAIL": 0, "known-fail": 1, "unsupported": 2, "pass": 3}
+MISS = "miss (recommended)"
+ORDER = {"FAIL": 0, MISS: 1, "known-fail": 2, "unsupported": 3, "stale": 4, "pass": 5}
+PASSING = ("pass", "stale")
 
 
 def repository_path(compiled: str) -> str:
@@ -40,21 +48,19 @@ def gtest_rows(path: pathlib.Path, implementation: str) -> list[dict]:
     for case in ET.parse(path).getroot().iter("testcase"):
         ids = [bid for p in case.iter("property") if p.get("name") == "behaviour"
                for bid in p.get("value", "").split(",") if bid]
-        problem = case.find("failure")
-        if problem is None:
-            problem = case.find("error")
-        skipped = case.find("skipped")
         row = {"test": f"{case.get('classname')}.{case.get('name')}", "behaviours": ids,
                "side": "cpp", "implementation": implementation}
-        if problem is not None:
-            row["outcome"] = "fail"
-            row["message"] = problem.get("message") or (problem.text or "").strip()
+        failure = case.find("failure")
+        if failure is None:
+            failure = case.find("error")
+        skipped = case.find("skipped")
+        if failure is not None:
+            row.update(outcome="fail", message=(failure.get("message") or failure.text or "").strip())
         elif case.get("result") == "skipped" or skipped is not None:
-            row["outcome"] = "unsupported"
-            if skipped is not None and skipped.get("message"):
-                row["reason"] = skipped.get("message").strip()
+            text = skipped.get("message", "") if skipped is not None else ""
+            row.update(outcome="unsupported", reason=text.split("\n")[-1].strip() or text)
         else:
-            row["outcome"] = "pass"
+            row.update(outcome="pass")
         if case.get("file"):
             row["source"] = f"{repository_path(case.get('file'))}:{case.get('line', '1')}"
         rows.append(row)
@@ -65,16 +71,55 @@ def python_rows(path: pathlib.Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def cell(outcomes: list[str]) -> str:
+def cell(outcomes: list[str], level: str = "required") -> str:
     if not outcomes:
         return "missing"
-    if any(o in ("fail", "xpass") for o in outcomes):
-        return "FAIL"
+    if any(o == "fail" for o in outcomes):
+        return MISS if level == "recommended" else "FAIL"
     if all(o == "unsupported" for o in outcomes):
         return "unsupported"
     if any(o == "xfail" for o in outcomes):
         return "known-fail"
+    if any(o == "stale" for o in outcomes):
+        return "stale"
     return "pass"
+
+
+def is_fatal(row: dict, catalogue: dict) -> bool:
+    """A failure fails the run unless every behaviour it names is recommended."""
+    return row["outcome"] == "fail" and (
+        not row["behaviours"] or any(catalogue[b].level == "required" for b in row["behaviours"]))
+
+
+def suite_failed(status: int, rows: list[dict], catalogue: dict) -> bool:
+    """Whether a suite's run is an unexpected result: it wrote no rows, a
+    required behaviour failed, or it exited non-zero without a failing row
+    to explain it (a crash). Recommended misses alone are not."""
+    if not rows or any(is_fatal(r, catalogue) for r in rows):
+        return True
+    return status != 0 and not any(r["outcome"] == "fail" for r in rows)
+
+
+def scores(catalogue: dict, labels: list[str], table: list[list[str]]) -> dict[str, dict[str, tuple[int, int]]]:
+    """Per column: (passed, applicable) for required and for recommended
+    behaviours. Applicable: expressible on the side and not unsupported;
+    a known failure counts as applicable and not passed, a stale one as passed."""
+    out: dict[str, dict[str, tuple[int, int]]] = {}
+    for i, label in enumerate(labels):
+        tally = {"required": [0, 0], "recommended": [0, 0]}
+        for row in table:
+            value = row[2 + i]
+            if value in ("-", "unsupported"):
+                continue
+            t = tally[catalogue[row[0]].level]
+            t[1] += 1
+            t[0] += value in PASSING
+        out[label] = {level: (p, n) for level, (p, n) in tally.items()}
+    return out
+
+
+def score_line(score: dict[str, tuple[int, int]]) -> str:
+    return ", ".join(f"{level} {p}/{n}" for level, (p, n) in score.items() if n)
 
 
 def build(catalogue: dict, rows: list[dict], platform_label: str) -> tuple[list[str], list[list[str]]]:
@@ -97,8 +142,8 @@ def build(catalogue: dict, rows: list[dict], platform_label: str) -> tuple[list[
             if b.profile == "platform" or side not in b.sides:
                 cells.append("-")
             else:
-                cells.append(cell(by_cell[(bid, side, impl)]))
-        cells.append(cell(platform[bid]) if b.profile == "platform" else "-")
+                cells.append(cell(by_cell[(bid, side, impl)], b.level))
+        cells.append(cell(platform[bid], b.level) if b.profile == "platform" else "-")
         table.append([bid, b.profile] + cells)
     return labels, table
 
@@ -127,6 +172,7 @@ def markdown(labels: list[str], table: list[list[str]], header: str) -> str:
 
 
 COLOURS = {"pass": "#c8f0c8", "FAIL": "#f5b0b0", "known-fail": "#f5e0a0", "unsupported": "#dddddd",
+           MISS: "#f5d0b0", "stale": "#d8f0a0",
            "missing": "#f5b0b0", "-": "#ffffff"}
 
 

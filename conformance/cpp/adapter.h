@@ -9,28 +9,58 @@
 //   INSTANTIATE_TEST_SUITE_P(Mine, Conformance,
 //       ::testing::Values(conformance::Implementation{"mine", &make_my_adapter}));
 //
-// Conds, impls and runtime checks are the boxed callables of
-// <native_registry/types.h>, so any implementation on the c10 dispatcher can
-// take them. Errors are reported with the two exception types below.
-
-#include <native_registry/types.h>
+// The interface names no type of any implementation (the reference's
+// included): conds, impls and runtime checks are std::functions over the c10
+// dispatcher's boxed calling convention, which any implementation on the
+// dispatcher can take as they are. Errors are reported with the two
+// exception types below. conformance/ADAPTERS.md describes every member.
 
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
 
 #include <functional>
 #include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace conformance {
 
-using Key = native_registry::GraphKey;  // (lib_symbol, op_symbol, dispatch_key)
-using native_registry::CondFn;
-using native_registry::Filter;
-using native_registry::ImplFn;
-using native_registry::TryInitializeRuntimeFn;
+using Stack = torch::jit::Stack;
+
+// Whether an override takes this call; sees the boxed call, must not change it.
+using CondFn = std::function<bool(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
+                                  const Stack& stack)>;
+// A boxed kernel: pops the arguments, pushes the results.
+using ImplFn = std::function<void(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
+                                  Stack* stack)>;
+// Whether the override's runtime is usable; false skips the node.
+using TryInitializeRuntimeFn = std::function<bool()>;
+
+// A graph's key: (lib_symbol, op_symbol, dispatch_key).
+struct Key {
+  std::string lib_symbol;    // "aten" or another namespace
+  std::string op_symbol;     // "mul.Tensor", "bmm"
+  std::string dispatch_key;  // "CPU", "AutocastCPU", ...
+
+  friend bool operator==(const Key& a, const Key& b) {
+    return std::tie(a.lib_symbol, a.op_symbol, a.dispatch_key) ==
+           std::tie(b.lib_symbol, b.op_symbol, b.dispatch_key);
+  }
+  friend bool operator<(const Key& a, const Key& b) {
+    return std::tie(a.lib_symbol, a.op_symbol, a.dispatch_key) <
+           std::tie(b.lib_symbol, b.op_symbol, b.dispatch_key);
+  }
+};
+
+// The three lists of deregister_op_overrides / reenable_op_overrides.
+struct Filter {
+  std::vector<std::string> dsl_names;
+  std::vector<std::string> op_symbols;  // bare symbols, any namespace
+  std::vector<std::string> dispatch_keys;
+};
 
 // Refused input (Python: ValueError).
 struct InvalidArgument : std::runtime_error {

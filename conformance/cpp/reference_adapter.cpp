@@ -13,6 +13,14 @@ namespace {
 
 namespace nr = native_registry;
 
+// The suite's neutral vocabulary to the reference's: the same fields.
+nr::GraphKey to_reference(const Key& key) {
+  return {key.lib_symbol, key.op_symbol, key.dispatch_key};
+}
+nr::Filter to_reference(const Filter& filter) {
+  return {filter.dsl_names, filter.op_symbols, filter.dispatch_keys};
+}
+
 class ReferenceAdapter final : public RegistryAdapter {
  public:
   ReferenceAdapter() {
@@ -46,7 +54,7 @@ class ReferenceAdapter final : public RegistryAdapter {
 
   std::vector<NodeInfo> graph(const Key& key) override {
     std::vector<NodeInfo> out;
-    for (const nr::NodePtr& node : registry_.graph(key)) {
+    for (const nr::NodePtr& node : registry_.graph(to_reference(key))) {
       out.push_back({node->dsl_name, node->lib_symbol, node->op_symbol, node->dispatch_key,
                      node->node_id, node->unconditional_override,
                      static_cast<bool>(node->try_initialize_runtime), registry_.is_enabled(*node)});
@@ -56,7 +64,7 @@ class ReferenceAdapter final : public RegistryAdapter {
 
   void set_graph(const Key& key, const std::vector<std::string>& node_ids) override {
     registry_.reorder_graphs([&](const std::string&, const std::string&, const nr::Graph& g) {
-      if (g.empty() || !(g[0]->key() == key)) return g;
+      if (g.empty() || !(g[0]->key() == to_reference(key))) return g;
       return by_ids(g, node_ids);
     });
   }
@@ -73,20 +81,20 @@ class ReferenceAdapter final : public RegistryAdapter {
   std::vector<std::string> warnings() override { return warnings_; }
 
   void install(const Key& key) override {
-    translated([&] { registry_.install_graph(key, nr::InstallMode::kReinstall); });
+    translated([&] { registry_.install_graph(to_reference(key), nr::InstallMode::kReinstall); });
   }
   void install_all() override {
     translated([&] { registry_.install_all(); });
   }
   bool router_installed(const Key& key) override {
-    return registry_.router_state(key) != nr::RouterState::kAbsent;
+    return registry_.router_state(to_reference(key)) != nr::RouterState::kAbsent;
   }
 
   void disable(const Filter& filter) override {
-    translated([&] { registry_.deregister_op_overrides(filter); });
+    translated([&] { registry_.deregister_op_overrides(to_reference(filter)); });
   }
   void enable(const Filter& filter) override {
-    translated([&] { registry_.reenable_op_overrides(filter); });
+    translated([&] { registry_.reenable_op_overrides(to_reference(filter)); });
   }
 
   std::unique_ptr<Scope> unconditional_masked() override {

@@ -15,7 +15,7 @@ const at::Tensor kStock = tensor({8, 15});
 ImplFn impl_doing(std::function<void()> work, double value) {
   ImplFn fill = fill_impl(value);
   return [work = std::move(work), fill](const c10::OperatorHandle& op, c10::DispatchKeySet keys,
-                                        native_registry::Stack* stack) {
+                                        Stack* stack) {
     work();
     fill(op, keys, stack);
   };
@@ -23,10 +23,11 @@ ImplFn impl_doing(std::function<void()> work, double value) {
 
 TEST_P(Conformance, ACondThatTearsDownItsOwnOpFinishesOnTheOldChain) {
   BEHAVIOUR("lifetime.teardown-inside-a-call");
+  REQUIRE_FEATURE("reentrant-control-plane");
   std::unique_ptr<Scope> inner = adapter().scope();
   int conds = 0;
   add(mul_key(),
-      [&](const c10::OperatorHandle&, c10::DispatchKeySet, const native_registry::Stack&) {
+      [&](const c10::OperatorHandle&, c10::DispatchKeySet, const Stack&) {
         ++conds;
         inner.reset();  // the teardown, from inside the call
         return true;
@@ -41,6 +42,7 @@ TEST_P(Conformance, ACondThatTearsDownItsOwnOpFinishesOnTheOldChain) {
 
 TEST_P(Conformance, AnImplThatTearsDownOrDisablesItsOwnOpFinishes) {
   BEHAVIOUR("lifetime.teardown-inside-a-call");
+  REQUIRE_FEATURE("reentrant-control-plane");
   std::unique_ptr<Scope> inner = adapter().scope();
   add(mul_key(), constant_cond(true), impl_doing([&] { inner.reset(); }, 5));
   adapter().install(mul_key());
@@ -69,7 +71,7 @@ TEST_P(Conformance, ANativeOpHeldPastTeardownRaisesNamingTheOverride) {
     native = adapter().native_op(node);
     ASSERT_TRUE(native);
   }
-  native_registry::Stack stack{tensor({2}), tensor({4})};
+  Stack stack{tensor({2}), tensor({4})};
   try {
     native->callBoxed(&stack);
     ADD_FAILURE() << "the _native op of a torn-down override still ran";
@@ -80,6 +82,7 @@ TEST_P(Conformance, ANativeOpHeldPastTeardownRaisesNamingTheOverride) {
 
 TEST_P(Conformance, AnOrderingFunctionMayUseTheControlPlane) {
   BEHAVIOUR("locking.callbacks-may-use-the-control-plane");
+  REQUIRE_FEATURE("reentrant-control-plane");
   add(mul_key(), constant_cond(false), fill_impl(1), "a");
   add(mul_key(), constant_cond(true), fill_impl(2), "b");
   adapter().install(mul_key());

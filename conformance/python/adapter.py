@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import sys
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
@@ -29,12 +30,17 @@ FEATURES = frozenset({
     "dynamo-shortcut",                 # the trace shortcut and its re-entrancy flag
     "native-op-meta",                  # _native::<node_id> with a fake/meta kernel
     "concurrent-control-plane",        # chain changes safe while calls run
+    "reentrant-control-plane",         # a cond, impl or callback may use the control plane,
+                                       # teardown included, during a call
 })
 
 
 class Adapter(Protocol):
-    name: str           # short, used for expectation files: expectations/<name>.toml
+    name: str           # short: the matrix column and, by default, expectations/<name>.toml
     description: str    # what exactly is under test, with versions
+    # Optional (see ADAPTERS.md): `revision`, which API revision the
+    # implementation is (expectation entries name it); `expectations_name`,
+    # the expectation file's stem when it is not `name`.
     features: frozenset[str]
     log_name: str       # the logger that receives "Graph transformation failed"
 
@@ -44,7 +50,9 @@ class Adapter(Protocol):
     def register(self, dsl_name: str, lib_symbol: str, op_symbol: str, dispatch_key: str,
                  cond: Callable[..., bool] | None, impl: Callable[..., Any], *,
                  try_initialize_runtime: Callable[[], bool] | None = None,
-                 unconditional_override: bool = False) -> None: ...
+                 unconditional_override: bool = False,
+                 allow_multiple_override: bool | None = None) -> None:
+        """None: the argument is not passed at all (it is upstream main's)."""
     def graph(self, lib_symbol: str, op_symbol: str, dispatch_key: str) -> list[Any]: ...
     def set_graph(self, lib_symbol: str, op_symbol: str, dispatch_key: str,
                   nodes: list[Any]) -> None: ...
@@ -78,4 +86,41 @@ def load(spec: str | None = None) -> Adapter:
     unknown = set(adapter.features) - FEATURES
     if unknown:
         raise ValueError(f"{spec} declares unknown features {sorted(unknown)}")
+    SPECS[id(adapter)] = spec
     return adapter
+
+
+# The spec each loaded adapter came from, so a subprocess can load it again.
+SPECS: dict[int, str] = {}
+
+
+def revision_of(adapter: Adapter) -> str | None:
+    return getattr(adapter, "revision", None)
+
+
+def expectations_name(adapter: Adapter) -> str:
+    return getattr(adapter, "expectations_name", adapter.name)
+
+
+def identity(adapter: Adapter) -> str:
+    """What tells two loads of an implementation apart: the description, the
+    adapter's class and the file of the registry module it drives."""
+    module = getattr(adapter, "module", None)
+    where = getattr(module, "__file__", None) or getattr(module, "__name__", None)
+    return f"{adapter.description} | {type(adapter).__module__}.{type(adapter).__qualname__} | {where}"
+
+
+def subprocess_environment(adapter: Adapter) -> dict[str, str] | None:
+    """The environment under which a child Python loads the same
+    implementation (its spec in NATIVE_REGISTRY_IMPL, this process's
+    sys.path as PYTHONPATH, every other variable inherited), or None when
+    the adapter was not loaded by spec. The child must still check
+    identity(): an implementation a pytest plugin swapped in is not
+    reproduced this way."""
+    spec = SPECS.get(id(adapter))
+    if spec is None:
+        return None
+    env = dict(os.environ)
+    env[ENV_VAR] = spec
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))
+    return env

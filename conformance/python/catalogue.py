@@ -13,6 +13,7 @@ CATALOGUE = CONFORMANCE / "catalogue.toml"
 SEEDS = CONFORMANCE / "seeds.txt"
 
 PROFILES = {"registry", "platform"}
+LEVELS = ("required", "recommended")
 SIDES = {"cpp", "python"}
 ID = re.compile(r"^[a-z]+\.[a-z0-9-]+$")
 
@@ -26,6 +27,8 @@ class Behaviour:
     tags: tuple[str, ...]
     seeds: tuple[str, ...]
     implied: bool
+    level: str          # "required" or "recommended" (see catalogue.toml)
+    level_reason: str   # why, where the seeds do not say; "" otherwise
     sides: tuple[str, ...]
     requires: tuple[str, ...]
 
@@ -38,7 +41,8 @@ def load(path: pathlib.Path = CATALOGUE) -> dict[str, Behaviour]:
         behaviour = Behaviour(
             id=entry["id"], title=entry["title"], statement=entry["statement"],
             profile=entry["profile"], tags=tuple(entry["tags"]), seeds=tuple(entry["seeds"]),
-            implied=entry["implied"], sides=tuple(entry["sides"]),
+            implied=entry["implied"], level=entry["level"],
+            level_reason=entry.get("level_reason", ""), sides=tuple(entry["sides"]),
             requires=tuple(entry["requires"]),
         )
         if behaviour.id in catalogue:
@@ -71,6 +75,12 @@ def problems(catalogue: dict[str, Behaviour], seeds: list[str]) -> list[str]:
             found.append(f"{b.id}: sides {b.sides} must be a non-empty subset of {sorted(SIDES)}")
         if not b.tags:
             found.append(f"{b.id}: no feature tags")
+        if b.level not in LEVELS:
+            found.append(f"{b.id}: level {b.level!r} is not one of {list(LEVELS)}")
+        if b.implied and not b.level_reason:
+            found.append(f"{b.id}: an implied behaviour needs a level_reason")
+        if b.level == "recommended" and not b.level_reason:
+            found.append(f"{b.id}: a recommended behaviour needs a level_reason")
         if b.implied != (not b.seeds):
             found.append(f"{b.id}: implied must be true exactly when it names no seed test")
         for seed in b.seeds:
@@ -119,4 +129,77 @@ def traceability_problems(catalogue: dict[str, Behaviour], python: dict[str, lis
                 found.append(f"{b.id} is expressible in {side} but no {side} test names it")
             if side not in b.sides and b.id in refs:
                 found.append(f"{b.id} is not marked expressible in {side}, yet {refs[b.id][0]} tests it")
+    return found
+
+
+# ---- features: what a test uses against what its behaviours declare ----------
+
+# An adapter member or fixture a test uses -> the feature it needs. A use
+# guarded in the test itself (`"runtime-init" in impl.features`,
+# `supports("runtime-init")`) does not count.
+PY_FEATURE_USES = {
+    "native-op-meta": re.compile(r"\.native_op\(|_native\.\{"),
+    "runtime-init": re.compile(r"try_initialize_runtime="),
+    "unconditional-hatch": re.compile(r"\.unconditional_masked\("),
+    "dynamo-shortcut": re.compile(r"\.in_reentrant_call\(|declining_cond_noting_the_guard\("),
+    "namespaces": re.compile(r"\bnamespaces\b|\.allow_namespace\(|\bNS2?\b|\bMISSING_NS\b"),
+}
+CPP_FEATURE_USES = {
+    "native-op-meta": re.compile(r"\.native_op\("),
+    "unconditional-hatch": re.compile(r"\.unconditional_masked\("),
+    "namespaces": re.compile(r"\bkTestNamespace\b|\bkSecondTestNamespace\b|\bkMissingNamespace\b|\bns[12]\(\)"),
+    "concurrent-control-plane": re.compile(r"std::thread"),
+}
+REQUIRE_FEATURE = re.compile(r"REQUIRE_FEATURE\(\"([^\"]+)\"\)")
+
+
+def _guarded(body: str, feature: str) -> bool:
+    return f'"{feature}" in impl.features' in body or f'supports("{feature}")' in body
+
+
+def python_test_bodies(root: pathlib.Path) -> list[tuple[str, list[str], str]]:
+    """(file::test, behaviour ids, source) of every test function."""
+    out = []
+    for path in sorted(root.glob("test_*.py")):
+        text = path.read_text()
+        for fn in ast.parse(text).body:
+            if not isinstance(fn, ast.FunctionDef) or not fn.name.startswith("test_"):
+                continue
+            ids = [bid for d in fn.decorator_list if "behaviour" in (ast.get_source_segment(text, d) or "")
+                   for bid in STRING.findall(ast.get_source_segment(text, d) or "")]
+            out.append((f"{path.name}::{fn.name}", ids, ast.get_source_segment(text, fn) or ""))
+    return out
+
+
+def cpp_test_bodies(root: pathlib.Path) -> list[tuple[str, list[str], str]]:
+    out = []
+    for path in sorted(root.glob("test_*.cpp")):
+        parts = re.split(r"(?=^TEST_P\(Conformance, )", path.read_text(), flags=re.M)
+        for part in parts[1:]:
+            name = part[len("TEST_P(Conformance, "):].split(")", 1)[0]
+            ids = [bid for args in CPP_MARK.findall(part) for bid in STRING.findall(args)]
+            out.append((f"{path.name}::{name}", ids, part))
+    return out
+
+
+def feature_problems(catalogue: dict[str, Behaviour], python_root: pathlib.Path,
+                     cpp_root: pathlib.Path) -> list[str]:
+    """A test that uses a feature its behaviours do not require (it would
+    run, and fail, against an implementation without it), and a C++ test
+    that does not REQUIRE_FEATURE what its behaviours require (the C++ side
+    has no collection hook that skips by the catalogue)."""
+    found = []
+    for side, bodies, uses in (("python", python_test_bodies(python_root), PY_FEATURE_USES),
+                               ("cpp", cpp_test_bodies(cpp_root), CPP_FEATURE_USES)):
+        for test, ids, body in bodies:
+            declared = {f for bid in ids if bid in catalogue for f in catalogue[bid].requires}
+            checked = set(REQUIRE_FEATURE.findall(body))
+            for feature, pattern in uses.items():
+                if pattern.search(body) and not _guarded(body, feature) and feature not in declared:
+                    found.append(f"{side} test {test} uses feature {feature!r}, which none of "
+                                 f"{ids} requires")
+            if side == "cpp":
+                for feature in sorted(declared - checked):
+                    found.append(f"cpp test {test} does not REQUIRE_FEATURE({feature!r}), "
+                                 f"which {ids} require")
     return found

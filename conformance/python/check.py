@@ -2,9 +2,10 @@
 
     python3 conformance/python/check.py [--spec PATH/TO/test_registry.py]
 
-Fails when the catalogue is malformed, a seed test maps to no behaviour, a
-behaviour expressible on a side has no test there, or a test names an unknown
-behaviour. With --spec, also checks that seeds.txt lists exactly that file's
+Fails when the catalogue is malformed (levels included), a seed test maps to
+no behaviour, a behaviour expressible on a side has no test there, a test
+names an unknown behaviour, or a test uses an adapter feature its behaviours
+do not declare in `requires`. With --spec, also checks that seeds.txt lists exactly that file's
 tests.
 """
 
@@ -29,6 +30,7 @@ def run(spec: pathlib.Path | None = None) -> list[str]:
     found += c.traceability_problems(
         behaviours, c.python_references(c.CONFORMANCE / "python"),
         c.cpp_references(c.CONFORMANCE / "cpp"))
+    found += c.feature_problems(behaviours, c.CONFORMANCE / "python", c.CONFORMANCE / "cpp")
     return found
 
 

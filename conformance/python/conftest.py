@@ -5,14 +5,21 @@
   unknown id is a collection error.
 * A behaviour whose ``requires`` names a feature the adapter lacks is
   reported "unsupported" (skipped with that reason), test262-style.
-* ``conformance/expectations/<adapter name>.toml`` lists known failures with
-  reasons; they run as strict xfails, so an unexpected pass fails the run.
+* Known failures are data: ``conformance/expectations/<adapter>.toml`` (or the
+  files given with ``--expectations PATH``, array-api-tests' --xfails-file),
+  each entry a test, a reason and optionally the adapter ``revision`` it
+  describes; entries for another revision do not apply. A known failure runs
+  as a non-strict xfail: when it passes it is reported "fixed: expectation
+  stale", which is visible and not fatal.
+* A test whose behaviours are all ``recommended`` and that fails is reported
+  "MISS (recommended)" and does not fail the run.
 * Platform-profile tests check the host PyTorch and need no adapter.
 * Every registry test runs inside the adapter's scope() and must leave the
   dispatch tables of the ops it may touch exactly as they were.
-* ``--conformance-report PATH`` writes one JSON record per test (behaviours,
-  outcome, source; the failure message or known-failure reason) for the
-  harness's matrix.
+* ``--conformance-report PATH`` writes one JSON record per test for the
+  harness's matrix: test, behaviours, outcome (pass, fail, xfail, stale,
+  unsupported), side, implementation, source (path:line), and reason / message
+  where there is one.
 """
 
 from __future__ import annotations
@@ -47,13 +54,27 @@ def pytest_addoption(parser):
                           f"default {adapter_module.DEFAULT})")
     parser.addoption("--conformance-report", default=None,
                      help="write per-test behaviour results as JSON lines to this file")
+    parser.addoption("--expectations", action="append", default=None, metavar="PATH",
+                     help="known failures of the implementation under test (TOML, [[fail]] test/reason/"
+                          "revision); replaces expectations/<adapter>.toml; may be repeated")
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "behaviour(*ids): catalogue behaviours the test checks")
     config._adapter = adapter_module.load(config.getoption("--impl"))
-    config._expected = load_expectations(f"{config._adapter.name}.toml")
-    config._expected_platform = load_expectations(platform_expectations_name())
+    revision = adapter_module.revision_of(config._adapter)
+    given = config.getoption("--expectations")
+    files = ([pathlib.Path(p) for p in given] if given
+             else [EXPECTATIONS / f"{adapter_module.expectations_name(config._adapter)}.toml"])
+    config._expected = {}
+    config._expected_files = []
+    for path in files:
+        if given and not path.exists():
+            raise pytest.UsageError(f"--expectations {path}: no such file")
+        config._expected.update(load_expectations(path, revision))
+        config._expected_files.append(path)
+    platform_file = EXPECTATIONS / platform_expectations_name()
+    config._expected_platform = load_expectations(platform_file, None)
     config._report_rows = []
 
 
@@ -62,13 +83,23 @@ def platform_expectations_name() -> str:
     return f"platform-torch-{major}.{minor}.toml"
 
 
-def load_expectations(name: str) -> dict[str, str]:
-    """Known failures: test (path-less node id) -> reason."""
-    path = EXPECTATIONS / name
+def load_expectations(path: pathlib.Path, revision: str | None) -> dict[str, str]:
+    """Known failures that apply to `revision`: test (path-less node id) ->
+    reason. An entry without `revision` applies to every revision; one with
+    a `revision` (a string or a list) only to those."""
     if not path.exists():
         return {}
     with path.open("rb") as f:
-        return {e["test"]: e["reason"] for e in tomllib.load(f).get("fail", [])}
+        entries = tomllib.load(f).get("fail", [])
+    known = {}
+    for e in entries:
+        if "test" not in e or not e.get("reason"):
+            raise pytest.UsageError(f"{path}: every [[fail]] entry needs a test and a reason: {e}")
+        wanted = e.get("revision")
+        wanted = [wanted] if isinstance(wanted, str) else wanted
+        if wanted is None or revision in wanted:
+            known[e["test"]] = e["reason"]
+    return known
 
 
 def is_platform(ids: list[str]) -> bool:
@@ -78,21 +109,40 @@ def is_platform(ids: list[str]) -> bool:
 def pytest_report_header(config):
     a = config._adapter
     return [f"implementation: {a.name} ({a.description})",
-            f"features: {', '.join(sorted(a.features)) or 'none'}"]
+            f"revision: {adapter_module.revision_of(a) or 'not reported'}",
+            f"features: {', '.join(sorted(a.features)) or 'none'}",
+            "expectations: " + (", ".join(str(p) for p in config._expected_files) or "none")]
+
+
+def is_recommended(ids: list[str]) -> bool:
+    """A test whose behaviours are all recommended cannot fail the run."""
+    return all(CATALOGUE[bid].level == "recommended" for bid in ids)
+
+
+def whole_suite_collected(items) -> bool:
+    """Whether every test file of the suite was collected (a -k or -m
+    selection is applied after this point, so it does not count)."""
+    files = {item.path.name for item in items}
+    here = pathlib.Path(__file__).parent
+    return files >= {p.name for p in here.glob("test_*.py")}
 
 
 def behaviours_of(item) -> list[str]:
     return [bid for mark in item.iter_markers("behaviour") for bid in mark.args]
 
 
+@pytest.hookimpl(tryfirst=True)  # before -k / -m deselect: sees every collected test
 def pytest_collection_modifyitems(config, items):
     adapter = config._adapter
     names = {item.nodeid.split("::", 1)[1] for item in items}
-    for expected, file in ((config._expected, f"{adapter.name}.toml"),
-                           (config._expected_platform, platform_expectations_name())):
-        stale = sorted(set(expected) - names)
-        if stale and len(items) > 1:  # a filtered run sees only part of the suite
-            raise pytest.UsageError(f"expectations/{file} names unknown tests: {stale}")
+    # A typo in an expectation file is an error, but only a run of the whole
+    # suite can tell: a run of one file does not collect the others' tests.
+    if whole_suite_collected(items):
+        for expected, file in ((config._expected, ", ".join(map(str, config._expected_files))),
+                               (config._expected_platform, platform_expectations_name())):
+            unknown = sorted(set(expected) - names)
+            if unknown:
+                raise pytest.UsageError(f"expectations {file} name unknown tests: {unknown}")
     for item in items:
         ids = behaviours_of(item)
         if not ids:
@@ -108,30 +158,71 @@ def pytest_collection_modifyitems(config, items):
         expected = config._expected_platform if is_platform(ids) else config._expected
         reason = expected.get(item.nodeid.split("::", 1)[1])
         if reason:
-            item.add_marker(pytest.mark.xfail(reason=f"known failure: {reason}", strict=True))
+            # Not strict: a known failure that passes is "stale", reported, not fatal.
+            item.add_marker(pytest.mark.xfail(reason=f"known failure: {reason}", strict=False))
+
+
+def failure_message(report) -> str:
+    crash = getattr(report.longrepr, "reprcrash", None)
+    return crash.message if crash is not None else str(report.longrepr)[-2000:]
+
+
+def skip_reason(report) -> str:
+    longrepr = report.longrepr
+    return longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield
-    report = outcome.get_result()
-    if report.when == "call" or (report.when == "setup" and not report.passed):
-        if hasattr(report, "wasxfail"):
-            result = "xpass" if report.passed else "xfail"
-        elif report.skipped:
-            result = "unsupported"
-        else:
-            result = "pass" if report.passed else "fail"
-        row = {"test": item.nodeid.split("::", 1)[1], "behaviours": behaviours_of(item),
-               "outcome": result, "side": "python", "implementation": item.config._adapter.name,
-               "source": f"{item.location[0]}:{item.location[1] + 1}"}
-        if hasattr(report, "wasxfail"):
-            row["reason"] = report.wasxfail.removeprefix("known failure: ")
-        elif report.skipped and isinstance(report.longrepr, tuple):
-            row["reason"] = report.longrepr[2].removeprefix("Skipped: ")
-        if report.failed:  # the exception and its message, not the whole traceback
-            row["message"] = (call.excinfo.exconly() if call.excinfo else report.longreprtext)[:4000]
-        item.config._report_rows.append(row)
+    report = outcome.get_result()  # the xfail plugin has already marked it
+    if not (report.when == "call" or (report.when == "setup" and not report.passed)):
+        return
+    ids = behaviours_of(item)
+    row = {"test": item.nodeid.split("::", 1)[1], "behaviours": ids, "side": "python",
+           "implementation": item.config._adapter.name,
+           "source": f"{item.location[0]}:{item.location[1] + 1}"}
+    if hasattr(report, "wasxfail"):
+        reason = report.wasxfail.removeprefix("known failure: ")
+        row.update(outcome="stale" if report.passed else "xfail", reason=reason)
+        report.conformance = "stale" if report.passed else "xfail"
+    elif report.skipped:
+        row.update(outcome="unsupported", reason=skip_reason(report).removeprefix("Skipped: "))
+    elif report.passed:
+        row.update(outcome="pass")
+    else:
+        row.update(outcome="fail", message=failure_message(report))
+        if ids and is_recommended(ids) and not is_platform(ids):
+            # Reported as a miss and counted like an xfail (also in JUnit XML),
+            # so the run's exit status ignores it.
+            report.outcome, report.wasxfail = "skipped", "recommended behaviour missed"
+            report.conformance = "miss"
+    item.config._report_rows.append(row)
+
+
+def pytest_report_teststatus(report, config):
+    kind = getattr(report, "conformance", None)
+    if kind == "stale":
+        return "stale", "S", "STALE (fixed: expectation stale)"
+    if kind == "miss":
+        return "recommended miss", "m", "MISS (recommended)"
+    return None
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    rows = config._report_rows
+    stale = [r for r in rows if r["outcome"] == "stale"]
+    misses = [r for r in rows if r["outcome"] == "fail"
+              and r["behaviours"] and is_recommended(r["behaviours"])]
+    if stale:
+        terminalreporter.section("fixed: expectation stale")
+        for r in stale:
+            terminalreporter.line(f"{r['test']}: passes; its expectation entry ({r['reason']}) can go")
+    if misses:
+        terminalreporter.section("recommended behaviours missed (not fatal)")
+        for r in misses:
+            terminalreporter.line(f"{r['test']} [{', '.join(r['behaviours'])}]: "
+                                  f"{r['message'].splitlines()[0] if r['message'] else ''}")
 
 
 def pytest_sessionfinish(session):

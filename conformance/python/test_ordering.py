@@ -6,8 +6,11 @@ import logging
 from unittest.mock import patch
 
 import pytest
+import torch
 
 from conftest import behaviour
+
+from torch_fixtures import STOCK, mul
 
 KEY = ("aten", "mul.Tensor", "CPU")
 ENV = "TORCH_PYTHON_NATIVE_USER_GRAPH_ORDER_FN"
@@ -99,3 +102,86 @@ def test_env_var_unresolvable_raises(impl):
                 get()
         finally:
             get.cache_clear()
+
+
+def fill(value):
+    return lambda a, *rest: torch.full_like(a, value)
+
+
+def reverse(op_symbol, dispatch_key, graph):
+    return list(reversed(graph))
+
+
+@behaviour("ordering.reregister-keeps-filters")
+@pytest.mark.parametrize("how", ["reorder-reregister", "install-all"])
+def test_reinstalling_keeps_disabled_nodes_disabled(impl, how):
+    impl.register("d", *KEY, accept, fill(7.0))
+    impl.register("e", *KEY, lambda *a: False, fill(8.0))
+    impl.install(*KEY)
+    impl.disable(dsl_names="d")
+    assert torch.equal(mul(), STOCK)
+    if how == "reorder-reregister":
+        impl.reorder(reverse, reregister=True)  # the graph changes, so it is reinstalled
+    else:
+        impl.install_all()
+    assert torch.equal(mul(), STOCK), "a reinstall brought a disabled override back"
+    assert [n.active for n in impl.graph(*KEY) if n.dsl_name == "d"] == [False]
+    impl.enable(dsl_names="d")
+    assert torch.equal(mul(), torch.tensor([7.0, 7.0]))
+
+
+def logged_warnings(impl, action):
+    """Records of WARNING or above on the implementation's logger while
+    `action` runs."""
+    logger = logging.getLogger(impl.log_name)
+    handler, level = Records(), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.WARNING)
+    try:
+        action()
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    return handler.records
+
+
+@behaviour("ordering.non-list-keeps-graph")
+@pytest.mark.parametrize("junk", [None, "junk", (), 42])
+def test_ordering_function_returning_a_non_list_keeps_the_graph(impl, junk):
+    impl.register("test_dsl", *KEY, accept, first)
+    before = impl.graph(*KEY)
+    records = logged_warnings(impl, lambda: impl.reorder(lambda op, key, graph: junk))
+    assert len(records) == 1, [r.getMessage() for r in records]
+    assert impl.graph(*KEY) == before
+
+
+class Unexpected(Exception):
+    pass
+
+
+@behaviour("ordering.unexpected-exception-keeps-graph")
+@pytest.mark.parametrize("error", [KeyError("k"), Unexpected("u"), ZeroDivisionError("z")])
+def test_ordering_function_raising_an_unexpected_type_keeps_the_graph(impl, error):
+    impl.register("test_dsl", *KEY, accept, first)
+    before = impl.graph(*KEY)
+
+    def failing(op_symbol, dispatch_key, graph):
+        raise error
+
+    records = logged_warnings(impl, lambda: impl.reorder(failing))
+    assert len(records) == 1 and records[0].levelno >= logging.WARNING
+    assert "aten::mul.Tensor" in records[0].getMessage() or "mul.Tensor" in records[0].getMessage()
+    assert impl.graph(*KEY) == before
+
+
+@behaviour("ordering.unexpected-exception-keeps-graph")
+def test_keyboard_interrupt_in_an_ordering_function_propagates(impl):
+    impl.register("test_dsl", *KEY, accept, first)
+    before = impl.graph(*KEY)
+
+    def interrupted(op_symbol, dispatch_key, graph):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        impl.reorder(interrupted)
+    assert impl.graph(*KEY) == before

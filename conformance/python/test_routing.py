@@ -278,3 +278,50 @@ def test_teardown_leaves_no_decomposition_router(impl, namespaces):
         assert op in impl.decomp_table(overrides_only=True)
     after = impl.decomp_table(overrides_only=True)
     assert op not in after and after == before
+
+
+# ---- graphs that were never installed ------------------------------------------
+
+
+@behaviour("filters.change-installs-no-router")
+@pytest.mark.parametrize("by", ["dsl_names", "op_symbols", "dispatch_keys"])
+def test_a_filter_change_installs_no_router_for_a_graph_never_installed(impl, by):
+    impl.register("test_dsl", *KEY, lambda *a: True, fill(7.0))
+    name = {"dsl_names": "test_dsl", "op_symbols": "mul.Tensor", "dispatch_keys": "CPU"}[by]
+    impl.disable(**{by: [name]})
+    assert not impl.router_installed(*KEY), "disabling installed a router"
+    impl.enable(**{by: [name]})
+    assert not impl.router_installed(*KEY), "re-enabling installed a router"
+    assert torch.equal(mul(), STOCK)
+
+
+@behaviour("unconditional.mask-installs-no-router")
+def test_the_unconditional_mask_installs_no_router_for_a_graph_never_installed(impl):
+    impl.register("test_dsl", *KEY, None, fill(5.0), unconditional_override=True)
+    impl.disable(dsl_names="test_dsl")
+    with impl.unconditional_masked():
+        assert not impl.router_installed(*KEY), "entering the mask installed a router"
+    assert not impl.router_installed(*KEY), "leaving the mask installed a router"
+    assert torch.equal(mul(), STOCK)
+
+
+# ---- upstream main's signature ------------------------------------------------
+
+
+@behaviour("registration.allow-multiple-override-accepted")
+@pytest.mark.parametrize("allow", [False, True])
+def test_allow_multiple_override_is_accepted(impl, allow):
+    impl.register("a", *KEY, lambda *a: False, forbidden(), allow_multiple_override=allow)
+    impl.register("b", *KEY, lambda *a: True, fill(3.0), allow_multiple_override=allow)
+    assert [n.dsl_name for n in impl.graph(*KEY)] == ["a", "b"]
+    impl.install(*KEY)
+    assert torch.equal(mul(), torch.tensor([3.0, 3.0]))
+
+
+@behaviour("routing.runtime-after-cond")
+def test_a_declining_cond_never_initialises_the_runtime(impl):
+    runtime = MagicMock(return_value=True)
+    impl.register("test_dsl", *KEY, lambda *a: False, forbidden(), try_initialize_runtime=runtime)
+    impl.install(*KEY)
+    assert torch.equal(mul(), STOCK)
+    runtime.assert_not_called()

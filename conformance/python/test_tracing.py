@@ -4,6 +4,7 @@ kernel-override notice."""
 
 from __future__ import annotations
 
+import pathlib
 import subprocess
 import sys
 import textwrap
@@ -13,6 +14,7 @@ import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
+import adapter as adapter_module
 from conftest import behaviour
 
 from torch_fixtures import A, B, STOCK, mul
@@ -152,14 +154,19 @@ def test_export_counts_cond_exceptions_as_no_match(impl):
 
 
 @behaviour("warnings.override-notice-filtered")
-def test_install_prints_no_override_notice(impl, request):
-    # LibTorch prints the notice once per process, so each check gets a fresh one.
-    spec = request.config.getoption("--impl") or ""
+def test_install_prints_no_override_notice(impl):
+    # LibTorch prints the notice once per process, so each check gets a fresh
+    # one, which must load this very implementation (checked by identity).
+    env = adapter_module.subprocess_environment(impl)
+    if env is None:
+        pytest.skip(f"unsupported: {impl.name} was not loaded by a module:factory spec, "
+                    "so a subprocess cannot load it again")
     script = textwrap.dedent(f"""
         import sys, warnings
-        sys.path.insert(0, {str(__import__('pathlib').Path(__file__).parent)!r})
+        sys.path.insert(0, {str(pathlib.Path(__file__).parent)!r})
         import torch, adapter
-        impl = adapter.load({spec!r} or None)
+        impl = adapter.load()
+        print(adapter.identity(impl))
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             with impl.scope():
@@ -172,8 +179,78 @@ def test_install_prints_no_override_notice(impl, request):
               any("an unrelated warning" in t for t in texts))
     """)
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                         timeout=300)
+                         timeout=300, env=env)
     assert out.returncode == 0, out.stderr
-    notice_seen, other_seen = out.stdout.split()
+    child_identity, verdict = out.stdout.strip().splitlines()[-2:]
+    if child_identity != adapter_module.identity(impl):
+        pytest.skip(f"unsupported: a subprocess loads {child_identity!r}, not the implementation "
+                    f"under test ({adapter_module.identity(impl)!r}), e.g. one a pytest plugin swapped in")
+    notice_seen, other_seen = verdict.split()
     assert other_seen == "True", "the probe must see ordinary warnings"
     assert notice_seen == "False", "the kernel-override notice reached the user"
+
+
+@behaviour("cow.never-diverted")
+def test_a_cow_keyword_argument_is_never_diverted(impl):
+    guard_states = []
+    install_declining(impl, declining_cond_noting_the_guard(impl, guard_states))
+    cow = torch._lazy_clone(torch.tensor([4.0, 5.0]))
+    with patch.object(torch.compiler, "is_dynamo_compiling", return_value=True):
+        assert torch.equal(torch.ops.aten.mul.Tensor(A, other=cow), STOCK)
+    assert guard_states == [False], "a copy-on-write keyword argument was diverted"
+    assert torch._C._is_cow_tensor(cow)
+
+
+SILU = ("aten", "silu", "CPU")  # an op torch.export.default_decompositions() decomposes
+
+
+@behaviour("export.decomp-table-contents")
+def test_decomp_table_is_the_defaults_with_the_overrides_winning(impl):
+    defaults = torch.export.default_decompositions()
+    silu, mul_op = torch.ops.aten.silu.default, torch.ops.aten.mul.Tensor
+    assert silu in defaults, "the test needs an op the default table decomposes"
+    # Routers the implementation installed before the test (torch's own
+    # overrides, in upstream's case) stay; the test's come on top.
+    already = dict(impl.decomp_table(overrides_only=True))
+    impl.register("test_dsl", *SILU, lambda *a, **k: True, lambda x: torch.full_like(x, 9.0))
+    impl.register("test_dsl", *KEY, lambda *a, **k: True, lambda a, b: torch.full_like(a, 42.0))
+    impl.install(*SILU)
+    impl.install(*KEY)
+    overrides = impl.decomp_table(overrides_only=True)
+    table = impl.decomp_table()
+    assert set(overrides) == set(already) | {silu, mul_op}
+    assert set(table) == set(defaults) | set(overrides)
+    # The entries of the overridden ops are the overrides' routers: they take
+    # the calls the conds accept (a default entry would decompose instead).
+    x = torch.tensor([1.0, 2.0])
+    assert torch.equal(table[mul_op](A, B), torch.full_like(A, 42.0)), "a default entry won over an override"
+    assert torch.equal(table[silu](x), torch.full_like(x, 9.0)), "a default entry won over an override"
+    assert table[silu] is not defaults[silu]
+    impl.disable(dsl_names="test_dsl")
+    assert set(impl.decomp_table(overrides_only=True)) == set(already)
+    assert set(impl.decomp_table()) == set(defaults) | set(already)
+    impl.enable(dsl_names="test_dsl")
+    assert set(impl.decomp_table(overrides_only=True)) == set(already) | {silu, mul_op}
+
+
+@behaviour("export.router-honours-dispatch-key")
+def test_a_cpu_export_is_not_routed_into_a_cuda_override(impl):
+    impl.register("test_dsl", "aten", "mul.Tensor", "CUDA", lambda *a, **k: True,
+                  lambda a, b: torch.full_like(a, 42.0))
+    impl.install("aten", "mul.Tensor", "CUDA")
+    ep = torch.export.export(MulPlusOne(), (A, B)).run_decompositions(impl.decomp_table())
+    assert "aten.mul.Tensor" in call_targets(ep), "a CPU program was routed to a CUDA override"
+    assert torch.equal(ep.module()(A, B), STOCK + 1)
+
+
+@behaviour("export.runtime-asked-at-run-time")
+def test_an_exported_program_asks_the_runtime_when_it_runs(impl):
+    available = [True]
+    impl.register("test_dsl", *KEY, lambda a, b: True, lambda a, b: torch.full_like(a, 42.0),
+                  try_initialize_runtime=lambda: available[0])
+    impl.install(*KEY)
+    available[0] = False  # e.g. the program runs where the driver is missing
+    ep = torch.export.export(MulPlusOne(), (A, B)).run_decompositions(impl.decomp_table())
+    eager = MulPlusOne()(A, B)
+    assert torch.equal(eager, STOCK + 1)
+    assert torch.equal(ep.module()(A, B), eager), "the exported program ran an impl whose runtime is unavailable"

@@ -24,18 +24,29 @@ class CallTarget final : public c10::OperatorKernel {
   c10::OperatorHandle target_;
 };
 
+// The override's impl, as an exported or compiled program calls it. Such a
+// program was traced without asking try_initialize_runtime, so the kernel
+// asks at run time; when the runtime is unavailable it calls the target op
+// instead (from the top: its router skips this node the same way), so the
+// program computes what eager would.
 class CallImpl final : public c10::OperatorKernel {
  public:
-  explicit CallImpl(NodePtr node) : node_(std::move(node)) {}
+  CallImpl(NodePtr node, c10::OperatorHandle target)
+      : node_(std::move(node)), target_(std::move(target)) {}
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
                   Stack* stack) {
     // Held for the call: the impl may retire this op, and this functor with it.
     const NodePtr pinned = node_;
+    if (!pinned->ensure_runtime()) {
+      target_.callBoxed(stack);
+      return;
+    }
     run_impl(*pinned, op, keys, stack);
   }
 
  private:
   NodePtr node_;
+  c10::OperatorHandle target_;
 };
 
 // Every call of a retired op, at any key (CompositeImplicitAutograd fills
@@ -99,7 +110,7 @@ void NativeOp::activate(const NodePtr& node, const c10::OperatorHandle& target,
                                      std::make_unique<CallTarget>(target))));
   kernels_->impl(name_.c_str(),
                  torch::dispatch(dispatch_key, torch::CppFunction::makeFromBoxedFunctor(
-                                                   std::make_unique<CallImpl>(node))));
+                                                   std::make_unique<CallImpl>(node, target))));
   node_ = node;
 }
 

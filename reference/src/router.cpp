@@ -181,8 +181,11 @@ Choice choose(const Chain& chain, const c10::OperatorHandle& op, c10::DispatchKe
     if (shortcut != nullptr && !has_cow_argument(stack) && shortcut()) return {true, nullptr};
   }
   for (const NodePtr& node : chain.nodes) {
+    if (!node->cond(op, keys, stack)) continue;
+    // Only an accepting cond initialises the runtime, immediately before the
+    // impl (upstream's documented order): a declining cond never enters it.
     if (node->try_initialize_runtime && !node->ensure_runtime()) continue;
-    if (node->cond(op, keys, stack)) return {false, node.get()};
+    return {false, node.get()};
   }
   return {};
 }

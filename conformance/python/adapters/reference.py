@@ -16,7 +16,7 @@ class ReferenceAdapter(UpstreamShapedAdapter):
     log_name = "native_registry.registry"
     features = frozenset({
         "namespaces", "runtime-init", "unconditional-survives-disable", "unconditional-hatch",
-        "dynamo-shortcut", "native-op-meta", "concurrent-control-plane",
+        "dynamo-shortcut", "native-op-meta", "concurrent-control-plane", "reentrant-control-plane",
     })
 
     def __init__(self) -> None:
@@ -26,10 +26,12 @@ class ReferenceAdapter(UpstreamShapedAdapter):
         return registry.scoped()
 
     def register(self, dsl_name, lib_symbol, op_symbol, dispatch_key, cond, impl, *,
-                 try_initialize_runtime=None, unconditional_override=False):
+                 try_initialize_runtime=None, unconditional_override=False,
+                 allow_multiple_override=None):
+        extra = {} if allow_multiple_override is None else {"allow_multiple_override": allow_multiple_override}
         registry.register_op_override(dsl_name, lib_symbol, op_symbol, dispatch_key, cond, impl,
                                       try_initialize_runtime=try_initialize_runtime,
-                                      unconditional_override=unconditional_override)
+                                      unconditional_override=unconditional_override, **extra)
 
     def graph(self, lib_symbol, op_symbol, dispatch_key):
         return registry.graph(lib_symbol, op_symbol, dispatch_key)

@@ -35,21 +35,27 @@ class UpstreamAdapter(UpstreamShapedAdapter):
     log_name = "torch._native.registry"
 
     def __init__(self) -> None:
-        if registry is None:
+        if self.module is None:
             raise ImportError(f"torch {torch.__version__} has no torch._native.registry")
         self.description = f"torch._native.registry of torch {torch.__version__}"
-        params = inspect.signature(registry.register_op_override).parameters
-        self._namespaced = hasattr(registry, "_ALLOWED_LIB_SYMBOLS")
-        self._override_libs_name = ("_override_libs" if hasattr(registry, "_override_libs")
+        params = inspect.signature(self.module.register_op_override).parameters
+        self._namespaced = hasattr(self.module, "_ALLOWED_LIB_SYMBOLS")
+        # The API revision expectation entries name: 2.13's registry keys
+        # graphs by (op_symbol, dispatch_key) and has no allowlist; the
+        # namespaced API (upstream main, the seed file's) has both.
+        self.revision = "namespaced-api" if self._namespaced else "torch-2.13-api"
+        self._override_libs_name = ("_override_libs" if hasattr(self.module, "_override_libs")
                                     else "_aten_override_libs")
-        features = {"native-op-meta", "unconditional-survives-disable"}
+        # A registry in Python: what a call uses is kept alive by the call's
+        # own references, so the control plane may run inside a call.
+        features = {"native-op-meta", "unconditional-survives-disable", "reentrant-control-plane"}
         if self._namespaced:
             features.add("namespaces")
         if "try_initialize_runtime" in params:
             features.add("runtime-init")
-        if hasattr(native, "_unconditional_masked"):
+        if self._hatch() is not None:
             features.add("unconditional-hatch")
-        if hasattr(registry, "_router_active"):
+        if hasattr(self.module, "_router_active"):
             features.add("dynamo-shortcut")
         self.features = frozenset(features)
 
@@ -59,7 +65,7 @@ class UpstreamAdapter(UpstreamShapedAdapter):
         return (lib_symbol, op_symbol, dispatch_key) if self._namespaced else (op_symbol, dispatch_key)
 
     def _override_libs(self):
-        return getattr(registry, self._override_libs_name)
+        return getattr(self.module, self._override_libs_name)
 
     # ---- teardown -----------------------------------------------------------
 
@@ -67,7 +73,7 @@ class UpstreamAdapter(UpstreamShapedAdapter):
 
     @contextlib.contextmanager
     def scope(self):
-        r = registry
+        r = self.module
         saved_libs = dict(self._override_libs())
         saved = {
             "graphs": dict(r._graphs),
@@ -113,40 +119,47 @@ class UpstreamAdapter(UpstreamShapedAdapter):
     # ---- the API ------------------------------------------------------------
 
     def register(self, dsl_name, lib_symbol, op_symbol, dispatch_key, cond, impl, *,
-                 try_initialize_runtime=None, unconditional_override=False):
+                 try_initialize_runtime=None, unconditional_override=False,
+                 allow_multiple_override=None):
         kwargs = {"unconditional_override": unconditional_override}
         if try_initialize_runtime is not None:
             kwargs["try_initialize_runtime"] = try_initialize_runtime
-        registry.register_op_override(dsl_name, lib_symbol, op_symbol, dispatch_key, cond, impl,
+        if allow_multiple_override is not None:
+            kwargs["allow_multiple_override"] = allow_multiple_override
+        self.module.register_op_override(dsl_name, lib_symbol, op_symbol, dispatch_key, cond, impl,
                                       **kwargs)
 
     def graph(self, lib_symbol, op_symbol, dispatch_key):
-        return list(registry._graphs.get(self._key(lib_symbol, op_symbol, dispatch_key), []))
+        return list(self.module._graphs.get(self._key(lib_symbol, op_symbol, dispatch_key), []))
 
     def set_graph(self, lib_symbol, op_symbol, dispatch_key, nodes):
-        registry._graphs[self._key(lib_symbol, op_symbol, dispatch_key)] = list(nodes)
+        self.module._graphs[self._key(lib_symbol, op_symbol, dispatch_key)] = list(nodes)
 
     def install(self, lib_symbol, op_symbol, dispatch_key):
         key = self._key(lib_symbol, op_symbol, dispatch_key)
-        registry._register_overrides_from_graph(*key, registry._graphs.get(key, []))
+        self.module._register_overrides_from_graph(*key, self.module._graphs.get(key, []))
 
     def install_all(self):
-        registry._register_all_overrides()
+        self.module._register_all_overrides()
 
     def router_installed(self, lib_symbol, op_symbol, dispatch_key):
         return self._key(lib_symbol, op_symbol, dispatch_key) in self._override_libs()
 
     def allow_namespace(self, lib_symbol):
-        registry._ALLOWED_LIB_SYMBOLS = registry._ALLOWED_LIB_SYMBOLS | {lib_symbol}
+        self.module._ALLOWED_LIB_SYMBOLS = self.module._ALLOWED_LIB_SYMBOLS | {lib_symbol}
 
     def allowed_namespaces(self):
-        return frozenset(getattr(registry, "_ALLOWED_LIB_SYMBOLS", {"aten"}))
+        return frozenset(getattr(self.module, "_ALLOWED_LIB_SYMBOLS", {"aten"}))
+
+    def _hatch(self):
+        """The _unconditional_masked() context manager, where there is one."""
+        return getattr(native, "_unconditional_masked", None)
 
     def unconditional_masked(self):
-        return native._unconditional_masked()
+        return self._hatch()()
 
     def in_reentrant_call(self):
-        return getattr(registry._router_active, "on", False)
+        return getattr(self.module._router_active, "on", False)
 
     def user_ordering_fn(self):
         from torch._native import get_user_ordering_fn

@@ -206,14 +206,28 @@ def _resolve_overload(key: GraphKey) -> torch._ops.OpOverload | None:
         return None
 
 
+def _reaches_key(dispatch_key: str, args: tuple, kwargs: dict) -> bool:
+    """Whether a call would reach `dispatch_key` in eager: some tensor argument
+    carries it (a CPU call never reaches a CUDA router). The decomposition
+    table is keyed by op only, so its router must check this itself. A call
+    without tensors, or a key torch does not name, is not judged here."""
+    key = getattr(torch._C.DispatchKey, dispatch_key, None)
+    tensors = [a for a in torch.utils._pytree.tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)]
+    return key is None or not tensors or any(torch._C._dispatch_keys(t).has(key) for t in tensors)
+
+
 def _make_compile_router(chain: list[_OverrideNode]) -> Callable[..., Any]:
     """First match wins, as in eager; a cond that raises counts as no match
-    (some predicates are undefined on fake tensors); no match returns
-    NotImplemented so the default decomposition or lowering applies. The
-    runtime is never initialised here: this runs while tracing."""
+    (some predicates are undefined on fake tensors); no match, or a call that
+    would not reach the graph's dispatch key, returns NotImplemented so the
+    default decomposition or lowering applies. The runtime is not initialised
+    here (this runs while tracing): the `_native` op asks it at run time."""
     entries = [(node.cond_fn, getattr(torch.ops._native, node.node_id).default) for node in chain]
+    dispatch_key = chain[0].dispatch_key
 
     def compile_router(*args: Any, **kwargs: Any) -> Any:
+        if not _reaches_key(dispatch_key, args, kwargs):
+            return NotImplemented
         for cond, native_op in entries:
             try:
                 matched = cond(*args, **kwargs)
@@ -247,9 +261,13 @@ def register_op_override(
     impl: Callable[..., Any],
     *,
     try_initialize_runtime: Callable[[], bool] | None = None,
+    allow_multiple_override: bool = False,
     unconditional_override: bool = False,
 ) -> None:
     """Append an override to the graph of (lib_symbol, op_symbol, dispatch_key).
+
+    ``allow_multiple_override`` is accepted for upstream's signature and
+    changes nothing: a graph always takes several overrides.
 
     Installs nothing: :func:`register_all_overrides` (or a re-enable touching
     the graph) does. ``cond`` is a Python callable taking the op's arguments,

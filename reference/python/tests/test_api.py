@@ -26,7 +26,7 @@ def identity(x, *rest):
 
 UPSTREAM_SIGNATURES = {
     "register_op_override": "(dsl_name, lib_symbol, op_symbol, dispatch_key, cond, impl, *, "
-    "try_initialize_runtime=None, unconditional_override=False)",
+    "try_initialize_runtime=None, allow_multiple_override=False, unconditional_override=False)",
     "deregister_op_overrides": "(*, disable_dsl_names=None, disable_op_symbols=None, "
     "disable_dispatch_keys=None)",
     "reenable_op_overrides": "(*, enable_dsl_names=None, enable_op_symbols=None, "
