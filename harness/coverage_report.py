@@ -41,6 +41,7 @@ def run(args) -> int:
     for binary in ("reference/tests/reference_tests", "conformance/cpp/conformance_reference"):
         failures += sh([str(build / binary), "--gtest_brief=1"]).returncode != 0
     env = staging.environment_for(staging.stage_package(build, out / "_package"))
+    env["NR_BUILD_DIR"] = str(build)  # the one-core test loads a fixture library from it
     for suite in (["reference/python/tests"], ["conformance/python", "--impl=adapters.reference:make"]):
         failures += sh([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *suite],
                        env=env).returncode != 0
