@@ -1,14 +1,16 @@
 """The package installs as PyTorch users install extensions (run by ci/test).
 
-Builds a wheel with the README's command (`pip`, build isolation on) inside a
-fresh plain venv that has only torch, installs it there, and checks, away from
-the source tree: the import and __version__, the torch the binaries load (the
-venv's, not this machine's global one), the metadata pin, the wheel's
-contents and RPATHs, a C++ program built with CMake against the installed
-package, the pkg-config file, and use as a Meson subproject.
+Builds a wheel with the README's command (`pip`, build isolation on) in a
+plain venv that has only torch, installs it into a fresh plain venv that has
+only torch, and checks, away from the source tree: the import and
+__version__, the libraries it loads (the wheel's and that venv's torch, none
+from the build venv or this machine's global torch), the metadata pin, the
+wheel's contents and RPATHs, a C++ program built with CMake against the
+installed package, the pkg-config file, and use as a Meson subproject.
 
-The wheel's build folder (build-install/wheel-build) is kept between runs, so
-a second run recompiles nothing; the venv is made afresh each time.
+The build venv and the wheel's build folder (build-install/) are kept between
+runs while the venv's torch is the one wanted, so a second run recompiles
+nothing; the venv the wheel is installed into is made afresh each time.
 """
 
 from __future__ import annotations
@@ -43,10 +45,7 @@ def clean_env() -> dict[str, str]:
     return env
 
 
-@pytest.fixture(scope="module")
-def venv() -> pathlib.Path:
-    """A fresh plain venv with torch, into which the wheel is built and installed."""
-    path = WORK / "venv"
+def plain_venv(path: pathlib.Path) -> pathlib.Path:
     shutil.rmtree(path, ignore_errors=True)
     WORK.mkdir(exist_ok=True)
     run([sys.executable, "-m", "venv", path])
@@ -54,11 +53,30 @@ def venv() -> pathlib.Path:
     return path
 
 
+def has_torch(path: pathlib.Path) -> bool:
+    if not (path / "bin/python").exists():
+        return False
+    probe = subprocess.run([path / "bin/python", "-c", "import torch; print(torch.__version__)"],
+                           capture_output=True, text=True, cwd="/", env=clean_env())
+    return probe.returncode == 0 and probe.stdout.startswith(TORCH.split("==")[1])
+
+
+@pytest.fixture(scope="module")
+def venv() -> pathlib.Path:
+    """A fresh plain venv with torch, into which the wheel is installed."""
+    return plain_venv(WORK / "venv")
+
+
 @pytest.fixture(scope="module")
 def wheel(venv) -> pathlib.Path:
+    """The wheel, built in a plain venv with torch (kept, so its torch's headers
+    keep their dates and the build stays incremental), installed into venv."""
+    builder = WORK / "build-venv"
+    if not has_torch(builder):
+        plain_venv(builder)
     out = WORK / "dist"
     shutil.rmtree(out, ignore_errors=True)
-    run([venv / "bin/python", "-m", "pip", "wheel", "-q", "--no-deps", "-w", out,
+    run([builder / "bin/python", "-m", "pip", "wheel", "-q", "--no-deps", "-w", out,
          f"-Cbuild-dir={WORK / 'wheel-build'}", ROOT], env=clean_env())
     (built,) = out.glob("native_registry-*.whl")
     run([venv / "bin/python", "-m", "pip", "install", "-q", built], env=clean_env())
