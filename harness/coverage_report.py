@@ -139,6 +139,7 @@ def run(args) -> int:
         staged = out / "_package"
         env = staging.environment_for(staging.stage_package(args.build, staged))
     env["NR_STAGED"] = str(staged)
+    env["NR_BUILD_DIR"] = str(BUILD if cpp else args.build)  # the one-core test loads a fixture library from it
     env["PYTHONPATH"] = f"{HERE}:{env['PYTHONPATH']}"  # the context plugin
 
     progress.step("the conformance suites, measured")

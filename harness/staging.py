@@ -3,7 +3,7 @@
 The editable install of native_registry rebuilds and imports from ./build.
 Coverage and mutant runs need the package from another build (instrumented,
 or carrying a seeded fault): this stages it, sources plus that build's _C
-extension, and returns the environment that imports it instead.
+extension and core library, and returns the environment that imports it instead.
 """
 
 from __future__ import annotations
@@ -29,6 +29,10 @@ def stage_package(build_dir: pathlib.Path, out_dir: pathlib.Path,
     if len(extensions) != 1:
         raise FileNotFoundError(f"expected one _C extension in {build_dir}, found {extensions}")
     shutil.copy2(extensions[0], target / extensions[0].name)
+    # Written by Meson; the extension finds the core library in lib/, as in the wheel.
+    shutil.copy2(build_dir / "reference" / "python" / "_version.py", target / "_version.py")
+    (target / "lib").mkdir()
+    shutil.copy2(build_dir / "reference" / "libnative_registry.so", target / "lib")
     return out_dir
 
 

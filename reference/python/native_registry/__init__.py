@@ -14,6 +14,7 @@ import os
 import torch  # noqa: F401  (LibTorch must be loaded before the extension)
 
 from . import predicates, registry
+from ._version import __version__  # noqa: F401  (written by Meson)
 from .registry import (  # noqa: F401
     Snapshot,
     UserOrderingFn,
@@ -35,6 +36,10 @@ from .registry import (  # noqa: F401
 )
 
 ORDER_FN_ENV_VAR = "TORCH_PYTHON_NATIVE_USER_GRAPH_ORDER_FN"
+
+# For CMAKE_PREFIX_PATH, as torch.utils.cmake_prefix_path: find_package(native_registry)
+# finds the installed package's CMake files there (share/cmake/native_registry).
+cmake_prefix_path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "share", "cmake")
 
 
 @functools.cache
