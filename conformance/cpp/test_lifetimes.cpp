@@ -3,6 +3,10 @@
 
 #include "suite.h"
 
+#include <unistd.h>
+
+#include <fstream>
+
 namespace conformance {
 namespace {
 
@@ -95,6 +99,28 @@ TEST_P(Conformance, AnOrderingFunctionMayUseTheControlPlane) {
   });
   EXPECT_EQ(seen, (std::vector<std::string>{"mul.Tensor"}));
   EXPECT_EQ(adapter().graph(mul_key()).at(0).dsl_name, "b");
+}
+
+
+long resident_kb() {
+  std::ifstream statm("/proc/self/statm");
+  long pages = 0, resident = 0;
+  statm >> pages >> resident;
+  return resident * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
+TEST_P(Conformance, RegisterAndTeardownCyclesLeaveNoResidue) {
+  BEHAVIOUR("memory.register-restore-no-residue");
+  auto cycles = [&](int n) {
+    for (int i = 0; i < n; ++i) {
+      std::unique_ptr<Scope> scope = adapter().scope();
+      add(mul_key(), constant_cond(false), fill_impl(1));
+    }
+  };
+  cycles(10000);
+  const long start = resident_kb();
+  cycles(100000);
+  EXPECT_LT(resident_kb() - start, 1024) << "RSS grew over 100,000 register + teardown cycles";
 }
 
 }  // namespace
