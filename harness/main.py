@@ -267,15 +267,20 @@ def conformance(args) -> int:
     unexpected = bool(problems)
     broken: list[str] = []  # suites that crashed or reported nothing
     env = args.suite_env  # imports the package built in args.build, like the C++ suite
+
+    def cpp_column(impl: Implementation) -> bool:
+        """Runs one C++ suite into `rows`; whether its results are unexpected."""
+        print(f"== C++ suite against {impl.label}", flush=True)
+        status, got = run_cpp(impl, args.build, results)
+        rows.extend(got)
+        if not got:
+            broken.append(f"the C++ suite against {impl.label} reported nothing (exit {status}); "
+                          f"see {results / f'cpp-{impl.file_stem}.log'}")
+        return matrix.suite_failed(status, got, catalogue)
+
     for impl in args.implementations:
         if impl.cpp:
-            print(f"== C++ suite against {impl.label}", flush=True)
-            status, got = run_cpp(impl, args.build, results)
-            rows += got
-            if not got:
-                broken.append(f"the C++ suite against {impl.label} reported nothing (exit {status}); "
-                              f"see {results / f'cpp-{impl.file_stem}.log'}")
-            unexpected |= matrix.suite_failed(status, got, catalogue)
+            unexpected |= cpp_column(impl)
         print(f"== Python suite against {impl.label}", flush=True)
         status, got = run_python(impl, results, env=env,
                                  extra=tuple(f"--expectations={p}" for p in args.expectations))
@@ -285,13 +290,7 @@ def conformance(args) -> int:
                           f"see {results / f'python-{impl.file_stem}.log'}")
         unexpected |= matrix.suite_failed(status, got, catalogue) or status != 0
     for impl in args.cpp_implementations:  # --cpp-impl: a C++ column only
-        print(f"== C++ suite against {impl.label} ({impl.cpp})", flush=True)
-        status, got = run_cpp(impl, args.build, results)
-        rows += got
-        if not got:
-            broken.append(f"the C++ suite against {impl.label} reported nothing (exit {status}); "
-                          f"see {results / f'cpp-{impl.file_stem}.log'}")
-        unexpected |= matrix.suite_failed(status, got, catalogue)
+        unexpected |= cpp_column(impl)
 
     import torch
 

@@ -15,16 +15,6 @@ using namespace native_registry::fixtures;
 at::Tensor mul_2_3_by_4_5() { return call_mul(tensor({2, 3}), tensor({4, 5})); }
 const at::Tensor kStock = tensor({8, 15});
 
-// An impl that does `work` first, then fills the result with `value`.
-ImplFn impl_doing(std::function<void()> work, double value) {
-  ImplFn fill = fill_impl(value);
-  return [work = std::move(work), fill](const c10::OperatorHandle& op, c10::DispatchKeySet keys,
-                                        Stack* stack) {
-    work();
-    fill(op, keys, stack);
-  };
-}
-
 TEST_P(Conformance, ACondThatTearsDownItsOwnOpFinishesOnTheOldChain) {
   BEHAVIOUR("lifetime.teardown-inside-a-call");
   REQUIRE_FEATURE("reentrant-control-plane");

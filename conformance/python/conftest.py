@@ -26,7 +26,9 @@ from __future__ import annotations
 
 import json
 import pathlib
+import subprocess
 import sys
+import textwrap
 import tomllib
 
 import pytest
@@ -41,6 +43,30 @@ from torch_fixtures import (  # noqa: E402,F401
 
 CATALOGUE = catalogue_module.load()
 EXPECTATIONS = catalogue_module.CONFORMANCE / "expectations"
+
+
+def run_in_fresh_interpreter(impl, body: str, timeout: float = 300) -> list[str]:
+    """Runs `body` in a new Python that loads the implementation under test
+    again (as `impl`, after `import torch, adapter`) and returns what it
+    printed, line by line. Skips the test as unsupported when that cannot be
+    the same implementation (not loaded by spec, or the child loads another:
+    one a pytest plugin swapped in, say); a failing child fails the test."""
+    env = adapter_module.subprocess_environment(impl)
+    if env is None:
+        pytest.skip(f"unsupported: {impl.name} was not loaded by a module:factory spec, "
+                    "so a subprocess cannot load it again")
+    script = (f"import sys\nsys.path.insert(0, {str(pathlib.Path(__file__).parent)!r})\n"
+              "import torch, adapter\nimpl = adapter.load()\nprint(adapter.identity(impl))\n"
+              + textwrap.dedent(body))
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=timeout, env=env)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.strip().splitlines()
+    if not lines or lines[0] != adapter_module.identity(impl):
+        pytest.skip(f"unsupported: a subprocess loads {lines[0] if lines else None!r}, not the "
+                    f"implementation under test ({adapter_module.identity(impl)!r}), e.g. one a "
+                    "pytest plugin swapped in")
+    return lines[1:]
 
 
 def behaviour(*ids: str):

@@ -11,7 +11,7 @@ import threading
 import pytest
 import torch
 
-from conftest import behaviour
+from conftest import behaviour, run_in_fresh_interpreter
 
 from torch_fixtures import A, B, STOCK, mul
 from torch_fixtures import MUL_CPU as KEY
@@ -158,23 +158,8 @@ def test_a_querying_thread_beside_failing_reorders_does_not_deadlock(impl):
 def test_register_and_teardown_cycles_leave_no_residue(impl):
     """RSS over 50,000 register + teardown cycles, after 10,000 to warm up,
     in a fresh interpreter that loads the implementation under test."""
-    import pathlib
-    import subprocess
-    import sys
-    import textwrap
-
-    import adapter as adapter_module
-
-    env = adapter_module.subprocess_environment(impl)
-    if env is None:
-        pytest.skip(f"unsupported: {impl.name} was not loaded by a module:factory spec, "
-                    "so a subprocess cannot load it again")
-    script = textwrap.dedent(f"""
-        import resource, sys
-        sys.path.insert(0, {str(pathlib.Path(__file__).parent)!r})
-        import adapter
-        impl = adapter.load()
-        print(adapter.identity(impl))
+    grew = run_in_fresh_interpreter(impl, """
+        import resource
         def rss_kb():
             with open("/proc/self/statm") as f:
                 return int(f.read().split()[1]) * resource.getpagesize() // 1024
@@ -186,12 +171,5 @@ def test_register_and_teardown_cycles_leave_no_residue(impl):
         start = rss_kb()
         cycles(50_000)
         print(rss_kb() - start)
-    """)
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                         timeout=600, env=env)
-    assert out.returncode == 0, out.stderr
-    child_identity, grew = out.stdout.strip().splitlines()[-2:]
-    if child_identity != adapter_module.identity(impl):
-        pytest.skip(f"unsupported: a subprocess loads {child_identity!r}, not the implementation "
-                    f"under test ({adapter_module.identity(impl)!r})")
+    """, timeout=600)[-1]
     assert int(grew) < 1024, f"RSS grew by {grew} kB over 50,000 register + teardown cycles"

@@ -4,18 +4,13 @@ kernel-override notice."""
 
 from __future__ import annotations
 
-import pathlib
-import subprocess
-import sys
-import textwrap
 from unittest.mock import MagicMock, patch
 
 import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-import adapter as adapter_module
-from conftest import behaviour
+from conftest import behaviour, run_in_fresh_interpreter
 
 from torch_fixtures import A, B, STOCK, mul
 from torch_fixtures import MUL_CPU as KEY
@@ -157,16 +152,8 @@ def test_export_counts_cond_exceptions_as_no_match(impl):
 def test_install_prints_no_override_notice(impl):
     # LibTorch prints the notice once per process, so each check gets a fresh
     # one, which must load this very implementation (checked by identity).
-    env = adapter_module.subprocess_environment(impl)
-    if env is None:
-        pytest.skip(f"unsupported: {impl.name} was not loaded by a module:factory spec, "
-                    "so a subprocess cannot load it again")
-    script = textwrap.dedent(f"""
-        import sys, warnings
-        sys.path.insert(0, {str(pathlib.Path(__file__).parent)!r})
-        import torch, adapter
-        impl = adapter.load()
-        print(adapter.identity(impl))
+    verdict = run_in_fresh_interpreter(impl, """
+        import warnings
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             with impl.scope():
@@ -177,14 +164,7 @@ def test_install_prints_no_override_notice(impl):
         texts = [str(w.message) for w in caught]
         print(any("Overriding a previously registered kernel" in t for t in texts),
               any("an unrelated warning" in t for t in texts))
-    """)
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                         timeout=300, env=env)
-    assert out.returncode == 0, out.stderr
-    child_identity, verdict = out.stdout.strip().splitlines()[-2:]
-    if child_identity != adapter_module.identity(impl):
-        pytest.skip(f"unsupported: a subprocess loads {child_identity!r}, not the implementation "
-                    f"under test ({adapter_module.identity(impl)!r}), e.g. one a pytest plugin swapped in")
+    """)[-1]
     notice_seen, other_seen = verdict.split()
     assert other_seen == "True", "the probe must see ordinary warnings"
     assert notice_seen == "False", "the kernel-override notice reached the user"

@@ -18,16 +18,6 @@ class LifetimeTest : public RegistryTest,
   }
 };
 
-// An impl that does `work` first, then fills the result with `value`.
-ImplFn impl_doing(std::function<void()> work, double value) {
-  ImplFn fill = fill_impl(value);
-  return [work = std::move(work), fill](const c10::OperatorHandle& op, c10::DispatchKeySet keys,
-                                        Stack* stack) {
-    work();
-    fill(op, keys, stack);
-  };
-}
-
 TEST_P(LifetimeTest, ACondThatRestoresItsOwnOpFinishesOnTheOldChain) {
   const Snapshot empty = registry().snapshot();
   int conds = 0;

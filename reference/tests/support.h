@@ -36,6 +36,7 @@ using fixtures::constant_cond;
 using fixtures::counting_cond;
 using fixtures::fill_impl;
 using fixtures::forbidden_impl;
+using fixtures::impl_doing;
 using fixtures::same;
 using fixtures::tensor;
 
