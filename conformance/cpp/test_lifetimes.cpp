@@ -12,8 +12,10 @@ namespace {
 
 using namespace native_registry::fixtures;
 
-at::Tensor mul_2_3_by_4_5() { return call_mul(tensor({2, 3}), tensor({4, 5})); }
-const at::Tensor kStock = tensor({8, 15});
+// Names of their own: the unity builds (pip, sanitizers) put this file and
+// test_routing.cpp into one translation unit.
+at::Tensor mul_of_2_3_and_4_5() { return call_mul(tensor({2, 3}), tensor({4, 5})); }
+const at::Tensor kStockProduct = tensor({8, 15});
 
 TEST_P(Conformance, ACondThatTearsDownItsOwnOpFinishesOnTheOldChain) {
   BEHAVIOUR("lifetime.teardown-inside-a-call");
@@ -28,10 +30,10 @@ TEST_P(Conformance, ACondThatTearsDownItsOwnOpFinishesOnTheOldChain) {
       },
       fill_impl(7));
   adapter().install(mul_key());
-  EXPECT_TRUE(same(mul_2_3_by_4_5(), tensor({7, 7})));
+  EXPECT_TRUE(same(mul_of_2_3_and_4_5(), tensor({7, 7})));
   EXPECT_EQ(conds, 1);
   EXPECT_FALSE(adapter().router_installed(mul_key()));
-  EXPECT_TRUE(same(mul_2_3_by_4_5(), kStock));
+  EXPECT_TRUE(same(mul_of_2_3_and_4_5(), kStockProduct));
 }
 
 TEST_P(Conformance, AnImplThatTearsDownOrDisablesItsOwnOpFinishes) {
@@ -40,14 +42,14 @@ TEST_P(Conformance, AnImplThatTearsDownOrDisablesItsOwnOpFinishes) {
   std::unique_ptr<Scope> inner = adapter().scope();
   add(mul_key(), constant_cond(true), impl_doing([&] { inner.reset(); }, 5));
   adapter().install(mul_key());
-  EXPECT_TRUE(same(mul_2_3_by_4_5(), tensor({5, 5})));
-  EXPECT_TRUE(same(mul_2_3_by_4_5(), kStock));
+  EXPECT_TRUE(same(mul_of_2_3_and_4_5(), tensor({5, 5})));
+  EXPECT_TRUE(same(mul_of_2_3_and_4_5(), kStockProduct));
 
   add(mul_key(), constant_cond(true),
       impl_doing([&] { adapter().disable({{"test_dsl"}, {}, {}}); }, 6));
   adapter().install(mul_key());
-  EXPECT_TRUE(same(mul_2_3_by_4_5(), tensor({6, 6})));
-  EXPECT_TRUE(same(mul_2_3_by_4_5(), kStock));
+  EXPECT_TRUE(same(mul_of_2_3_and_4_5(), tensor({6, 6})));
+  EXPECT_TRUE(same(mul_of_2_3_and_4_5(), kStockProduct));
   adapter().enable({{"test_dsl"}, {}, {}});
 }
 
