@@ -17,14 +17,15 @@
 //    whose router is in place publish a new immutable chain into that router
 //    with one atomic store; the dispatcher is not touched. A call reads the
 //    chain once, so it sees the old chain or the new one, never a mix, and
-//    takes no lock. Chains are interned per router and live as long as it.
+//    takes no lock. Chains are interned per router and live as long as its
+//    shared state (see "Lifetimes").
 //  * Every error is raised before anything changes.
 //  * restore(snapshot()) puts back the registry and every dispatch table it
 //    touched: routers installed since are removed, routers replaced since are
-//    rebuilt on a fresh capture of the op's own kernel, and the `_native` ops
-//    are those defined at the snapshot (ops of nodes registered or first
-//    installed since are undefined).
-//
+//    rebuilt on a fresh capture of the op's own kernel, every router routes
+//    by the restored filters and the mask in force now, and the active
+//    `_native` ops are those active at the snapshot (ops of nodes registered
+//    or first installed since are retired).
 //  * Locking: one plain mutex serialises the control plane. It is never held
 //    while code that is not the registry's runs: ordering functions are
 //    called before it is taken, log records are emitted and nodes (which
