@@ -388,10 +388,7 @@ std::vector<GraphKey> Registry::reorder_graphs(const OrderingFn& fn, ReorderInst
     if (install == ReorderInstall::kInstalled) {
       republish_installed({changed.begin(), changed.end()});  // all or nothing: see there
     } else if (install == ReorderInstall::kChanged) {
-      for (const GraphKey& key : changed) {
-        if (!enabled_chain(key).empty()) resolve(key);  // before anything is installed
-      }
-      for (const GraphKey& key : changed) install_graph_locked(key, InstallMode::kUpdate);
+      install_graphs_locked(changed);
     }
   } catch (...) {
     for (auto& [key, original] : replaced) state_.graphs[key] = std::move(original);
@@ -439,14 +436,14 @@ c10::OperatorHandle Registry::resolve(const GraphKey& key) const {
 
 void Registry::ensure_native_ops(const Graph& chain) {
   for (const NodePtr& node : chain) {
-    const c10::DispatchKey key = detail::parse_override_dispatch_key(node->dispatch_key);
     auto it = native_ops_.find(node->node_id);
+    if (it != native_ops_.end() && it->second->active()) continue;  // the common case
+    const c10::DispatchKey key = detail::parse_override_dispatch_key(node->dispatch_key);
     if (it != native_ops_.end()) {
-      if (!it->second->active()) it->second->activate(node, resolve(node->key()), key);
-      continue;
+      it->second->activate(node, resolve(node->key()), key);
+    } else {
+      native_ops_[node->node_id] = std::make_unique<NativeOp>(node, resolve(node->key()), key);
     }
-    native_ops_[node->node_id] =
-        std::make_unique<NativeOp>(node, resolve(node->key()), key);
   }
 }
 
@@ -500,12 +497,19 @@ void Registry::install_graph_locked(const GraphKey& key, InstallMode mode) {
   state_.installed.insert(key);
 }
 
+void Registry::install_graphs_locked(const std::vector<GraphKey>& keys) {
+  // Every op that needs a router must resolve before any is installed.
+  for (const GraphKey& key : keys) {
+    if (!enabled_chain(key).empty()) resolve(key);
+  }
+  for (const GraphKey& key : keys) install_graph_locked(key, InstallMode::kUpdate);
+}
+
 void Registry::install_all() {
   ControlScope scope(*this);
-  for (const auto& entry : state_.graphs) {
-    if (!enabled_chain(entry.first).empty()) resolve(entry.first);
-  }
-  for (const auto& entry : state_.graphs) install_graph_locked(entry.first, InstallMode::kUpdate);
+  std::vector<GraphKey> keys;
+  for (const auto& entry : state_.graphs) keys.push_back(entry.first);
+  install_graphs_locked(keys);
 }
 
 // ---- teardown ---------------------------------------------------------------

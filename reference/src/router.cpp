@@ -164,10 +164,6 @@ class CallHold {
   const Router::Shared* shared_;
 };
 
-}  // namespace
-
-namespace {
-
 // What a call does, chosen by the trace shortcut and the conds.
 struct Choice {
   bool divert = false;                  // call the op again from the top

@@ -259,6 +259,9 @@ class Registry {
   void republish_installed(const std::set<GraphKey>& keys);
   void republish_all_installed();
   void install_graph_locked(const GraphKey& key, InstallMode mode);
+  // install_graph for each key, all or nothing: every op that needs a new
+  // router resolves before any is installed.
+  void install_graphs_locked(const std::vector<GraphKey>& keys);
   c10::OperatorHandle resolve(const GraphKey& key) const;
   void publish(const GraphKey& key, const Graph& chain, InstallMode mode);
   void remove_router(const GraphKey& key);

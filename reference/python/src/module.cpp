@@ -298,13 +298,15 @@ py::list nodes_to_list(const Graph& graph) {
   return out;
 }
 
+py::list keys_to_list(const std::vector<GraphKey>& keys) {
+  py::list out;
+  for (const GraphKey& key : keys) out.append(from_key(key));
+  return out;
+}
+
 py::dict index_to_dict(const std::map<std::string, std::vector<GraphKey>>& index) {
   py::dict out;
-  for (const auto& [name, keys] : index) {
-    py::list list;
-    for (const GraphKey& key : keys) list.append(from_key(key));
-    out[py::str(name)] = list;
-  }
+  for (const auto& [name, keys] : index) out[py::str(name)] = keys_to_list(keys);
   return out;
 }
 
@@ -547,9 +549,7 @@ PYBIND11_MODULE(_C, m) {
       if (interrupted) throw std::move(*interrupted);
       throw;
     }
-    py::list out;
-    for (const GraphKey& key : changed) out.append(from_key(key));
-    return out;
+    return keys_to_list(changed);
   });
 
   m.def("replace_graph", [](const std::tuple<std::string, std::string, std::string>& key,
@@ -579,20 +579,10 @@ PYBIND11_MODULE(_C, m) {
   m.def("get_dsl_operations", [](const std::string& dsl, const std::string& ns) {
     return without_gil([&] { return registry().get_dsl_operations(dsl, ns); });
   });
-  m.def("graph_keys", [] {
-    py::list out;
-    for (const GraphKey& key : without_gil([] { return registry().graph_keys(); })) {
-      out.append(from_key(key));
-    }
-    return out;
-  });
-  m.def("router_keys", [] {
-    py::list out;
-    for (const GraphKey& key : without_gil([] { return registry().router_keys(); })) {
-      out.append(from_key(key));
-    }
-    return out;
-  });
+  m.def("graph_keys",
+        [] { return keys_to_list(without_gil([] { return registry().graph_keys(); })); });
+  m.def("router_keys",
+        [] { return keys_to_list(without_gil([] { return registry().router_keys(); })); });
   m.def("graph", [](const std::tuple<std::string, std::string, std::string>& key) {
     return nodes_to_list(without_gil([&] { return registry().graph(to_key(key)); }));
   });
