@@ -55,16 +55,16 @@ class ReferenceAdapter final : public RegistryAdapter {
   std::vector<NodeInfo> graph(const Key& key) override {
     std::vector<NodeInfo> out;
     for (const nr::NodePtr& node : registry_.graph(to_reference(key))) {
-      out.push_back({node->dsl_name, node->lib_symbol, node->op_symbol, node->dispatch_key,
-                     node->node_id, node->unconditional_override,
-                     static_cast<bool>(node->try_initialize_runtime), registry_.is_enabled(*node)});
+      out.push_back({node->dsl_name, node->key.lib_symbol, node->key.op_symbol, node->key.dispatch_key,
+                     node->node_id, node->options.unconditional_override,
+                     static_cast<bool>(node->options.try_initialize_runtime), registry_.is_enabled(*node)});
     }
     return out;
   }
 
   void set_graph(const Key& key, const std::vector<std::string>& node_ids) override {
     registry_.reorder_graphs([&](const std::string&, const std::string&, const nr::Graph& g) {
-      if (g.empty() || !(g[0]->key() == to_reference(key))) return g;
+      if (g.empty() || !(g[0]->key == to_reference(key))) return g;
       return by_ids(g, node_ids);
     });
   }
@@ -72,8 +72,8 @@ class ReferenceAdapter final : public RegistryAdapter {
   void reorder(const Ordering& fn) override {
     registry_.reorder_graphs([&](const std::string& op, const std::string& key, const nr::Graph& g) {
       std::vector<NodeInfo> infos;
-      for (const auto& node : g) infos.push_back({node->dsl_name, node->lib_symbol,
-                                                  node->op_symbol, node->dispatch_key, node->node_id});
+      for (const auto& node : g) infos.push_back({node->dsl_name, node->key.lib_symbol,
+                                                  node->key.op_symbol, node->key.dispatch_key, node->node_id});
       return by_ids(g, fn(op, key, infos));
     });
   }

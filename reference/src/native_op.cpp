@@ -41,7 +41,7 @@ class CallImpl final : public c10::OperatorKernel {
       target_.callBoxed(stack);
       return;
     }
-    run_impl(*pinned, op, keys, stack);
+    pinned->run_impl(op, keys, stack);
   }
 
  private:
@@ -73,7 +73,7 @@ void keep_definition(std::unique_ptr<torch::Library> definition) {
 
 std::string describe(const OverrideNode& node) {
   return "override " + node.node_id + " (dsl '" + node.dsl_name + "', " +
-         node.key().to_string() + ")";
+         node.key.to_string() + ")";
 }
 
 }  // namespace

@@ -69,9 +69,9 @@ std::string why_not_a_reordering(const GraphKey& key, const Graph& original,
   std::set<const OverrideNode*> seen;
   for (const NodePtr& node : candidate) {
     if (!node) return "it holds a null node";
-    if (!(node->key() == key)) {
+    if (!(node->key == key)) {
       return "node " + node->node_id + " belongs to the graph of " +
-             node->key().to_string();
+             node->key.to_string();
     }
     if (std::none_of(original.begin(), original.end(),
                      [&](const NodePtr& n) { return n.get() == node.get(); })) {
@@ -131,8 +131,8 @@ class Registry::ControlScope {
 };
 
 bool Registry::FilterState::matches(const OverrideNode& node) const {
-  return dsl_names.count(node.dsl_name) || op_symbols.count(node.op_symbol) ||
-         dispatch_keys.count(node.dispatch_key);
+  return dsl_names.count(node.dsl_name) || op_symbols.count(node.key.op_symbol) ||
+         dispatch_keys.count(node.key.dispatch_key);
 }
 
 // ---- lifetime ---------------------------------------------------------------
@@ -207,15 +207,10 @@ NodePtr Registry::register_op_override(const std::string& dsl_name,
 
   auto node = std::make_shared<OverrideNode>();
   node->dsl_name = dsl_name;
-  node->lib_symbol = lib_symbol;
-  node->op_symbol = op_symbol;
-  node->dispatch_key = c10::toString(key);
+  node->key = {lib_symbol, op_symbol, c10::toString(key)};
   node->cond = std::move(cond);
   node->impl = std::move(impl);
-  node->try_initialize_runtime = std::move(options.try_initialize_runtime);
-  node->unconditional_override = options.unconditional_override;
-  node->divert_when_tracing = options.divert_when_tracing;
-  node->needs_host_scope = options.needs_host_scope;
+  node->options = std::move(options);
   node->registry_serial = serial_;
 
   ControlScope scope(*this);
@@ -229,7 +224,7 @@ NodePtr Registry::register_op_override(const std::string& dsl_name,
   }
   node->node_id = mint_node_id(dsl_name, op_symbol);
 
-  const GraphKey graph_key = node->key();
+  const GraphKey& graph_key = node->key;
   state_.graphs[graph_key].push_back(node);
   append_once(state_.by_dsl_name[dsl_name], graph_key);
   append_once(state_.by_op_symbol[op_symbol], graph_key);
@@ -299,7 +294,7 @@ bool Registry::is_enabled_locked(const OverrideNode& node) const {
   if (!state_.filters.matches(node)) return true;
   // An unconditional override is the op's implementation: a disable leaves
   // it in place unless the mask is also up.
-  return node.unconditional_override && unconditional_mask_depth_ == 0;
+  return node.options.unconditional_override && unconditional_mask_depth_ == 0;
 }
 
 Graph Registry::enabled_chain(const GraphKey& key) const {
@@ -404,9 +399,9 @@ void Registry::replace_graph(const GraphKey& key, const Graph& nodes) {
   std::set<const OverrideNode*> seen;
   for (const NodePtr& node : nodes) {
     if (!node) throw InvalidArgumentError("replace_graph: a node is null");
-    if (!(node->key() == key)) {
+    if (!(node->key == key)) {
       throw InvalidArgumentError("replace_graph: node " + node->node_id + " belongs to " +
-                                 node->key().to_string() + ", not " + key.to_string());
+                                 node->key.to_string() + ", not " + key.to_string());
     }
     if (node->registry_serial != serial_) {
       throw InvalidArgumentError("replace_graph: node " + node->node_id +
@@ -438,11 +433,11 @@ void Registry::ensure_native_ops(const Graph& chain) {
   for (const NodePtr& node : chain) {
     auto it = native_ops_.find(node->node_id);
     if (it != native_ops_.end() && it->second->active()) continue;  // the common case
-    const c10::DispatchKey key = detail::parse_override_dispatch_key(node->dispatch_key);
+    const c10::DispatchKey key = detail::parse_override_dispatch_key(node->key.dispatch_key);
     if (it != native_ops_.end()) {
-      it->second->activate(node, resolve(node->key()), key);
+      it->second->activate(node, resolve(node->key), key);
     } else {
-      native_ops_[node->node_id] = std::make_unique<NativeOp>(node, resolve(node->key()), key);
+      native_ops_[node->node_id] = std::make_unique<NativeOp>(node, resolve(node->key), key);
     }
   }
 }
@@ -563,7 +558,7 @@ void Registry::restore(const Snapshot& snapshot) {
     try {
       ensure_native_ops({node});
     } catch (const OperatorNotFoundError&) {
-      unrestorable.push_back(node->key().to_string() + " (for _native::" + id + ")");
+      unrestorable.push_back(node->key.to_string() + " (for _native::" + id + ")");
     }
   }
   // Each router the snapshot had comes back (dormant if need be, so the
@@ -744,7 +739,7 @@ void Registry::check_invariants() const {
     std::set<const OverrideNode*> seen;
     for (const NodePtr& node : graph) {
       if (!node) fail("graph " + key.to_string() + " holds a null node");
-      if (!(node->key() == key)) fail("node " + node->node_id + " is in the graph of " + key.to_string());
+      if (!(node->key == key)) fail("node " + node->node_id + " is in the graph of " + key.to_string());
       if (node->registry_serial != serial_) fail("node " + node->node_id + " is another registry's");
       if (!seen.insert(node.get()).second) fail("node " + node->node_id + " is twice in its graph");
       if (!node->cond || !node->impl) fail("node " + node->node_id + " lacks a cond or an impl");
@@ -775,7 +770,7 @@ void Registry::check_invariants() const {
     // without reinstall publish nothing), but it holds only this key's nodes
     // of this registry, each with its `_native` op active.
     for (const NodePtr& node : router->published()) {
-      if (!(node->key() == key) || node->registry_serial != serial_) {
+      if (!(node->key == key) || node->registry_serial != serial_) {
         fail("router of " + key.to_string() + " routes through foreign node " + node->node_id);
       }
       auto op = native_ops_.find(node->node_id);
@@ -801,7 +796,7 @@ std::string Registry::dump_state() const {
     for (const NodePtr& node : graph) {
       out << "  " << node->node_id << " dsl=" << node->dsl_name
           << (is_enabled_locked(*node) ? "" : " disabled")
-          << (node->unconditional_override ? " unconditional" : "") << "\n";
+          << (node->options.unconditional_override ? " unconditional" : "") << "\n";
     }
   }
   auto join = [](const std::set<std::string>& names) {

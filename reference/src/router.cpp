@@ -67,16 +67,6 @@ void set_host_scope(HostScopeFn fn) { g_host_scope.store(fn, std::memory_order_r
 
 namespace detail {
 
-void run_impl(const OverrideNode& node, const c10::OperatorHandle& op, c10::DispatchKeySet keys,
-              Stack* stack) {
-  const size_t below = stack->size() - op.schema().arguments().size();
-  node.impl(op, keys, stack);
-  TORCH_CHECK(stack->size() == below + op.schema().returns().size(), "the impl of override ",
-              node.node_id, " left ", stack->size() - std::min(below, stack->size()),
-              " values on the stack for ", op.operator_name(), ", which returns ",
-              op.schema().returns().size());
-}
-
 namespace {
 std::atomic<bool> g_typed_routers_enabled{true};
 }  // namespace
@@ -180,7 +170,7 @@ Choice choose(const Chain& chain, const c10::OperatorHandle& op, c10::DispatchKe
     if (!node->cond(op, keys, stack)) continue;
     // Only an accepting cond initialises the runtime, immediately before the
     // impl (upstream's documented order): a declining cond never enters it.
-    if (node->try_initialize_runtime && !node->ensure_runtime()) continue;
+    if (node->options.try_initialize_runtime && !node->ensure_runtime()) continue;
     return {false, node.get()};
   }
   return {};
@@ -221,7 +211,7 @@ void route(const Router::Shared& shared, const c10::OperatorHandle& op,
     return;
   }
   if (choice.node != nullptr) {
-    run_impl(*choice.node, op, keys, stack);
+    choice.node->run_impl(op, keys, stack);
     return;
   }
   if (!shared.fallback) {
@@ -426,8 +416,8 @@ void Router::publish(const Graph& nodes) {
     auto chain = std::make_unique<Chain>();
     chain->nodes = nodes;
     for (const NodePtr& node : nodes) {
-      chain->divert_when_tracing |= node->divert_when_tracing;
-      chain->needs_host_scope |= node->needs_host_scope;
+      chain->divert_when_tracing |= node->options.divert_when_tracing;
+      chain->needs_host_scope |= node->options.needs_host_scope;
     }
     slot = std::move(chain);
   }

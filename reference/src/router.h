@@ -48,13 +48,6 @@ namespace native_registry::detail {
 void set_typed_routers_enabled(bool enabled);
 bool typed_routers_enabled();
 
-// Runs node.impl on a boxed call and checks that it left exactly the op's
-// results where the arguments were, which is where the caller reads them;
-// any other count would have it read past the stack or take an argument.
-// Both the router and the `_native` op's kernel call impls through it.
-void run_impl(const OverrideNode& node, const c10::OperatorHandle& op, c10::DispatchKeySet keys,
-              Stack* stack);
-
 struct Chain {
   Graph nodes;
   bool divert_when_tracing = false;  // any node opted into the trace shortcut

@@ -51,14 +51,14 @@ TEST_F(RegistrationTest, NodeRecordsItsFieldsAndDefaults) {
   NodePtr node = registry().register_op_override("test_dsl", "aten", "add.Tensor", "CPU",
                                                  cond, fill_impl(1.0));
   EXPECT_EQ(node->dsl_name, "test_dsl");
-  EXPECT_EQ(node->lib_symbol, "aten");
-  EXPECT_EQ(node->op_symbol, "add.Tensor");
-  EXPECT_EQ(node->dispatch_key, "CPU");
+  EXPECT_EQ(node->key.lib_symbol, "aten");
+  EXPECT_EQ(node->key.op_symbol, "add.Tensor");
+  EXPECT_EQ(node->key.dispatch_key, "CPU");
   EXPECT_TRUE(static_cast<bool>(node->cond));
   EXPECT_TRUE(static_cast<bool>(node->impl));
-  EXPECT_FALSE(static_cast<bool>(node->try_initialize_runtime));
-  EXPECT_FALSE(node->unconditional_override);
-  EXPECT_FALSE(node->divert_when_tracing);
+  EXPECT_FALSE(static_cast<bool>(node->options.try_initialize_runtime));
+  EXPECT_FALSE(node->options.unconditional_override);
+  EXPECT_FALSE(node->options.divert_when_tracing);
   EXPECT_TRUE(registry().is_enabled(*node));
   EXPECT_FALSE(node->node_id.empty());
 }
@@ -102,7 +102,7 @@ TEST_F(RegistrationTest, NodeIdsAreUniqueAndNeverReused) {
 
 TEST_F(RegistrationTest, DispatchKeyIsCanonicalised) {
   auto node = register_override({"aten", "mul.Tensor", "CPU"}, constant_cond(true), fill_impl(1));
-  EXPECT_EQ(node->dispatch_key, "CPU");
+  EXPECT_EQ(node->key.dispatch_key, "CPU");
 }
 
 struct BadRegistration {
@@ -240,7 +240,7 @@ TEST_F(RegistrationTest, DslOperationsAreReportedPerNamespace) {
 TEST_F(RegistrationTest, GraphKeysCarryTheNamespace) {
   const GraphKey key = twice_cpu(fixtures::kTestNamespace);
   auto node = register_override(key, constant_cond(true), fill_impl(1));
-  EXPECT_EQ(node->lib_symbol, fixtures::kTestNamespace);
+  EXPECT_EQ(node->key.lib_symbol, fixtures::kTestNamespace);
   EXPECT_THAT(registry().graph_keys(), ElementsAre(key));
   EXPECT_EQ(key.to_string(), std::string(fixtures::kTestNamespace) + "::twice/CPU");
 }

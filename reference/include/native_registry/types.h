@@ -73,15 +73,10 @@ struct OverrideOptions {
 // holds it, so a node can be shared by a running call and a new chain.
 struct OverrideNode {
   std::string dsl_name;
-  std::string lib_symbol;
-  std::string op_symbol;
-  std::string dispatch_key;
-  CondFn cond;  // never empty: an unconditional node gets an always-true cond
+  GraphKey key;  // the graph it was registered into; dispatch_key canonical
+  CondFn cond;   // never empty: an unconditional node gets an always-true cond
   ImplFn impl;
-  TryInitializeRuntimeFn try_initialize_runtime;  // may be empty
-  bool unconditional_override = false;
-  bool divert_when_tracing = false;
-  bool needs_host_scope = false;
+  OverrideOptions options;
   // Names the opaque op `_native::<node_id>` that carries this override.
   // Unique for the life of the process and never reused.
   std::string node_id;
@@ -90,12 +85,16 @@ struct OverrideNode {
   // nodes without keeping a record of each.
   uint64_t registry_serial = 0;
 
-  GraphKey key() const { return {lib_symbol, op_symbol, dispatch_key}; }
-
   // Whether the runtime is usable: true without try_initialize_runtime;
   // otherwise asks it until it first succeeds. A runtime that came up stays
   // up, so success is remembered; a failure is retried on the next call.
   bool ensure_runtime() const;
+
+  // Runs impl on a boxed call and checks that it left exactly the op's
+  // results where the arguments were, which is where the caller reads them;
+  // any other count would have it read past the stack or take an argument.
+  // The router and the `_native` op's kernel both call the impl through it.
+  void run_impl(const c10::OperatorHandle& op, c10::DispatchKeySet keys, Stack* stack) const;
 
  private:
   mutable std::atomic<bool> runtime_ready_{false};

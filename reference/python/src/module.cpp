@@ -424,21 +424,24 @@ PYBIND11_MODULE(_C, m) {
 
   py::class_<OverrideNode, MutableNode>(m, "Node")
       .def_readonly("dsl_name", &OverrideNode::dsl_name)
-      .def_readonly("lib_symbol", &OverrideNode::lib_symbol)
-      .def_readonly("op_symbol", &OverrideNode::op_symbol)
-      .def_readonly("dispatch_key", &OverrideNode::dispatch_key)
+      .def_property_readonly("lib_symbol", [](const OverrideNode& n) { return n.key.lib_symbol; })
+      .def_property_readonly("op_symbol", [](const OverrideNode& n) { return n.key.op_symbol; })
+      .def_property_readonly("dispatch_key",
+                             [](const OverrideNode& n) { return n.key.dispatch_key; })
       .def_readonly("node_id", &OverrideNode::node_id)
-      .def_readonly("unconditional_override", &OverrideNode::unconditional_override)
-      .def_readonly("divert_when_tracing", &OverrideNode::divert_when_tracing)
+      .def_property_readonly("unconditional_override",
+                             [](const OverrideNode& n) { return n.options.unconditional_override; })
+      .def_property_readonly("divert_when_tracing",
+                             [](const OverrideNode& n) { return n.options.divert_when_tracing; })
       .def_property_readonly("cond_fn", &cond_object)
       .def_property_readonly(
           "impl_fn", [](const OverrideNode& n) { return python_object_of<PythonImpl>(n.impl); })
       .def_property_readonly("try_initialize_runtime",
                              [](const OverrideNode& n) {
                                return python_object_of<PythonTryInitialize>(
-                                   n.try_initialize_runtime);
+                                   n.options.try_initialize_runtime);
                              })
-      .def_property_readonly("key", [](const OverrideNode& n) { return from_key(n.key()); });
+      .def_property_readonly("key", [](const OverrideNode& n) { return from_key(n.key); });
 
   py::class_<Snapshot>(m, "Snapshot");
 

@@ -211,8 +211,8 @@ class FuzzTest : public RegistryTest {
   bool enabled(const OverrideNode& node, const std::set<std::string>& dsl,
                const std::set<std::string>& ops, const std::set<std::string>& keys) const {
     const bool filtered =
-        dsl.count(node.dsl_name) || ops.count(node.op_symbol) || keys.count(node.dispatch_key);
-    return !filtered || node.unconditional_override;
+        dsl.count(node.dsl_name) || ops.count(node.key.op_symbol) || keys.count(node.key.dispatch_key);
+    return !filtered || node.options.unconditional_override;
   }
   Graph enabled_chain(const Graph& graph, const std::set<std::string>& dsl,
                       const std::set<std::string>& ops, const std::set<std::string>& keys) const {
@@ -323,7 +323,7 @@ void FuzzTest::fuzz_register(Fuzzer& f) {
     }
     const GraphKey graph_key{lib, op, key_ok(key)};
     const Graph graph = registry().graph(graph_key);
-    const bool ok = node && node->dsl_name == dsl && node->key() == graph_key &&
+    const bool ok = node && node->dsl_name == dsl && node->key == graph_key &&
                     !graph.empty() && graph.back() == node && identifier(node->node_id) &&
                     node_ids_.insert(node->node_id).second;
     if (!ok) {
@@ -525,15 +525,13 @@ void FuzzTest::fuzz_reorder(Fuzzer& f) {
       case 4: { Graph g = graph; g.push_back(graph.empty() ? nullptr : graph[0]); return g; }
       case 5: {  // a node of another graph (or a null one when there is none)
         for (const NodePtr& node : foreign) {
-          if (!(node->key() == key)) return Graph{node};
+          if (!(node->key == key)) return Graph{node};
         }
         return Graph{nullptr};
       }
       default: {  // a node of the same key this graph does not hold
         auto stranger = std::make_shared<OverrideNode>();
-        stranger->lib_symbol = key.lib_symbol;
-        stranger->op_symbol = key.op_symbol;
-        stranger->dispatch_key = key.dispatch_key;
+        stranger->key = key;
         stranger->node_id = "stranger";
         return Graph{stranger};
       }
