@@ -3,15 +3,20 @@
 #include <c10/core/impl/COW.h>
 
 #include <algorithm>
+#include <bitset>
 
 namespace native_registry::predicates {
 
 // Leaves test tensors; inner nodes combine children. Evaluation short-circuits
 // and allocates nothing.
 struct Predicate::Node {
-  enum class Kind { kConstant, kTensors, kAnd, kOr, kNot, kNotCow, kSameShape } kind;
+  enum class Kind { kConstant, kTensors, kDtypeIn, kAnd, kOr, kNot, kNotCow, kSameShape } kind;
   bool constant = false;
   TensorCheck check;
+  // kDtypeIn: the accepted dtypes, tested inline (the commonest cond, where
+  // a std::function and a search would cost more than the test); its
+  // `check` has a description and no test.
+  std::bitset<static_cast<size_t>(c10::ScalarType::NumOptions)> dtypes;
   std::optional<size_t> arg_index;
   std::shared_ptr<const Node> left, right;
   std::string description;
@@ -59,6 +64,15 @@ bool evaluate(const Node& node, const Stack& stack) {
       bool all = true;
       const bool any = for_each_tensor(stack, node.arg_index, [&](const at::Tensor& t) {
         all = node.check.test(t);
+        return all;
+      });
+      return any && all;
+    }
+    case Node::Kind::kDtypeIn: {
+      bool all = true;
+      const bool any = for_each_tensor(stack, node.arg_index, [&](const at::Tensor& t) {
+        const auto dtype = static_cast<size_t>(t.scalar_type());
+        all = dtype < node.dtypes.size() && node.dtypes[dtype];
         return all;
       });
       return any && all;
@@ -156,12 +170,15 @@ Predicate never() { return Predicate::constant(false); }
 Predicate dtype_in(std::vector<c10::ScalarType> dtypes, std::optional<size_t> arg) {
   std::string names;
   for (auto dtype : dtypes) names += (names.empty() ? "" : ", ") + std::string(c10::toString(dtype));
-  return Predicate::on_tensors(
-      {[dtypes](const at::Tensor& t) {
-         return std::find(dtypes.begin(), dtypes.end(), t.scalar_type()) != dtypes.end();
-       },
-       "dtype in {" + names + "}"},
-      arg);
+  // A kTensors node for the description, made a kDtypeIn one; no test.
+  Predicate predicate = Predicate::on_tensors({nullptr, "dtype in {" + names + "}"}, arg);
+  auto node = std::make_shared<Node>(*predicate.node_);
+  node->kind = Node::Kind::kDtypeIn;
+  for (auto dtype : dtypes) {
+    const auto index = static_cast<size_t>(dtype);
+    if (index < node->dtypes.size()) node->dtypes.set(index);
+  }
+  return Predicate(std::move(node));
 }
 
 Predicate device_type_is(c10::DeviceType type, std::optional<size_t> arg) {

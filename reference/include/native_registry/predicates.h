@@ -57,6 +57,7 @@ class Predicate {
  private:
   friend Predicate not_cow();
   friend Predicate same_shape();
+  friend Predicate dtype_in(std::vector<c10::ScalarType> dtypes, std::optional<size_t> arg);
   explicit Predicate(std::shared_ptr<const Node> node) : node_(std::move(node)) {}
   std::shared_ptr<const Node> node_;
 };
