@@ -412,6 +412,27 @@ void Registry::replace_graph(const GraphKey& key, const Graph& nodes) {
     }
   }
   defer_release(std::make_shared<Graph>(std::exchange(state_.graphs[key], nodes)));
+  // Registration indexed these nodes, but an erase_graph may have dropped them since.
+  for (const NodePtr& node : nodes) append_once(state_.by_dsl_name[node->dsl_name], key);
+  if (!nodes.empty()) {
+    append_once(state_.by_op_symbol[key.op_symbol], key);
+    append_once(state_.by_dispatch_key[key.dispatch_key], key);
+  }
+}
+
+void Registry::erase_graph(const GraphKey& key) {
+  ControlScope scope(*this);
+  auto it = state_.graphs.find(key);
+  if (it == state_.graphs.end()) return;
+  defer_release(std::make_shared<Graph>(std::move(it->second)));
+  state_.graphs.erase(it);
+  for (Index* index : {&state_.by_dsl_name, &state_.by_op_symbol, &state_.by_dispatch_key}) {
+    for (auto entry = index->begin(); entry != index->end();) {
+      std::vector<GraphKey>& keys = entry->second;
+      keys.erase(std::remove(keys.begin(), keys.end(), key), keys.end());
+      entry = keys.empty() ? index->erase(entry) : std::next(entry);
+    }
+  }
 }
 
 // ---- installation -----------------------------------------------------------
@@ -443,6 +464,12 @@ void Registry::ensure_native_ops(const Graph& chain) {
 }
 
 void Registry::retire_native_op(NativeOp& op) { defer_release(op.retire()); }
+
+void Registry::uninstall_graph(const GraphKey& key) {
+  ControlScope scope(*this);
+  remove_router(key);
+  state_.installed.erase(key);
+}
 
 void Registry::remove_router(const GraphKey& key) {
   auto it = routers_.find(key);
@@ -666,6 +693,12 @@ Graph Registry::published_chain(const GraphKey& key) const {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = routers_.find(key);
   return it == routers_.end() ? Graph{} : it->second->published();
+}
+
+uint64_t Registry::router_id(const GraphKey& key) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = routers_.find(key);
+  return it == routers_.end() ? 0 : it->second->id();
 }
 
 Filter Registry::filters() const {

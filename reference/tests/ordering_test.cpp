@@ -132,6 +132,40 @@ TEST_F(OrderingTest, ReplaceGraphSetsTheOrderAndInstallsNothing) {
   EXPECT_THAT(registry().graph(mul_cpu()), ::testing::IsEmpty());
 }
 
+// erase_graph forgets the graph and its index entries, not the router;
+// uninstall_graph takes the router out and keeps the graph; router_id tells
+// one router from the next at the same key.
+TEST_F(OrderingTest, EraseGraphForgetsTheGraphAndKeepsTheRouter) {
+  registry().install_graph(mul_cpu());
+  const uint64_t first = registry().router_id(mul_cpu());
+  EXPECT_NE(first, 0u);
+  registry().erase_graph(mul_cpu());
+  EXPECT_TRUE(registry().graph_keys().empty());
+  EXPECT_TRUE(registry().get_dsl_operations("dsl_a").empty());
+  EXPECT_TRUE(registry().graphs_by_op_symbol().empty());
+  EXPECT_EQ(registry().router_state(mul_cpu()), RouterState::kActive);
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({3})));
+  registry().check_invariants();
+  // replace_graph brings it back, indexed again.
+  registry().replace_graph(mul_cpu(), {a_, b_});
+  EXPECT_THAT(registry().get_dsl_operations("dsl_a"), ElementsAre("mul.Tensor"));
+  EXPECT_TRUE(registry().get_dsl_operations("dsl_c").empty());
+  registry().check_invariants();
+  registry().install_graph(mul_cpu(), InstallMode::kReinstall);
+  const uint64_t second = registry().router_id(mul_cpu());
+  EXPECT_NE(second, first);
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({1})));
+  registry().uninstall_graph(mul_cpu());
+  EXPECT_EQ(registry().router_id(mul_cpu()), 0u);
+  EXPECT_EQ(registry().router_state(mul_cpu()), RouterState::kAbsent);
+  EXPECT_THAT(registry().graph(mul_cpu()), ElementsAre(a_, b_));
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({8})));
+  // Uninstalled, a filter change installs nothing.
+  registry().deregister_op_overrides({{"dsl_a"}, {}, {}});
+  EXPECT_EQ(registry().router_state(mul_cpu()), RouterState::kAbsent);
+  registry().check_invariants();
+}
+
 TEST_F(OrderingTest, ReplaceGraphRefusesJunkAndChangesNothing) {
   auto foreign = register_override(bmm_cpu(), constant_cond(true), fill_impl(1));
   Registry other;

@@ -149,6 +149,10 @@ class Registry {
   // compatibility module). Installs nothing. Throws InvalidArgumentError,
   // changing nothing, for a null, foreign, unknown or repeated node.
   void replace_graph(const GraphKey& key, const Graph& nodes);
+  // Forgets the graph of `key` (its index entries too), as deleting a graph
+  // from upstream's dict does; a router already installed stays, and so do
+  // its `_native` ops. For the same layers; replace_graph brings it back.
+  void erase_graph(const GraphKey& key);
 
   // ---- installation ------------------------------------------------------
 
@@ -162,6 +166,10 @@ class Registry {
   // install_graph for every graph, in key order. Nothing is installed unless
   // every op that needs a new router resolves.
   void install_all();
+  // Takes the router of `key` out of the dispatcher, if one is there, and
+  // leaves the graph (which keeps its nodes) uninstalled: what destroying an
+  // installed router's library does upstream. Its `_native` ops stay active.
+  void uninstall_graph(const GraphKey& key);
 
   // ---- teardown ----------------------------------------------------------
 
@@ -188,6 +196,9 @@ class Registry {
   RouterState router_state(const GraphKey& key) const;
   // Keys whose router is in the dispatcher (active or dormant).
   std::vector<GraphKey> router_keys() const;
+  // Tells the router of `key` from any other before or after it at that key
+  // (Router ids are unique for the life of the process); 0 if there is none.
+  uint64_t router_id(const GraphKey& key) const;
   // The chain the router of `key` routes through now (empty if none).
   Graph published_chain(const GraphKey& key) const;
   Filter filters() const;  // the disabled entries, each sorted

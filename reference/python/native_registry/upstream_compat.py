@@ -7,14 +7,24 @@ with ``_register_overrides_from_graph``) runs against the reference through
 this module. :func:`install_as_torch_native` puts it in place of
 ``torch._native.registry`` for the process.
 
-How it stays honest: as upstream does, this module keeps the graph
-structure, the index maps and the filter state in plain Python containers
-that callers may read and rewrite. Everything that touches the dispatcher
-goes through the C++ reference: at install, the enabled nodes of a graph
-become the reference's graph for that key (nodes built by hand are registered
-with it first) and the reference replaces the router on a fresh capture,
-defines the ``_native`` ops and routes. ``_override_libs`` holds one handle
-per installed router; ``_destroy()`` on the live handle removes that router.
+A view, not a second model: every container here reads the C++ core, which
+keeps the only copy of the registry's state.
+
+* ``_graphs`` reads and writes the core's graphs: assigning a list of nodes
+  sets that graph (a hand-made node is registered with the core first),
+  deleting or clearing empties graphs. Values are fresh lists of node
+  objects (the same object for the same node while anything holds it), so
+  appending to one changes nothing: assign instead.
+* ``_filter_state``'s three sets read the core's filters; adding and removing
+  entries disables and re-enables through the core.
+* The index maps, ``_override_libs`` and ``_native_decomp_overrides`` are
+  derived from the core each time they are read. Upstream keeps them as
+  caches of the graphs and the dispatcher, and its tests save, clear and
+  restore them beside the graphs; here writes to them are accepted and
+  change nothing, because what they would cache is read from the core.
+* ``_libs``, ``_def_libs`` and ``_defined_native_ops`` hold upstream's
+  ``torch.library`` handles, which the reference does not use: plain, empty
+  containers for code that saves and restores them.
 """
 
 from __future__ import annotations
@@ -23,8 +33,8 @@ import contextlib
 import logging
 import sys
 import types
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+import weakref
+from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping, MutableSet
 from typing import Any
 
 import torch
@@ -39,89 +49,27 @@ _ALLOWED_LIB_SYMBOLS: frozenset[str] = frozenset({"aten"})
 _DISALLOWED_DISPATCH_KEYS = _reference._DISALLOWED_DISPATCH_KEYS
 _router_active = _reference._router_active
 _always_true = _reference._always_true
+_OverrideNode = _reference._OverrideNode
+UserOrderingFn = _reference.UserOrderingFn
+GraphKey = tuple[str, str, str]
 
 
-@dataclass(eq=False)
-class _OverrideNode:
-    dsl_name: str
-    lib_symbol: str
-    op_symbol: str
-    dispatch_key: str
-    cond_fn: Callable[..., Any]
-    impl_fn: Callable[..., Any]
-    node_id: str
-    try_initialize_runtime: Callable[[], bool] | None = None
-    unconditional_override: bool = False
-    active: bool = True
-    _handle: Any = field(default=None, repr=False)
+# ---- nodes ------------------------------------------------------------------------
 
 
-UserOrderingFn = Callable[[str, str, list[_OverrideNode]], list[_OverrideNode]]
-
-
-@dataclass
-class _FilterState:
-    _dsl_names: set[str] = field(default_factory=set)
-    _op_symbols: set[str] = field(default_factory=set)
-    _dispatch_keys: set[str] = field(default_factory=set)
-
-    def check_enabled(self, node: _OverrideNode) -> bool:
-        filtered = (node.dsl_name in self._dsl_names or node.op_symbol in self._op_symbols
-                    or node.dispatch_key in self._dispatch_keys)
-        if not filtered:
-            return True
-        # An unconditional override is the op's implementation; only the
-        # private hatch, with the disable, masks it.
-        return node.unconditional_override and not _masked[0]
-
-    def update(self, dsl_names, op_symbols, dispatch_keys, remove_keys: bool = False) -> None:
-        for target, entries in ((self._dsl_names, dsl_names), (self._op_symbols, op_symbols),
-                                (self._dispatch_keys, dispatch_keys)):
-            entries = set(_reference._resolve_iterable(entries))
-            if remove_keys:
-                target -= entries
-            else:
-                target |= entries
-
-
-_filter_state = _FilterState()
-_masked = [False]
-_libs: dict = {}
-_graphs: dict[tuple[str, str, str], list[_OverrideNode]] = {}
-_dsl_name_to_lib_graph: dict[str, list] = {}
-_op_symbol_to_lib_graph: dict[str, list] = {}
-_dispatch_key_to_lib_graph: dict[str, list] = {}
-_native_decomp_overrides: dict[object, Callable[..., Any]] = {}
-_def_libs: dict = {}
-_defined_native_ops: set[str] = set()
-_node_id_counter = 0
-
-
-class _RouterLibrary:
-    """Stands for the library holding one installed router."""
-
-    def __init__(self, key: tuple[str, str, str]) -> None:
-        self.key = key
-
-    def _destroy(self) -> None:
-        if _live.get(self.key) is self:  # a replaced or destroyed handle holds nothing
-            _C.replace_graph(self.key, [])
-            _C.install_graph(self.key, True)
-            _live.pop(self.key, None)
-            _native_decomp_overrides.pop(_reference._resolve_overload(self.key), None)
-
-
-_override_libs: dict[tuple[str, str, str], _RouterLibrary] = {}
-_live: dict[tuple[str, str, str], _RouterLibrary] = {}  # what the dispatcher holds, whatever callers do to _override_libs
-
-
-def _handle_of(node: _OverrideNode):
-    """The reference's node for `node`, registering a hand-made one first."""
+def _handle_of(node: _OverrideNode) -> _C.Node:
+    """The core's node for `node`, registering a hand-made one first (into the
+    graph of its key; callers set the graph's order next)."""
     if node._handle is None:
         _ensure_allowed(node.lib_symbol)
-        node._handle = _C.register_op_override(
+        handle = _C.register_op_override(
             node.dsl_name, node.lib_symbol, node.op_symbol, node.dispatch_key,
             node.cond_fn, node.impl_fn, node.try_initialize_runtime, node.unconditional_override)
+        node._handle = handle
+        # The core names the node (and its `_native` op); later reads of
+        # this core node give back this very object.
+        node.node_id = handle.node_id
+        _reference._views[handle.node_id] = node
     return node._handle
 
 
@@ -133,47 +81,206 @@ def _ensure_allowed(lib_symbol: str) -> None:
         _C.allow_namespace(lib_symbol)
 
 
+# ---- views of the core's state ----------------------------------------------------------
+
+
+class _GraphsView(MutableMapping):
+    """The core's graphs, by (lib_symbol, op_symbol, dispatch_key); a graph
+    set to [] stays, empty, as in upstream's dict."""
+
+    def __getitem__(self, key: GraphKey) -> list[_OverrideNode]:
+        if key not in self:
+            raise KeyError(key)
+        return [_reference._node_of(h) for h in _C.graph(tuple(key))]
+
+    def __setitem__(self, key: GraphKey, nodes: Iterable[_OverrideNode]) -> None:
+        _C.replace_graph(tuple(key), [_handle_of(node) for node in nodes])
+
+    def __delitem__(self, key: GraphKey) -> None:
+        if key not in self:
+            raise KeyError(key)
+        _C.erase_graph(tuple(key))
+
+    def __iter__(self) -> Iterator[GraphKey]:
+        return iter(_C.graph_keys())
+
+    def __len__(self) -> int:
+        return len(_C.graph_keys())
+
+    def __contains__(self, key: object) -> bool:
+        return key in _C.graph_keys()
+
+    def __repr__(self) -> str:
+        return f"_GraphsView({dict(self)!r})"
+
+
+class _Derived(MutableMapping):
+    """A mapping computed from the core on every read. Writes are accepted
+    and change nothing (see the module's docstring)."""
+
+    def __init__(self, compute: Callable[[], dict]) -> None:
+        self._compute = compute
+
+    def __getitem__(self, key: Any) -> Any:
+        return self._compute()[key]
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._compute())
+
+    def __len__(self) -> int:
+        return len(self._compute())
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        pass
+
+    def __delitem__(self, key: Any) -> None:
+        pass
+
+    def clear(self) -> None:
+        pass
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._compute()!r})"
+
+
+def _index(field: int) -> Callable[[], dict[str, list[GraphKey]]]:
+    """Graph keys by dsl name (0), op symbol (1) or dispatch key (2), in key
+    order, from the graphs as they are now."""
+    def compute() -> dict[str, list[GraphKey]]:
+        index: dict[str, list[GraphKey]] = {}
+        for key in _graphs:
+            names = {node.dsl_name for node in _graphs[key]} if field == 0 else {key[field]}
+            for name in sorted(names):
+                index.setdefault(name, []).append(key)
+        return index
+    return compute
+
+
+class _RouterLibrary:
+    """Stands for the library holding one installed router: destroying it
+    takes that router (and no later one at the key) out of the dispatcher."""
+
+    def __init__(self, key: GraphKey, router_id: int) -> None:
+        self.key = key
+        self.router_id = router_id
+
+    def _destroy(self) -> None:
+        if _C.router_id(self.key) == self.router_id:
+            _C.uninstall_graph(self.key)
+
+    def __repr__(self) -> str:
+        return f"_RouterLibrary({self.key!r}, router {self.router_id})"
+
+
+# (key, router id) -> its handle while anything holds it, so that reading
+# _override_libs twice gives the same object for the same router.
+_router_handles: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+
+def _installed_routers() -> dict[GraphKey, _RouterLibrary]:
+    """A handle per router that routes through a non-empty chain (upstream
+    keeps no router for an empty one)."""
+    out: dict[GraphKey, _RouterLibrary] = {}
+    for key in _C.router_keys():
+        if _C.router_state(key) != "active":
+            continue
+        router_id = _C.router_id(key)
+        handle = _router_handles.get((key, router_id))
+        if handle is None:
+            handle = _router_handles[(key, router_id)] = _RouterLibrary(key, router_id)
+        out[key] = handle
+    return out
+
+
+class _FilterSet(MutableSet):
+    """One of the core's three filter lists: adding an entry disables it,
+    discarding one re-enables it (installed routers follow, as upstream's
+    deregister and re-enable make them)."""
+
+    def __init__(self, field: int) -> None:
+        self._field = field
+
+    def _entries(self) -> list[str]:
+        return list(_C.filters()[self._field])
+
+    def __contains__(self, entry: object) -> bool:
+        return entry in self._entries()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries())
+
+    def __len__(self) -> int:
+        return len(self._entries())
+
+    def _named(self, entry: str) -> list[list[str]]:
+        lists: list[list[str]] = [[], [], []]
+        lists[self._field] = [entry]
+        return lists
+
+    def add(self, entry: str) -> None:
+        _C.deregister_op_overrides(*self._named(entry))
+
+    def discard(self, entry: str) -> None:
+        _C.reenable_op_overrides(*self._named(entry))
+
+    def update(self, entries: Iterable[str]) -> None:
+        for entry in entries:
+            self.add(entry)
+
+    def __repr__(self) -> str:
+        return f"{set(self)!r}"
+
+
+class _FilterState:
+    """The core's filters with upstream's attribute names."""
+
+    def __init__(self) -> None:
+        self._dsl_names = _FilterSet(0)
+        self._op_symbols = _FilterSet(1)
+        self._dispatch_keys = _FilterSet(2)
+
+    def check_enabled(self, node: _OverrideNode) -> bool:
+        return _C.is_enabled(_handle_of(node))
+
+
+_graphs = _GraphsView()
+_filter_state = _FilterState()
+_dsl_name_to_lib_graph = _Derived(_index(0))
+_op_symbol_to_lib_graph = _Derived(_index(1))
+_dispatch_key_to_lib_graph = _Derived(_index(2))
+_override_libs = _Derived(_installed_routers)
+_native_decomp_overrides = _Derived(_reference._decomp_overrides)
+_libs: dict = {}
+_def_libs: dict = {}
+_defined_native_ops: set[str] = set()
+_node_id_counter = 0
+
+
+# ---- upstream's functions ---------------------------------------------------------------
+
+
 def register_op_override(dsl_name: str, lib_symbol: str, op_symbol: str, dispatch_key: str,
                          cond, impl, *, try_initialize_runtime=None,
                          unconditional_override: bool = False) -> None:
     global _node_id_counter
     _ensure_allowed(lib_symbol)
-    handle = _C.register_op_override(dsl_name, lib_symbol, op_symbol, dispatch_key, cond, impl,
-                                     try_initialize_runtime, bool(unconditional_override))
+    _reference.register_op_override(dsl_name, lib_symbol, op_symbol, dispatch_key, cond, impl,
+                                    try_initialize_runtime=try_initialize_runtime,
+                                    unconditional_override=unconditional_override)
     _node_id_counter += 1
-    node = _OverrideNode(dsl_name, lib_symbol, op_symbol, handle.dispatch_key,
-                         cond if cond is not None else _always_true, impl, handle.node_id,
-                         try_initialize_runtime, bool(unconditional_override), True, handle)
-    key = (lib_symbol, op_symbol, handle.dispatch_key)
-    _graphs.setdefault(key, []).append(node)
-    for index, name in ((_dsl_name_to_lib_graph, dsl_name), (_op_symbol_to_lib_graph, op_symbol),
-                        (_dispatch_key_to_lib_graph, handle.dispatch_key)):
-        index.setdefault(name, []).append(key)
 
 
 def _register_overrides_from_graph(lib_symbol: str, op_symbol: str, dispatch_key: str,
                                    graph: list[_OverrideNode], *, filter_state=None) -> None:
-    """Install one graph: its enabled nodes become the reference's chain and
-    the router is replaced on a fresh capture; no enabled node, no router."""
+    """Install one graph as upstream does: the graph becomes `graph`, and its
+    router is replaced on a fresh capture of the op's kernel (none if no node
+    is enabled)."""
+    if filter_state is not None and filter_state is not _filter_state:
+        raise NotImplementedError(
+            "filter_state: the reference installs by the registry's own filters only")
     key = (lib_symbol, op_symbol, dispatch_key)
-    chain = []
-    for node in graph:
-        node.active = (filter_state or _filter_state).check_enabled(node)
-        if node.active:
-            chain.append(node)
-    handles = [_handle_of(node) for node in chain]
-    _C.replace_graph(key, handles)
+    _graphs[key] = list(graph)
     _C.install_graph(key, True)
-    _live.pop(key, None)
-    _override_libs.pop(key, None)
-    overload = _reference._resolve_overload(key)
-    if not chain:
-        _native_decomp_overrides.pop(overload, None)
-        return
-    _live[key] = _override_libs[key] = _RouterLibrary(key)
-    if overload is not None:
-        _native_decomp_overrides[overload] = _reference._make_compile_router(
-            [_reference._node_of(h) for h in handles])
 
 
 _cleanup_and_reregister_graph = _register_overrides_from_graph
@@ -191,83 +298,63 @@ def _keys_named(dsl_names, op_symbols, dispatch_keys) -> set:
     keys: set = set()
     for index, names in ((_dsl_name_to_lib_graph, dsl_names), (_op_symbol_to_lib_graph, op_symbols),
                          (_dispatch_key_to_lib_graph, dispatch_keys)):
+        computed = dict(index)
         for name in _reference._resolve_iterable(names):
-            keys.update(index.get(name, ()))
+            keys.update(computed.get(name, ()))
     return keys
+
+
+def _reinstall(keys: set) -> None:
+    """Upstream re-registers every graph a filter change names, installed
+    before or not, each on a fresh capture."""
+    for key in sorted(keys):
+        if key in _graphs:
+            _C.install_graph(key, True)
 
 
 def deregister_op_overrides(*, disable_dsl_names=None, disable_op_symbols=None,
                             disable_dispatch_keys=None) -> None:
-    _filter_state.update(disable_dsl_names, disable_op_symbols, disable_dispatch_keys)
-    for key in _keys_named(_filter_state._dsl_names, _filter_state._op_symbols,
-                           _filter_state._dispatch_keys):
-        if key in _graphs:
-            _register_overrides_from_graph(*key, _graphs[key])
+    _reference.deregister_op_overrides(disable_dsl_names=disable_dsl_names,
+                                       disable_op_symbols=disable_op_symbols,
+                                       disable_dispatch_keys=disable_dispatch_keys)
+    dsl, ops, keys = _C.filters()
+    _reinstall(_keys_named(dsl, ops, keys))
 
 
 def reenable_op_overrides(*, enable_dsl_names=None, enable_op_symbols=None,
                           enable_dispatch_keys=None) -> None:
-    _filter_state.update(enable_dsl_names, enable_op_symbols, enable_dispatch_keys,
-                         remove_keys=True)
-    for key in _keys_named(enable_dsl_names, enable_op_symbols, enable_dispatch_keys):
-        if key in _graphs:
-            _register_overrides_from_graph(*key, _graphs[key])
+    _reference.reenable_op_overrides(enable_dsl_names=enable_dsl_names,
+                                     enable_op_symbols=enable_op_symbols,
+                                     enable_dispatch_keys=enable_dispatch_keys)
+    _reinstall(_keys_named(enable_dsl_names, enable_op_symbols, enable_dispatch_keys))
 
 
-def reorder_graphs_from_user_function(fn: UserOrderingFn, *,
-                                      reregister_overrides: bool = False) -> None:
-    for key in list(_graphs):
-        lib_symbol, op_symbol, dispatch_key = key
-        original = list(_graphs[key])
-        try:
-            reordered = fn(op_symbol, dispatch_key, original)
-            if not isinstance(reordered, list):
-                raise TypeError(f"expected a list, got {type(reordered).__name__}")
-        except Exception:
-            log.warning("Graph transformation failed for %s::%s/%s. Preserving original graph.",
-                        lib_symbol, op_symbol, dispatch_key, exc_info=True)
-            continue
-        _graphs[key] = reordered
-        if reregister_overrides and reordered != original:
-            _register_overrides_from_graph(*key, reordered)
-
-
-def get_dsl_operations(dsl_name: str, lib_symbol: str = "aten") -> list[str]:
-    return sorted({op for (lib, op, _), nodes in _graphs.items()
-                   if lib == lib_symbol and any(n.dsl_name == dsl_name for n in nodes)})
+reorder_graphs_from_user_function = _reference.reorder_graphs_from_user_function
+get_dsl_operations = _reference.get_dsl_operations
 
 
 def native_decomp_table(overrides_only: bool = False) -> dict[object, Callable[..., Any]]:
-    table: dict[object, Callable[..., Any]] = {}
-    if not overrides_only:
-        from torch.export import default_decompositions
-
-        table.update(default_decompositions())
-    table.update(_native_decomp_overrides)
-    return table
+    return _reference.native_decomp_table(overrides_only=overrides_only)
 
 
 @contextlib.contextmanager
 def _unconditional_masked() -> Iterator[None]:
-    """While open, disabled unconditional overrides are masked too."""
-    affected = [k for k, g in _graphs.items()
-                if k in _live and any(n.unconditional_override for n in g)]
-    previous, _masked[0] = _masked[0], True
-    try:
-        for key in affected:
-            _register_overrides_from_graph(*key, _graphs[key])
+    """While open, disabled unconditional overrides are masked too; their
+    installed routers are rebuilt on entry and exit, as upstream rebuilds them."""
+    affected = [key for key in _override_libs
+                if any(node.unconditional_override for node in _graphs.get(key, ()))]
+    with _reference._unconditional_masked():
+        _reinstall(set(affected))
         yield
-    finally:
-        _masked[0] = previous
-        for key in affected:
-            if key in _graphs:
-                _register_overrides_from_graph(*key, _graphs[key])
+    _reinstall(set(affected))
 
 
 def install_as_torch_native() -> types.ModuleType:
     """Make ``torch._native`` and ``torch._native.registry`` this module (and
     a package holding it with ``get_user_ordering_fn`` and
-    ``_unconditional_masked``) for the rest of the process."""
+    ``_unconditional_masked``) for the rest of the process. The reference's
+    log records go to this module's logger from then on, the one code written
+    for ``torch._native.registry`` listens on."""
     import native_registry
 
     package = types.ModuleType("torch._native")
@@ -278,4 +365,5 @@ def install_as_torch_native() -> types.ModuleType:
     sys.modules["torch._native"] = package
     sys.modules["torch._native.registry"] = sys.modules[__name__]
     torch._native = package
+    _reference.log = log
     return package

@@ -597,6 +597,15 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("check_invariants", [] { without_gil([] { registry().check_invariants(); }); });
   m.def("dump_state", [] { return without_gil([] { return registry().dump_state(); }); });
+  m.def("erase_graph", [](const std::tuple<std::string, std::string, std::string>& key) {
+    without_gil([&] { registry().erase_graph(to_key(key)); });
+  });
+  m.def("uninstall_graph", [](const std::tuple<std::string, std::string, std::string>& key) {
+    without_gil([&] { registry().uninstall_graph(to_key(key)); });
+  });
+  m.def("router_id", [](const std::tuple<std::string, std::string, std::string>& key) {
+    return without_gil([&] { return registry().router_id(to_key(key)); });
+  });
   m.def("router_state", [](const std::tuple<std::string, std::string, std::string>& key) {
     switch (without_gil([&] { return registry().router_state(to_key(key)); })) {
       case RouterState::kAbsent: return "absent";
