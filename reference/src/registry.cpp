@@ -23,8 +23,10 @@ struct Snapshot::State {
   Registry::ControlState control;
   struct RouterRecord {
     uint64_t router_id;
+    Graph chain;  // what it routed through, which may lag its graph
   };
   std::map<GraphKey, RouterRecord> routers;
+  int unconditional_mask_depth = 0;  // in force when the snapshot was taken
   std::map<std::string, NodePtr> native_nodes;  // nodes whose `_native` op was active
 };
 
@@ -463,6 +465,19 @@ void Registry::ensure_native_ops(const Graph& chain) {
   }
 }
 
+Graph Registry::chain_under_current_mask(const GraphKey& key, const Graph& published) const {
+  Graph chain;
+  auto graph = state_.graphs.find(key);  // erase_graph may have forgotten it
+  if (graph == state_.graphs.end()) return chain;
+  for (const NodePtr& node : graph->second) {
+    const bool was_routed =
+        std::find(published.begin(), published.end(), node) != published.end();
+    const bool masked_then = node->options.unconditional_override && state_.filters.matches(*node);
+    if ((was_routed || masked_then) && is_enabled_locked(*node)) chain.push_back(node);
+  }
+  return chain;
+}
+
 void Registry::retire_native_op(NativeOp& op) { defer_release(op.retire()); }
 
 void Registry::uninstall_graph(const GraphKey& key) {
@@ -542,8 +557,9 @@ Snapshot Registry::snapshot() const {
   state->owner = serial_;
   state->control = state_;
   for (const auto& [key, router] : routers_) {
-    state->routers[key] = {router->id()};
+    state->routers[key] = {router->id(), router->published()};
   }
+  state->unconditional_mask_depth = unconditional_mask_depth_;
   for (const auto& [id, native_op] : native_ops_) {
     if (native_op->active()) state->native_nodes[id] = native_op->node();
   }
@@ -589,13 +605,15 @@ void Registry::restore(const Snapshot& snapshot) {
     }
   }
   // Each router the snapshot had comes back (dormant if need be, so the
-  // dispatcher is as it was), routing through its graph's enabled chain
-  // under the filters restored and the mask in force now: a snapshot taken
-  // inside an UnconditionalMask and restored after it routes as the nodes'
-  // is_enabled says.
-  for (const auto& entry : saved.routers) {
-    const GraphKey& key = entry.first;
-    const Graph chain = enabled_chain(key);
+  // dispatcher is as it was), routing through the chain it had then, which
+  // may lag its graph (a registration publishes nothing). Only where the
+  // unconditional mask in force differs from the snapshot's does it route
+  // by the mask of now: the unconditional nodes the filters disable come
+  // in or go, as their is_enabled says.
+  for (const auto& [key, record] : saved.routers) {
+    const Graph chain = saved.unconditional_mask_depth == unconditional_mask_depth_
+                            ? record.chain
+                            : chain_under_current_mask(key, record.chain);
     auto it = routers_.find(key);
     if (it != routers_.end()) {
       ensure_native_ops(chain);

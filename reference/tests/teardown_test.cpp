@@ -71,6 +71,25 @@ TEST_F(TeardownTest, RestoreKeepsAnUnreplacedRouterAndRepublishesItsChain) {
   EXPECT_EQ(fingerprint().difference(live), "");
 }
 
+// A registration publishes nothing, so a router's chain may lag its graph at
+// the snapshot; restore brings back the chain, not the graph's enabled one
+// (and no `_native` op for the unpublished node). Found by the model test.
+TEST_F(TeardownTest, RestoreBringsBackAChainThatLaggedItsGraph) {
+  register_override(mul_cpu(), constant_cond(false), fill_impl(7), {}, "dsl_a");
+  registry().install_graph(mul_cpu());
+  auto late = register_override(mul_cpu(), constant_cond(true), fill_impl(9), {}, "dsl_b");
+  const Snapshot snapshot = registry().snapshot();
+  const auto at_snapshot = fingerprint();
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({8})));
+  registry().install_graph(mul_cpu());  // catches up
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({9})));
+  registry().restore(snapshot);
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({8})));
+  EXPECT_EQ(registry().published_chain(mul_cpu()).size(), 1u);
+  EXPECT_EQ(fingerprint().difference(at_snapshot), "");
+  EXPECT_EQ(registry().graph(mul_cpu()).back(), late);
+}
+
 TEST_F(TeardownTest, RestoreBringsBackGraphsIndexesAndFilters) {
   auto a = register_override(mul_cpu(), constant_cond(true), fill_impl(1), {}, "dsl_a");
   registry().deregister_op_overrides({{"dsl_x"}, {"op_x"}, {"CUDA"}});

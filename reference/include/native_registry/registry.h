@@ -23,7 +23,8 @@
 //  * restore(snapshot()) puts back the registry and every dispatch table it
 //    touched: routers installed since are removed, routers replaced since are
 //    rebuilt on a fresh capture of the op's own kernel, every router routes
-//    by the restored filters and the mask in force now, and the active
+//    through the chain it had (by the mask in force now, where that differs
+//    from the snapshot's), and the active
 //    `_native` ops are those active at the snapshot (ops of nodes registered
 //    or first installed since are retired).
 //  * Locking: one plain mutex serialises the control plane. It is never held
@@ -266,6 +267,11 @@ class Registry {
   // Everything below expects mutex_ held (a ControlScope alive).
   bool is_enabled_locked(const OverrideNode& node) const;
   Graph enabled_chain(const GraphKey& key) const;
+  // What a router restored from a snapshot taken under another unconditional
+  // mask routes through: the nodes of `published` still enabled, plus the
+  // graph's unconditional nodes the filters disable, where they are enabled
+  // now; in graph order.
+  Graph chain_under_current_mask(const GraphKey& key, const Graph& published) const;
   std::set<GraphKey> keys_named_by(const Filter& filter) const;
   void republish_installed(const std::set<GraphKey>& keys);
   void republish_all_installed();
