@@ -22,6 +22,10 @@ variants are installed, timed and torn down in turn in a shuffled order,
 after each teardown. Writes JSON rows (median and quartiles of the per-call
 times of the blocks) with, for each, the added time per call and the ratio
 to stock. Timing is reported, never asserted.
+
+Without a CUDA device it writes no rows and says why. `--device cpu` runs
+the same variants at the CPU key (the Triton ones need CUDA and are left
+out): a smoke run of this script on a machine without a GPU.
 """
 
 from __future__ import annotations
@@ -45,8 +49,8 @@ from triton_mul import TritonMul, triton  # noqa: E402
 
 warnings.filterwarnings("ignore", message=".*Overriding a previously registered kernel.*")
 
-KEY = ("aten", "mul.Tensor", "CUDA")
 VARIANTS = ("stock", "dormant", "decline_cpp", "decline_py", "accept_triton", "triton_direct")
+TRITON_VARIANTS = ("accept_triton", "triton_direct")
 
 
 def never(*args, **kwargs) -> bool:
@@ -57,7 +61,8 @@ def forbidden(*args, **kwargs):
     raise AssertionError("a declining benchmark ran its impl")
 
 
-def variant(name: str, registry, predicates) -> Callable[[], contextlib.AbstractContextManager]:
+def variant(name: str, key: tuple[str, str, str], registry,
+            predicates) -> Callable[[], contextlib.AbstractContextManager]:
     """The context that sets up one variant (and, for triton_direct, nothing)."""
     @contextlib.contextmanager
     def install() -> Iterator[None]:
@@ -71,7 +76,7 @@ def variant(name: str, registry, predicates) -> Callable[[], contextlib.Abstract
                 "decline_py": (never, forbidden),
                 "accept_triton": (predicates.dtype_in(torch.float16), TritonMul()),
             }[name]
-            registry.register_op_override(f"bench_{name}", *KEY, cond, impl)
+            registry.register_op_override(f"bench_{name}", *key, cond, impl)
             registry.register_all_overrides()
             if name == "dormant":
                 registry.deregister_op_overrides(disable_dsl_names=[f"bench_{name}"])
@@ -86,6 +91,7 @@ def quantiles(values: list[float]) -> tuple[float, float, float]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     parser.add_argument("--sizes", default="2,1000000")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--min-run-time", type=float, default=0.2,
@@ -99,8 +105,7 @@ def main() -> int:
                "cuda_device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
                "timer": "torch.utils.benchmark default timer, CUDA-synchronised per block",
                "rounds": args.rounds, "min_run_time": args.min_run_time, "dtype": "float16"}
-    missing = ("no CUDA device" if not torch.cuda.is_available()
-               else "Triton is not installed" if triton is None else None)
+    missing = "no CUDA device" if args.device == "cuda" and not torch.cuda.is_available() else None
     if missing:
         print(f"bench_cuda: unsupported: {missing}; no rows", file=sys.stderr)
         pathlib.Path(args.out).write_text(json.dumps({"context": context, "unsupported": missing,
@@ -110,6 +115,12 @@ def main() -> int:
     import native_registry.registry as registry
     from native_registry import predicates
 
+    variants = [v for v in VARIANTS
+                if v not in TRITON_VARIANTS or (args.device == "cuda" and triton is not None)]
+    if len(variants) < len(VARIANTS):
+        context["left_out"] = {v: "Triton is not installed" if triton is None else "Triton runs at cuda"
+                               for v in TRITON_VARIANTS}
+    key = ("aten", "mul.Tensor", args.device.upper())
     torch.set_num_threads(1)
     op = torch.ops.aten.mul.Tensor
     direct = TritonMul()
@@ -117,16 +128,16 @@ def main() -> int:
     rng = random.Random(args.seed)
     rows = []
     for numel in (int(n) for n in args.sizes.split(",")):
-        a = torch.rand(numel, device="cuda", dtype=torch.float16)
-        b = torch.rand(numel, device="cuda", dtype=torch.float16)
+        a = torch.rand(numel, device=args.device, dtype=torch.float16)
+        b = torch.rand(numel, device=args.device, dtype=torch.float16)
         expected = op(a, b)
-        blocks: dict[str, list[float]] = {name: [] for name in VARIANTS}
-        order = list(VARIANTS)
+        blocks: dict[str, list[float]] = {name: [] for name in variants}
+        order = list(variants)
         for _ in range(args.rounds):
             rng.shuffle(order)
             for name in order:
                 call = direct if name == "triton_direct" else op
-                with variant(name, registry, predicates)():
+                with variant(name, key, registry, predicates)():
                     # Not a timing check: every variant computes what stock does.
                     if not torch.equal(call(a, b), expected):
                         raise AssertionError(f"{name} computes another result")
@@ -136,17 +147,16 @@ def main() -> int:
                 if torch._C._dispatch_dump("aten::mul.Tensor") != before:
                     raise AssertionError(f"{name} left aten::mul.Tensor changed")
         stock = statistics.median(blocks["stock"])
-        direct_median = statistics.median(blocks["triton_direct"])
-        for name in VARIANTS:
+        for name in variants:
             p25, median, p75 = quantiles(blocks[name])
-            row = {"lang": "python", "device": "cuda", "op": "mul", "numel": numel, "variant": name,
+            row = {"lang": "python", "device": args.device, "op": "mul", "numel": numel, "variant": name,
                    "median_ns": median * 1e9, "p25_ns": p25 * 1e9, "p75_ns": p75 * 1e9,
                    "samples": len(blocks[name]), "added_ns": (median - stock) * 1e9,
                    "ratio_to_stock": median / stock}
             if name == "accept_triton":
-                row["added_over_triton_direct_ns"] = (median - direct_median) * 1e9
+                row["added_over_triton_direct_ns"] = (median - statistics.median(blocks["triton_direct"])) * 1e9
             rows.append(row)
-            print(f"cuda mul n={numel:<8d} {name:14s} {median * 1e9:9.0f} ns  "
+            print(f"{args.device} mul n={numel:<8d} {name:14s} {median * 1e9:9.0f} ns  "
                   f"[{p25 * 1e9:.0f}, {p75 * 1e9:.0f}]  added {row['added_ns']:+8.0f} ns  "
                   f"x{row['ratio_to_stock']:.3f}", flush=True)
     pathlib.Path(args.out).write_text(json.dumps({"context": context, "rows": rows}, indent=1))

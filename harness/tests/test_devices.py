@@ -148,3 +148,31 @@ def test_a_run_that_brought_nothing_back_says_so(tmp_path):
     (tmp_path / "empty").mkdir()
     text = report.section(tmp_path / "empty", None, None)
     assert "No results.json came back" in text and "No bench-cuda.json came back" in text
+
+
+def test_the_benchmark_rows_compute_stocks_result_and_leave_the_table_as_it_was(tmp_path):
+    """bench_cuda.py at the CPU key (its smoke mode: no Triton rows), tiny
+    and short; the script itself checks each variant's result and the
+    dispatch table after each teardown. Nothing about time is asserted."""
+    out = tmp_path / "bench.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "harness" / "gpu" / "bench_cuda.py"), "--device", "cpu",
+                           "--sizes", "2", "--rounds", "1", "--min-run-time", "0.01", "--out", str(out)],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    assert [r["variant"] for r in doc["rows"]] == ["stock", "dormant", "decline_cpp", "decline_py"]
+    assert set(doc["context"]["left_out"]) == {"accept_triton", "triton_direct"}
+    stock = doc["rows"][0]
+    assert stock["added_ns"] == 0 and stock["ratio_to_stock"] == 1
+    assert all(r["median_ns"] > 0 and r["samples"] > 0 for r in doc["rows"])
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the run where there is no CUDA device")
+def test_the_cuda_benchmark_writes_no_rows_without_a_cuda_device_and_says_why(tmp_path):
+    out = tmp_path / "bench.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "harness" / "gpu" / "bench_cuda.py"), "--out", str(out)],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0
+    doc = json.loads(out.read_text())
+    assert doc["rows"] == [] and doc["unsupported"] == "no CUDA device"
+    assert "No benchmark rows: no CUDA device." in report.bench_section(doc)
