@@ -24,11 +24,9 @@
 
 #include <dlfcn.h>
 
-#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <optional>
-#include <thread>
 
 namespace conformance {
 namespace {
@@ -255,36 +253,19 @@ TEST_P(Conformance, DeviceCallsOnSeveralThreadsSeeWholeChains) {
   add(mul_here(), constant_cond(true), fill_impl(1), "dsl_a");
   add(mul_here(), constant_cond(true), fill_impl(2), "dsl_b");
   adapter().install(mul_here());
-  std::atomic<bool> stop{false};
-  std::atomic<long> bad{0}, calls{0};
-  std::vector<std::thread> callers;
-  for (int t = 0; t < 3; ++t) {
-    callers.emplace_back([&] {
-      // At cuda each caller works on a stream of its own (a new one from the
-      // pool, current on this thread only), as callers on streams do.
-      std::optional<c10::StreamGuard> stream;
-      if (run_device().type == c10::kCUDA) {
-        stream.emplace(c10::impl::getDeviceGuardImpl(c10::kCUDA)->getStreamFromGlobalPool(
-            c10::Device(c10::kCUDA, 0)));
-      }
-      const at::Tensor a = on_device({2}), b = on_device({4});
-      while (!stop) {
-        const float v = call_mul(a, b).item<float>();  // item() waits for this stream
-        if (v != 1.f && v != 2.f && v != 8.f) ++bad;
-        ++calls;
-      }
-    });
-  }
-  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(400);
-  for (int round = 0; std::chrono::steady_clock::now() < until; ++round) {
-    if (round % 3 == 0) adapter().disable({{"dsl_a"}, {}, {}});
-    if (round % 3 == 1) adapter().disable({{"dsl_b"}, {}, {}});
-    if (round % 3 == 2) adapter().enable({{"dsl_a", "dsl_b"}, {}, {}});
-  }
-  stop = true;
-  for (auto& caller : callers) caller.join();
-  EXPECT_EQ(bad.load(), 0);
-  EXPECT_GT(calls.load(), 0);
+  // At cuda each caller works on a stream of its own (a new one from the
+  // pool, current on that thread only), as callers on streams do; item()
+  // waits for that stream.
+  const auto own_stream = []() -> std::shared_ptr<void> {
+    if (run_device().type != c10::kCUDA) return nullptr;
+    return std::make_shared<c10::StreamGuard>(c10::impl::getDeviceGuardImpl(c10::kCUDA)->getStreamFromGlobalPool(
+        c10::Device(c10::kCUDA, 0)));
+  };
+  const at::Tensor a = on_device({2}), b = on_device({4});
+  const Race race = race_calls_against_toggles([&] { return call_mul(a, b).item<float>(); },
+                                               {1.f, 2.f, 8.f}, own_stream);
+  EXPECT_EQ(race.bad, 0);
+  EXPECT_GT(race.calls, 0);
 }
 
 }  // namespace

@@ -127,21 +127,13 @@ def test_no_recursion_through_bmm_backward_on_the_device(device, impl):
     assert torch.allclose(b.grad, grad_b)
 
 
-@behaviour("unconditional.cond-none-always-matches")
-def test_unconditional_override_takes_every_call_on_the_device(device, impl):
+@behaviour("unconditional.cond-none-always-matches", "unconditional.survives-disable")
+def test_unconditional_override_takes_every_call_and_survives_disable_on_the_device(device, impl):
     key = (*MUL, device.key)
     a, b, _ = operands(device)
     impl.register("test_dsl", *key, None, fill(3.0), unconditional_override=True)
     impl.install(*key)
     assert torch.equal(torch.ops.aten.mul.Tensor(a, b), torch.full_like(a, 3.0))
-
-
-@behaviour("unconditional.survives-disable")
-def test_unconditional_override_survives_disable_on_the_device(device, impl):
-    key = (*MUL, device.key)
-    a, b, _ = operands(device)
-    impl.register("test_dsl", *key, None, fill(3.0), unconditional_override=True)
-    impl.install(*key)
     impl.disable(dsl_names="test_dsl")
     assert torch.equal(torch.ops.aten.mul.Tensor(a, b), torch.full_like(a, 3.0))
 

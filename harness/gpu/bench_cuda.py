@@ -44,7 +44,9 @@ from collections.abc import Callable, Iterator
 import torch
 import torch.utils.benchmark as benchmark
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "fixtures" / "python"))
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "fixtures" / "python"))
+sys.path.insert(0, str(ROOT / "harness" / "bench"))
 from triton_mul import TritonMul, triton  # noqa: E402
 
 warnings.filterwarnings("ignore", message=".*Overriding a previously registered kernel.*")
@@ -84,11 +86,6 @@ def variant(name: str, key: tuple[str, str, str], registry,
     return install
 
 
-def quantiles(values: list[float]) -> tuple[float, float, float]:
-    q = statistics.quantiles(values, n=4, method="inclusive") if len(values) > 1 else values * 3
-    return q[0], statistics.median(values), q[2]
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
@@ -113,6 +110,7 @@ def main() -> int:
         return 0
 
     import native_registry.registry as registry
+    from bench import quantiles  # the CPU benchmark's: median and quartiles of the block times
     from native_registry import predicates
 
     variants = [v for v in VARIANTS
