@@ -64,6 +64,9 @@ examples:
                                                    your known failures, with reasons
   ./harness/run --cpp-impl mine=path/to/conformance_mine
                                                    a C++ suite binary linked with your adapter
+  ./harness/run --device cpu,cuda                  also the device tests at CUDA keys with CUDA
+                                                   tensors, a column per device (unsupported
+                                                   without a CUDA device)
   ./harness/run --coverage                         coverage of the reference: C++ (lcov) and Python
   ./harness/run --coverage --impl reference,upstream
                                                    also upstream's torch/_native/registry.py
@@ -228,23 +231,39 @@ def explain(what: str, found: dict) -> str:
     return "\n".join(lines)
 
 
-def run_cpp(impl: Implementation, build: pathlib.Path, results: pathlib.Path) -> tuple[int, list[dict]]:
+def device_suffix(device: str) -> str:
+    """What a device run adds to file names and progress labels ("" at cpu)."""
+    return "" if device == "cpu" else f"-{device}"
+
+
+def run_cpp(impl: Implementation, build: pathlib.Path, results: pathlib.Path,
+            device: str = "cpu") -> tuple[int, list[dict]]:
     # impl.cpp is relative to the build folder, or absolute (--cpp-impl).
-    xml = results / f"cpp-{impl.file_stem}.xml"
-    status = stream([str(build / impl.cpp), f"--gtest_output=xml:{xml}"], f"c++ {impl.label}",
-                    results / f"cpp-{impl.file_stem}.log", progress=gtest_progress)
-    rows = matrix.gtest_rows(xml, impl.label) if xml.exists() else []
+    # The suite reads its device from CONFORMANCE_DEVICE; at another device
+    # than cpu only its device tests (Conformance.Device*) run.
+    stem = impl.file_stem + device_suffix(device)
+    xml = results / f"cpp-{stem}.xml"
+    cmd = [str(build / impl.cpp), f"--gtest_output=xml:{xml}"]
+    if device != "cpu":
+        cmd.append("--gtest_filter=*Conformance.Device*")
+    status = stream(cmd, f"c++ {impl.label}{device_suffix(device)}", results / f"cpp-{stem}.log",
+                    env=dict(os.environ, CONFORMANCE_DEVICE=device), progress=gtest_progress)
+    rows = matrix.gtest_rows(xml, impl.label, device) if xml.exists() else []
     return status, rows
 
 
 def run_python(impl: Implementation, results: pathlib.Path, env: dict | None = None,
-               extra: tuple[str, ...] = ()) -> tuple[int, list[dict]]:
-    report = results / f"python-{impl.file_stem}.jsonl"
+               extra: tuple[str, ...] = (), device: str = "cpu") -> tuple[int, list[dict]]:
+    # At another device than cpu only the device tests (marker `device`) run.
+    stem = impl.file_stem + device_suffix(device)
+    report = results / f"python-{stem}.jsonl"
     cmd = [sys.executable, "-m", "pytest", "conformance/python", "-v", "-p", "no:cacheprovider",
-           f"--impl={impl.python}", f"--conformance-report={report}",
-           f"--junitxml={results / f'python-{impl.file_stem}.xml'}", *extra]
-    status = stream(cmd, f"py {impl.label}", results / f"python-{impl.file_stem}.log", env=env,
-                    progress=pytest_progress)
+           f"--impl={impl.python}", f"--conformance-report={report}", f"--device={device}",
+           f"--junitxml={results / f'python-{stem}.xml'}", *extra]
+    if device != "cpu":
+        cmd += ["-m", "device"]
+    status = stream(cmd, f"py {impl.label}{device_suffix(device)}", results / f"python-{stem}.log",
+                    env=env, progress=pytest_progress)
     rows = matrix.python_rows(report) if report.exists() else []
     for row in rows:  # the harness's label, unique even where adapters share a name
         row["implementation"] = impl.label
@@ -268,39 +287,43 @@ def conformance(args) -> int:
     broken: list[str] = []  # suites that crashed or reported nothing
     env = args.suite_env  # imports the package built in args.build, like the C++ suite
 
-    def cpp_column(impl: Implementation) -> bool:
+    def cpp_column(impl: Implementation, device: str) -> bool:
         """Runs one C++ suite into `rows`; whether its results are unexpected."""
-        print(f"== C++ suite against {impl.label}", flush=True)
-        status, got = run_cpp(impl, args.build, results)
+        at = "" if device == "cpu" else f" at device {device}"
+        print(f"== C++ suite against {impl.label}{at}", flush=True)
+        status, got = run_cpp(impl, args.build, results, device)
         rows.extend(got)
         if not got:
-            broken.append(f"the C++ suite against {impl.label} reported nothing (exit {status}); "
-                          f"see {results / f'cpp-{impl.file_stem}.log'}")
+            broken.append(f"the C++ suite against {impl.label}{at} reported nothing (exit {status}); "
+                          f"see {results / f'cpp-{impl.file_stem}{device_suffix(device)}.log'}")
         return matrix.suite_failed(status, got, catalogue)
 
-    for impl in args.implementations:
-        if impl.cpp:
-            unexpected |= cpp_column(impl)
-        print(f"== Python suite against {impl.label}", flush=True)
-        status, got = run_python(impl, results, env=env,
-                                 extra=tuple(f"--expectations={p}" for p in args.expectations))
-        rows += got
-        if not got:
-            broken.append(f"the Python suite against {impl.label} reported nothing (exit {status}); "
-                          f"see {results / f'python-{impl.file_stem}.log'}")
-        unexpected |= matrix.suite_failed(status, got, catalogue) or status != 0
-    for impl in args.cpp_implementations:  # --cpp-impl: a C++ column only
-        unexpected |= cpp_column(impl)
+    for device in args.devices:
+        at = "" if device == "cpu" else f" at device {device}"
+        for impl in args.implementations:
+            if impl.cpp:
+                unexpected |= cpp_column(impl, device)
+            print(f"== Python suite against {impl.label}{at}", flush=True)
+            status, got = run_python(impl, results, env=env, device=device,
+                                     extra=tuple(f"--expectations={p}" for p in args.expectations))
+            rows += got
+            if not got:
+                broken.append(f"the Python suite against {impl.label}{at} reported nothing (exit "
+                              f"{status}); see {results / f'python-{impl.file_stem}{device_suffix(device)}.log'}")
+            unexpected |= matrix.suite_failed(status, got, catalogue) or status != 0
+        for impl in args.cpp_implementations:  # --cpp-impl: a C++ column only
+            unexpected |= cpp_column(impl, device)
 
     import torch
 
     platform_label = f"platform: torch {torch.__version__}"
-    labels, table = matrix.build(catalogue, rows, platform_label)
+    labels, table = matrix.build(catalogue, rows, platform_label, catalogue_module.load_devices())
     missing = [row[0] for row in table if "missing" in row]
     unexpected |= bool(missing)
     header = (f"# Conformance matrix\n\nImplementations: {', '.join(i.label for i in args.implementations)}. "
               f"PyTorch {torch.__version__}, Python {platform.python_version()}, "
-              f"{platform.machine()}. {len(catalogue)} behaviours, {len(rows)} test results, "
+              f"{platform.machine()}. Devices: {', '.join(args.devices)}"
+              f"{device_note(args.devices)}. {len(catalogue)} behaviours, {len(rows)} test results, "
               f"{time.monotonic() - start:.0f} s.")
     score = matrix.scores(catalogue, labels, table)
     md = matrix.markdown(labels, table, header)
@@ -316,6 +339,7 @@ def conformance(args) -> int:
                             "suites": ["cpp"]} for i in args.cpp_implementations],
         summary=header.splitlines()[-1], problems=problems + broken)
     (results / "matrix.html").write_text(report_html.page(document, results))
+    document["run"] = run_facts(args.devices)
     (results / "results.json").write_text(json.dumps(document, indent=1))
     print()
     print(matrix.terminal(labels, table))
@@ -338,6 +362,46 @@ def conformance(args) -> int:
     return 1 if unexpected else 0
 
 
+def run_facts(devices: list[str]) -> dict:
+    """Where the run ran, for reports of device runs (harness/gpu/report.py)."""
+    import torch
+
+    facts = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "torch": torch.__version__,
+             "python": platform.python_version(), "machine": platform.machine(),
+             "devices": devices, "cuda_available": torch.cuda.is_available(),
+             "cuda_device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+             "cuda_runtime": torch.version.cuda}
+    try:
+        import triton
+
+        facts["triton"] = triton.__version__
+    except ImportError:
+        facts["triton"] = None
+    return facts
+
+
+def device_note(devices: list[str]) -> str:
+    """" (CUDA: NVIDIA H200)" or " (no CUDA device)" when the run has a cuda device."""
+    if "cuda" not in devices:
+        return ""
+    import torch
+
+    return f" (CUDA: {torch.cuda.get_device_name(0)})" if torch.cuda.is_available() else " (no CUDA device)"
+
+
+def parse_devices(text: str) -> list[str]:
+    """--device's comma-separated list, each a device of conformance/devices.toml."""
+    known = catalogue_module.load_devices()
+    devices = [d.strip() for d in text.split(",") if d.strip()]
+    for device in devices:
+        if device not in known:
+            raise UsageError(f"--device {device!r}: not a device of conformance/devices.toml "
+                             f"({', '.join(known)})")
+    if not devices:
+        raise UsageError("--device names no device")
+    return list(dict.fromkeys(devices))
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="harness/run", description=DESCRIPTION, epilog=EXAMPLES,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -345,6 +409,12 @@ def parser() -> argparse.ArgumentParser:
                    help="comma-separated implementations to test: reference, upstream, or "
                         "module:factory (a Python adapter; its package must be importable, e.g. on "
                         "PYTHONPATH). Default: reference")
+    p.add_argument("--device", default="cpu", metavar="LIST",
+                   help="comma-separated devices to run the suites at (conformance/devices.toml): "
+                        "cpu runs every test; cuda runs the device tests of both suites with CUDA "
+                        "tensors at CUDA, AutogradCUDA and AutocastCUDA (and the Triton tests), each "
+                        "reported 'unsupported: no CUDA device' without one. A matrix column per "
+                        "device. Default: cpu")
     p.add_argument("--build", type=pathlib.Path, default=ROOT / "build", metavar="DIR",
                    help="the build folder whose C++ suite and Python extension are tested "
                         "(default: build/ of the repository; ./harness/run builds it first)")
@@ -383,6 +453,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         args.implementations = parse_impls(args.impl)
+        args.devices = parse_devices(args.device)
         resolve_paths(args)
         args.expectations = [pathlib.Path(p).expanduser().resolve() for p in args.expectations]
         args.cpp_implementations = [] if args.check_args else [

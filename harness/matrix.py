@@ -3,7 +3,8 @@
 Inputs: GoogleTest XML of the C++ suite (each test records its behaviours as
 JUnit properties) and the JSON lines the Python suite writes with
 --conformance-report. Both give rows of one schema: test, behaviours,
-outcome (pass, fail, xfail, stale, unsupported), side, implementation, and
+outcome (pass, fail, xfail, stale, unsupported), side, implementation,
+device (the run's device, conformance/devices.toml; cpu when absent), and
 optionally reason (of a known failure or an unsupported test) and message
 (a failure's text). A cell aggregates every test naming the behaviour:
 
@@ -43,13 +44,23 @@ def repository_path(compiled: str) -> str:
     return str(pathlib.Path(*parts))
 
 
-def gtest_rows(path: pathlib.Path, implementation: str) -> list[dict]:
+def device_of(row: dict) -> str:
+    return row.get("device", "cpu")
+
+
+def column_label(side: str, implementation: str, device: str = "cpu") -> str:
+    """A column per side, implementation and device run: "python: reference",
+    "cpp: reference @cuda"."""
+    return f"{side}: {implementation}" + ("" if device == "cpu" else f" @{device}")
+
+
+def gtest_rows(path: pathlib.Path, implementation: str, device: str = "cpu") -> list[dict]:
     rows = []
     for case in ET.parse(path).getroot().iter("testcase"):
         ids = [bid for p in case.iter("property") if p.get("name") == "behaviour"
                for bid in p.get("value", "").split(",") if bid]
         row = {"test": f"{case.get('classname')}.{case.get('name')}", "behaviours": ids,
-               "side": "cpp", "implementation": implementation}
+               "side": "cpp", "implementation": implementation, "device": device}
         failure = case.find("failure")
         if failure is None:
             failure = case.find("error")
@@ -122,28 +133,35 @@ def score_line(score: dict[str, tuple[int, int]]) -> str:
     return ", ".join(f"{level} {p}/{n}" for level, (p, n) in score.items() if n)
 
 
-def build(catalogue: dict, rows: list[dict], platform_label: str) -> tuple[list[str], list[list[str]]]:
-    """Column labels and one row per behaviour: [id, profile, cells...]."""
-    columns = sorted({(r["side"], r["implementation"]) for r in rows},
-                     key=lambda c: (c[0] != "cpp", c[1] != "reference", c[1]))
-    by_cell: dict[tuple[str, str, str], list[str]] = defaultdict(list)
+def build(catalogue: dict, rows: list[dict], platform_label: str,
+          devices: dict | None = None) -> tuple[list[str], list[list[str]]]:
+    """Column labels and one row per behaviour: [id, profile, cells...].
+    A column per (side, implementation, device); at a device other than cpu
+    only the behaviours `devices` (conformance/devices.toml) lists for it
+    apply, the others are "-"."""
+    columns = sorted({(r["side"], r["implementation"], device_of(r)) for r in rows},
+                     key=lambda c: (c[2] != "cpu", c[2], c[0] != "cpp", c[1] != "reference", c[1]))
+    by_cell: dict[tuple[str, str, str, str], list[str]] = defaultdict(list)
     platform: dict[str, list[str]] = defaultdict(list)
     for r in rows:
         for bid in r["behaviours"]:
             if catalogue[bid].profile == "platform":
                 platform[bid].append(r["outcome"])
             else:
-                by_cell[(bid, r["side"], r["implementation"])].append(r["outcome"])
-    labels = [f"{side}: {impl}" for side, impl in columns] + [platform_label]
+                by_cell[(bid, r["side"], r["implementation"], device_of(r))].append(r["outcome"])
+    labels = [column_label(*column) for column in columns] + [platform_label]
+    ran_at_cpu = any(device == "cpu" for _, _, device in columns)
     table = []
     for bid, b in catalogue.items():
         cells = []
-        for side, impl in columns:
-            if b.profile == "platform" or side not in b.sides:
+        for side, impl, device in columns:
+            listed = device == "cpu" or bid in (devices[device].behaviours if devices else ())
+            if b.profile == "platform" or side not in b.sides or not listed:
                 cells.append("-")
             else:
-                cells.append(cell(by_cell[(bid, side, impl)], b.level))
-        cells.append(cell(platform[bid], b.level) if b.profile == "platform" else "-")
+                cells.append(cell(by_cell[(bid, side, impl, device)], b.level))
+        # Platform tests run at cpu only: a run at other devices alone has none.
+        cells.append(cell(platform[bid], b.level) if b.profile == "platform" and ran_at_cpu else "-")
         table.append([bid, b.profile] + cells)
     return labels, table
 

@@ -29,7 +29,9 @@ def level_of(behaviour) -> str:
 
 
 def column_of(row: dict, behaviour, platform_label: str) -> str:
-    return platform_label if behaviour.profile == "platform" else f"{row['side']}: {row['implementation']}"
+    if behaviour.profile == "platform":
+        return platform_label
+    return matrix.column_label(row["side"], row["implementation"], matrix.device_of(row))
 
 
 def score(catalogue: dict, labels: list[str], table: list[list[str]]) -> dict[str, dict]:

@@ -1,5 +1,10 @@
 #include "suite.h"
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <thread>
+
 namespace conformance {
 
 namespace fx = native_registry::fixtures;
@@ -26,6 +31,33 @@ void Conformance::add(const Key& key, CondFn cond, ImplFn impl, const std::strin
   adapter_->register_override({dsl, key.lib_symbol, key.op_symbol, key.dispatch_key,
                                std::move(cond), std::move(impl), std::move(runtime),
                                unconditional});
+}
+
+Conformance::Race Conformance::race_calls_against_toggles(
+    const std::function<float()>& call, const std::vector<float>& allowed,
+    const std::function<std::shared_ptr<void>()>& on_thread) {
+  std::atomic<bool> stop{false};
+  std::atomic<long> bad{0}, calls{0};
+  std::vector<std::thread> callers;
+  for (int t = 0; t < 3; ++t) {
+    callers.emplace_back([&] {
+      const auto held = on_thread ? on_thread() : nullptr;
+      while (!stop) {
+        const float v = call();
+        if (std::find(allowed.begin(), allowed.end(), v) == allowed.end()) ++bad;
+        ++calls;
+      }
+    });
+  }
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(400);
+  for (int round = 0; std::chrono::steady_clock::now() < until; ++round) {
+    if (round % 3 == 0) adapter_->disable({{"dsl_a"}, {}, {}});
+    if (round % 3 == 1) adapter_->disable({{"dsl_b"}, {}, {}});
+    if (round % 3 == 2) adapter_->enable({{"dsl_a", "dsl_b"}, {}, {}});
+  }
+  stop = true;
+  for (auto& caller : callers) caller.join();
+  return {calls.load(), bad.load()};
 }
 
 fx::DispatcherFingerprint Conformance::fingerprint() const {

@@ -52,6 +52,16 @@ class Conformance : public ::testing::TestWithParam<Implementation> {
            TryInitializeRuntimeFn runtime = {}, bool unconditional = false);
   native_registry::fixtures::DispatcherFingerprint fingerprint() const;
 
+  // Three threads call `call` (each holding what `on_thread` returns, e.g. a
+  // stream guard, while it calls) as this thread disables dsl_a, then dsl_b,
+  // then re-enables both, in turn for 400 ms. Counts the calls and those whose
+  // result is not in `allowed` (the results some published chain gives).
+  struct Race {
+    long calls = 0, bad = 0;
+  };
+  Race race_calls_against_toggles(const std::function<float()>& call, const std::vector<float>& allowed,
+                                  const std::function<std::shared_ptr<void>()>& on_thread = {});
+
   static Key mul_key() { return {"aten", "mul.Tensor", "CPU"}; }
   static Key bmm_key() { return {"aten", "bmm", "CPU"}; }
   static Key twice_key(const std::string& ns) { return {ns, "twice", "CPU"}; }

@@ -10,8 +10,6 @@
 #include <ATen/ops/randn.h>
 #include <ATen/ops/sum.h>
 
-#include <chrono>
-#include <thread>
 
 namespace conformance {
 namespace {
@@ -250,28 +248,10 @@ TEST_P(Conformance, CallsSeeWholeChainsWhileTheControlPlaneChanges) {
   add(mul_key(), constant_cond(true), fill_impl(1), "dsl_a");
   add(mul_key(), constant_cond(true), fill_impl(2), "dsl_b");
   adapter().install(mul_key());
-  std::atomic<bool> stop{false};
-  std::atomic<long> bad{0}, calls{0};
-  std::vector<std::thread> callers;
-  for (int t = 0; t < 3; ++t) {
-    callers.emplace_back([&] {
-      while (!stop) {
-        const float v = call_mul(tensor({2}), tensor({4})).item<float>();
-        if (v != 1.f && v != 2.f && v != 8.f) ++bad;
-        ++calls;
-      }
-    });
-  }
-  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(400);
-  for (int round = 0; std::chrono::steady_clock::now() < until; ++round) {
-    if (round % 3 == 0) adapter().disable({{"dsl_a"}, {}, {}});
-    if (round % 3 == 1) adapter().disable({{"dsl_b"}, {}, {}});
-    if (round % 3 == 2) adapter().enable({{"dsl_a", "dsl_b"}, {}, {}});
-  }
-  stop = true;
-  for (auto& caller : callers) caller.join();
-  EXPECT_EQ(bad.load(), 0);
-  EXPECT_GT(calls.load(), 0);
+  const Race race = race_calls_against_toggles(
+      [] { return call_mul(tensor({2}), tensor({4})).item<float>(); }, {1.f, 2.f, 8.f});
+  EXPECT_EQ(race.bad, 0);
+  EXPECT_GT(race.calls, 0);
 }
 
 // ---- what installs a router and what may not: filter changes and the

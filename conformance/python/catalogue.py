@@ -11,6 +11,7 @@ from dataclasses import dataclass
 CONFORMANCE = pathlib.Path(__file__).resolve().parents[1]
 CATALOGUE = CONFORMANCE / "catalogue.toml"
 SEEDS = CONFORMANCE / "seeds.txt"
+DEVICES = CONFORMANCE / "devices.toml"
 
 PROFILES = {"registry", "platform"}
 LEVELS = ("required", "recommended")
@@ -49,6 +50,24 @@ def load(path: pathlib.Path = CATALOGUE) -> dict[str, Behaviour]:
             raise ValueError(f"duplicate behaviour id {behaviour.id!r}")
         catalogue[behaviour.id] = behaviour
     return catalogue
+
+
+@dataclass(frozen=True)
+class Device:
+    """A device the suites run at (devices.toml): its dispatch keys and, for
+    a device other than cpu, the behaviours its runs check."""
+    name: str
+    backend_key: str
+    autograd_key: str
+    autocast_key: str
+    behaviours: tuple[str, ...]
+
+
+def load_devices(path: pathlib.Path = DEVICES) -> dict[str, Device]:
+    with path.open("rb") as f:
+        entries = tomllib.load(f)["device"]
+    return {e["name"]: Device(e["name"], e["backend_key"], e["autograd_key"], e["autocast_key"],
+                              tuple(e["behaviours"])) for e in entries}
 
 
 def seed_tests(path: pathlib.Path = SEEDS) -> list[str]:
@@ -202,4 +221,54 @@ def feature_problems(catalogue: dict[str, Behaviour], python_root: pathlib.Path,
                 for feature in sorted(declared - checked):
                     found.append(f"cpp test {test} does not REQUIRE_FEATURE({feature!r}), "
                                  f"which {ids} require")
+    return found
+
+
+# ---- devices: what a run at another device checks ------------------------------
+
+CPP_DEVICE_TEST = re.compile(r"^TEST_P\(Conformance, Device", re.M)
+
+
+def device_test_references(python_root: pathlib.Path, cpp_root: pathlib.Path) -> dict[str, set[str]]:
+    """behaviour id -> the sides ("python", "cpp") that have a device test
+    naming it (Python: a test taking the `device` fixture; C++: a test named
+    Device...)."""
+    refs: dict[str, set[str]] = {}
+    for path in sorted(python_root.glob("test_*.py")):
+        text = path.read_text()
+        for fn in ast.parse(text).body:
+            if isinstance(fn, ast.FunctionDef) and "device" in [a.arg for a in fn.args.args]:
+                for d in fn.decorator_list:
+                    for bid in STRING.findall(ast.get_source_segment(text, d) or ""):
+                        refs.setdefault(bid, set()).add("python")
+    for test, ids, body in cpp_test_bodies(cpp_root):
+        if CPP_DEVICE_TEST.match(body):
+            for bid in ids:
+                refs.setdefault(bid, set()).add("cpp")
+    return refs
+
+
+def device_problems(catalogue: dict[str, Behaviour], devices: dict[str, Device],
+                    refs: dict[str, set[str]]) -> list[str]:
+    """Each behaviour a device lists exists and has a device test on every
+    side where it is expressible; each device test's behaviours are listed
+    by every device other than cpu (else its results there would be lost)."""
+    found = []
+    if "cpu" not in devices:
+        found.append("devices.toml has no cpu device (the default)")
+    for device in devices.values():
+        if device.name == "cpu":
+            continue
+        for bid in device.behaviours:
+            if bid not in catalogue:
+                found.append(f"devices.toml: {device.name} lists unknown behaviour {bid!r}")
+                continue
+            for side in catalogue[bid].sides:
+                if side not in refs.get(bid, set()):
+                    found.append(f"{bid} is listed for device {device.name} but no {side} device "
+                                 f"test names it")
+        for bid in sorted(refs):
+            if bid in catalogue and bid not in device.behaviours:
+                found.append(f"a device test names {bid!r}, which devices.toml does not list for "
+                             f"{device.name}")
     return found

@@ -5,7 +5,8 @@
 Fails when the catalogue is malformed (levels included), a seed test maps to
 no behaviour, a behaviour expressible on a side has no test there, a test
 names an unknown behaviour, or a test uses an adapter feature its behaviours
-do not declare in `requires`. With --spec, also checks that seeds.txt lists exactly that file's
+do not declare in `requires`, or a behaviour devices.toml lists for a device
+has no device test on a side where it is expressible. With --spec, also checks that seeds.txt lists exactly that file's
 tests.
 """
 
@@ -31,6 +32,8 @@ def run(spec: pathlib.Path | None = None) -> list[str]:
         behaviours, c.python_references(c.CONFORMANCE / "python"),
         c.cpp_references(c.CONFORMANCE / "cpp"))
     found += c.feature_problems(behaviours, c.CONFORMANCE / "python", c.CONFORMANCE / "cpp")
+    found += c.device_problems(behaviours, c.load_devices(), c.device_test_references(
+        c.CONFORMANCE / "python", c.CONFORMANCE / "cpp"))
     return found
 
 

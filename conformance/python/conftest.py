@@ -16,6 +16,11 @@
 * Platform-profile tests check the host PyTorch and need no adapter.
 * Every registry test runs inside the adapter's scope() and must leave the
   dispatch tables of the ops it may touch exactly as they were.
+* ``--device NAME`` (conformance/devices.toml; default cpu) is the device the
+  tests taking the ``device`` fixture run at: its tensors, its dispatch keys.
+  Those tests carry the marker ``device`` (the harness runs ``-m device`` at a
+  device other than cpu). Where the device is absent they are reported
+  "unsupported: no CUDA device" (never passed).
 * ``--conformance-report PATH`` writes one JSON record per test for the
   harness's matrix: test, behaviours, outcome (pass, fail, xfail, stale,
   unsupported), side, implementation, source (path:line), and reason / message
@@ -42,6 +47,7 @@ from torch_fixtures import (  # noqa: E402,F401
     MISSING_NS, NS, NS2, assert_shared_tensors_intact, dispatcher_state, twice_namespaces)
 
 CATALOGUE = catalogue_module.load()
+DEVICES = catalogue_module.load_devices()
 EXPECTATIONS = catalogue_module.CONFORMANCE / "expectations"
 
 
@@ -80,6 +86,8 @@ def pytest_addoption(parser):
                           f"default {adapter_module.DEFAULT})")
     parser.addoption("--conformance-report", default=None,
                      help="write per-test behaviour results as JSON lines to this file")
+    parser.addoption("--device", default="cpu", choices=sorted(DEVICES),
+                     help="the device the device tests run at (conformance/devices.toml)")
     parser.addoption("--expectations", action="append", default=None, metavar="PATH",
                      help="known failures of the implementation under test (TOML, [[fail]] test/reason/"
                           "revision); replaces expectations/<adapter>.toml; may be repeated")
@@ -87,6 +95,7 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "behaviour(*ids): catalogue behaviours the test checks")
+    config.addinivalue_line("markers", "device: the test takes the device fixture (runs at --device)")
     config._adapter = adapter_module.load(config.getoption("--impl"))
     revision = adapter_module.revision_of(config._adapter)
     given = config.getoption("--expectations")
@@ -137,6 +146,7 @@ def pytest_report_header(config):
     return [f"implementation: {a.name} ({a.description})",
             f"revision: {adapter_module.revision_of(a) or 'not reported'}",
             f"features: {', '.join(sorted(a.features)) or 'none'}",
+            f"device: {config.getoption('--device')}",
             "expectations: " + (", ".join(str(p) for p in config._expected_files) or "none")]
 
 
@@ -170,6 +180,8 @@ def pytest_collection_modifyitems(config, items):
             if unknown:
                 raise pytest.UsageError(f"expectations {file} name unknown tests: {unknown}")
     for item in items:
+        if "device" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.device)
         ids = behaviours_of(item)
         if not ids:
             raise pytest.UsageError(f"{item.nodeid} names no behaviour")
@@ -206,7 +218,7 @@ def pytest_runtest_makereport(item, call):
         return
     ids = behaviours_of(item)
     row = {"test": item.nodeid.split("::", 1)[1], "behaviours": ids, "side": "python",
-           "implementation": item.config._adapter.name,
+           "implementation": item.config._adapter.name, "device": item.config.getoption("--device"),
            "source": f"{item.location[0]}:{item.location[1] + 1}"}
     if hasattr(report, "wasxfail"):
         reason = report.wasxfail.removeprefix("known failure: ")
@@ -272,6 +284,43 @@ def impl(request):
         yield adapter
     assert dispatcher_state() == before, "teardown left the dispatcher changed"
     assert_shared_tensors_intact()
+
+
+class Device:
+    """The device of this run (--device) as a test sees it: its dispatch
+    keys, and tensors made on it."""
+
+    def __init__(self, spec: catalogue_module.Device):
+        self.name = spec.name
+        self.key, self.autograd_key, self.autocast_key = (
+            spec.backend_key, spec.autograd_key, spec.autocast_key)
+
+    def tensor(self, values, **kwargs) -> torch.Tensor:
+        return torch.tensor(values, device=self.name, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"Device({self.name})"
+
+
+def device_missing(name: str) -> str | None:
+    """Why the run's device cannot be used here, or None."""
+    if name == "cpu":
+        return None
+    module = getattr(torch, name, None)
+    if module is None or not module.is_available():
+        return f"no {name.upper()} device"
+    return None
+
+
+@pytest.fixture
+def device(request):
+    """The device of this run; every device test is unsupported without it.
+    Request it before `impl`, so that nothing is set up for a skipped test."""
+    name = request.config.getoption("--device")
+    missing = device_missing(name)
+    if missing:
+        pytest.skip(f"unsupported: {missing}")
+    return Device(DEVICES[name])
 
 
 @pytest.fixture
