@@ -81,7 +81,7 @@ Key mul_at(const std::string& dispatch_key) { return {"aten", "mul.Tensor", disp
 Key mul_here() { return mul_at(run_device().key); }
 
 at::Tensor on_device(std::vector<float> values) { return tensor(std::move(values)).to(run_device().type); }
-at::Tensor mul_2_3_by_4_5() { return call_mul(on_device({2, 3}), on_device({4, 5})); }
+at::Tensor mul_2_3_by_4_5_on_device() { return call_mul(on_device({2, 3}), on_device({4, 5})); }
 
 // A result computed on the device, compared on the host.
 bool same_on_host(const at::Tensor& device_result, std::vector<float> expected) {
@@ -96,7 +96,7 @@ TEST_P(Conformance, DeviceCondTrueRoutesAtTheBackendAndAutogradKeys) {
     auto scope = adapter().scope();
     add(mul_at(key), constant_cond(true), fill_impl(42));
     adapter().install(mul_at(key));
-    EXPECT_TRUE(same_on_host(mul_2_3_by_4_5(), {42, 42})) << "at " << key;
+    EXPECT_TRUE(same_on_host(mul_2_3_by_4_5_on_device(), {42, 42})) << "at " << key;
   }
 }
 
@@ -107,7 +107,7 @@ TEST_P(Conformance, DeviceCondFalseFallsBack) {
   add(mul_here(), counting_cond(calls, false), forbidden_impl());
   adapter().install(mul_here());
   adapter().install(mul_here());  // replaced: the fallback is still the op's own kernel
-  EXPECT_TRUE(same_on_host(mul_2_3_by_4_5(), {8, 15}));
+  EXPECT_TRUE(same_on_host(mul_2_3_by_4_5_on_device(), {8, 15}));
   EXPECT_EQ(calls->load(), 1);
 }
 
@@ -121,7 +121,7 @@ TEST_P(Conformance, DeviceFirstMatchWins) {
   add(mul_here(), counting_cond(winner, true), fill_impl(1), "b");
   add(mul_here(), counting_cond(later, true), fill_impl(2), "c");
   adapter().install(mul_here());
-  EXPECT_TRUE(same_on_host(mul_2_3_by_4_5(), {1, 1}));
+  EXPECT_TRUE(same_on_host(mul_2_3_by_4_5_on_device(), {1, 1}));
   EXPECT_EQ(first->load(), 1);
   EXPECT_EQ(winner->load(), 1);
   EXPECT_EQ(later->load(), 0);
@@ -134,18 +134,18 @@ TEST_P(Conformance, DeviceFallbackPastTheAutocastKey) {
   auto declines = std::make_shared<std::atomic<int>>(0);
   add(autocast, counting_cond(declines, false), forbidden_impl(), "a");
   adapter().install(autocast);
-  EXPECT_TRUE(same_on_host(mul_2_3_by_4_5(), {8, 15}));
+  EXPECT_TRUE(same_on_host(mul_2_3_by_4_5_on_device(), {8, 15}));
   EXPECT_EQ(declines->load(), 0) << "the autocast key is not among the keys of a call outside autocast";
   struct AutocastOn {
     c10::DeviceType type;
     explicit AutocastOn(c10::DeviceType t) : type(t) { at::autocast::set_autocast_enabled(type, true); }
     ~AutocastOn() { at::autocast::set_autocast_enabled(type, false); }
   } autocast_on(run_device().type);
-  EXPECT_TRUE(same_on_host(mul_2_3_by_4_5(), {8, 15}));
+  EXPECT_TRUE(same_on_host(mul_2_3_by_4_5_on_device(), {8, 15}));
   EXPECT_EQ(declines->load(), 1);
   add(autocast, constant_cond(true), fill_impl(7), "b");
   adapter().install(autocast);
-  EXPECT_TRUE(same_on_host(mul_2_3_by_4_5(), {7, 7}));
+  EXPECT_TRUE(same_on_host(mul_2_3_by_4_5_on_device(), {7, 7}));
 }
 
 TEST_P(Conformance, DeviceUnavailableRuntimeSkipsTheNode) {
@@ -155,7 +155,7 @@ TEST_P(Conformance, DeviceUnavailableRuntimeSkipsTheNode) {
   add(mul_here(), constant_cond(true), forbidden_impl(), "test_dsl", [] { return false; });
   add(mul_here(), constant_cond(true), fill_impl(5), "next");
   adapter().install(mul_here());
-  EXPECT_TRUE(same_on_host(mul_2_3_by_4_5(), {5, 5}));
+  EXPECT_TRUE(same_on_host(mul_2_3_by_4_5_on_device(), {5, 5}));
 }
 
 TEST_P(Conformance, DeviceNoRecursionThroughBmmBackward) {
@@ -186,9 +186,9 @@ TEST_P(Conformance, DeviceUnconditionalTakesEveryCallAndSurvivesDisable) {
   REQUIRE_DEVICE();
   add(mul_here(), {}, fill_impl(3), "test_dsl", {}, /*unconditional=*/true);
   adapter().install(mul_here());
-  EXPECT_TRUE(same_on_host(mul_2_3_by_4_5(), {3, 3}));
+  EXPECT_TRUE(same_on_host(mul_2_3_by_4_5_on_device(), {3, 3}));
   adapter().disable({{"test_dsl"}, {}, {}});
-  EXPECT_TRUE(same_on_host(mul_2_3_by_4_5(), {3, 3}));
+  EXPECT_TRUE(same_on_host(mul_2_3_by_4_5_on_device(), {3, 3}));
 }
 
 TEST_P(Conformance, DeviceFiltersByDslOpSymbolAndDispatchKey) {
@@ -200,9 +200,9 @@ TEST_P(Conformance, DeviceFiltersByDslOpSymbolAndDispatchKey) {
   add(mul_at(other), constant_cond(true), fill_impl(8));
   adapter().install_all();
   adapter().disable({{"test_dsl"}, {}, {}});
-  EXPECT_TRUE(same_on_host(mul_2_3_by_4_5(), {8, 15}));
+  EXPECT_TRUE(same_on_host(mul_2_3_by_4_5_on_device(), {8, 15}));
   adapter().enable({{"test_dsl"}, {}, {}});
-  EXPECT_TRUE(same_on_host(mul_2_3_by_4_5(), {9, 9}));
+  EXPECT_TRUE(same_on_host(mul_2_3_by_4_5_on_device(), {9, 9}));
   adapter().disable({{}, {}, {run_device().key}});
   EXPECT_FALSE(adapter().graph(mul_here())[0].active);
   EXPECT_TRUE(adapter().graph(mul_at(other))[0].active) << "a key filter took another key";
@@ -223,7 +223,7 @@ TEST_P(Conformance, DeviceTeardownRestoresEveryTable) {
     }
     add({"aten", "bmm", run_device().key}, constant_cond(false), forbidden_impl(), "d");
     adapter().install_all();
-    EXPECT_TRUE(same_on_host(mul_2_3_by_4_5(), {8, 15}));
+    EXPECT_TRUE(same_on_host(mul_2_3_by_4_5_on_device(), {8, 15}));
     EXPECT_NE(fingerprint().difference(before), "") << "installing changed no table";
     adapter().disable({{"d"}, {}, {}});
   }
