@@ -7,12 +7,7 @@ std::string GraphKey::to_string() const {
 }
 
 bool OverrideNode::ensure_runtime() const {
-  if (!try_initialize_runtime || runtime_ready_.load(std::memory_order_acquire)) {
-    return true;
-  }
-  if (!try_initialize_runtime()) return false;
-  runtime_ready_.store(true, std::memory_order_release);
-  return true;
+  return !try_initialize_runtime || try_initialize_runtime();
 }
 
 }  // namespace native_registry

@@ -93,12 +93,10 @@ struct OverrideNode {
   GraphKey key() const { return {lib_symbol, op_symbol, dispatch_key}; }
 
   // Whether the runtime is usable: true without try_initialize_runtime;
-  // otherwise asks it until it first succeeds. A runtime that came up stays
-  // up, so success is remembered; a failure is retried on the next call.
+  // otherwise asks it, on every call that reaches it, as upstream does (the
+  // hook may cache its own answer; a remembered success would hide a runtime
+  // that went away).
   bool ensure_runtime() const;
-
- private:
-  mutable std::atomic<bool> runtime_ready_{false};
 };
 
 using NodePtr = std::shared_ptr<const OverrideNode>;

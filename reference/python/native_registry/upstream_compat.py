@@ -41,8 +41,11 @@ _router_active = _reference._router_active
 _always_true = _reference._always_true
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, init=False)
 class _OverrideNode:
+    """Upstream main's fields in its order; torch 2.13's form (no lib_symbol)
+    is accepted too and builds an aten node (see registry._node_fields)."""
+
     dsl_name: str
     lib_symbol: str
     op_symbol: str
@@ -50,10 +53,15 @@ class _OverrideNode:
     cond_fn: Callable[..., Any]
     impl_fn: Callable[..., Any]
     node_id: str
-    try_initialize_runtime: Callable[[], bool] | None = None
     unconditional_override: bool = False
     active: bool = True
+    try_initialize_runtime: Callable[[], bool] | None = None
     _handle: Any = field(default=None, repr=False)
+
+    def __init__(self, *args: Any, _handle: Any = None, **kwargs: Any) -> None:
+        for name, value in _reference._node_fields(args, kwargs).items():
+            setattr(self, name, value)
+        self._handle = _handle
 
 
 UserOrderingFn = Callable[[str, str, list[_OverrideNode]], list[_OverrideNode]]
@@ -133,20 +141,22 @@ def _ensure_allowed(lib_symbol: str) -> None:
         _C.allow_namespace(lib_symbol)
 
 
-def register_op_override(dsl_name: str, lib_symbol: str, op_symbol: str, dispatch_key: str,
+def register_op_override(backend: str, lib_symbol: str, op_symbol: str, dispatch_key: str,
                          cond, impl, *, try_initialize_runtime=None,
+                         allow_multiple_override: bool = False,
                          unconditional_override: bool = False) -> None:
     global _node_id_counter
     _ensure_allowed(lib_symbol)
-    handle = _C.register_op_override(dsl_name, lib_symbol, op_symbol, dispatch_key, cond, impl,
+    handle = _C.register_op_override(backend, lib_symbol, op_symbol, dispatch_key, cond, impl,
                                      try_initialize_runtime, bool(unconditional_override))
     _node_id_counter += 1
-    node = _OverrideNode(dsl_name, lib_symbol, op_symbol, handle.dispatch_key,
+    node = _OverrideNode(backend, lib_symbol, op_symbol, handle.dispatch_key,
                          cond if cond is not None else _always_true, impl, handle.node_id,
-                         try_initialize_runtime, bool(unconditional_override), True, handle)
+                         unconditional_override=bool(unconditional_override),
+                         try_initialize_runtime=try_initialize_runtime, _handle=handle)
     key = (lib_symbol, op_symbol, handle.dispatch_key)
     _graphs.setdefault(key, []).append(node)
-    for index, name in ((_dsl_name_to_lib_graph, dsl_name), (_op_symbol_to_lib_graph, op_symbol),
+    for index, name in ((_dsl_name_to_lib_graph, backend), (_op_symbol_to_lib_graph, op_symbol),
                         (_dispatch_key_to_lib_graph, handle.dispatch_key)):
         index.setdefault(name, []).append(key)
 
@@ -265,17 +275,46 @@ def _unconditional_masked() -> Iterator[None]:
 
 
 def install_as_torch_native() -> types.ModuleType:
-    """Make ``torch._native`` and ``torch._native.registry`` this module (and
-    a package holding it with ``get_user_ordering_fn`` and
-    ``_unconditional_masked``) for the rest of the process."""
+    """Make ``torch._native.registry`` this module for the rest of the
+    process, inside torch's own ``torch._native`` package (whose DSL helpers
+    and dsl_registry ``torch.backends.python_native`` needs), which also gets
+    ``get_user_ordering_fn`` and ``_unconditional_masked``. Names torch's
+    helper modules bound from the replaced registry at import are re-pointed
+    here, so that ``torch.backends.python_native`` controls this registry."""
     import native_registry
 
-    package = types.ModuleType("torch._native")
-    package.__path__ = []  # a package, so `import torch._native.registry` resolves
-    package.registry = sys.modules[__name__]
+    this = sys.modules[__name__]
+    try:
+        import torch._native as package
+    except ImportError:  # a PyTorch without torch._native: a bare package
+        package = types.ModuleType("torch._native")
+        package.__path__ = []  # a package, so `import torch._native.registry` resolves
+    replaced = sys.modules.get("torch._native.registry")
+    package.registry = this
     package.get_user_ordering_fn = native_registry.get_user_ordering_fn
     package._unconditional_masked = _unconditional_masked
     sys.modules["torch._native"] = package
-    sys.modules["torch._native.registry"] = sys.modules[__name__]
+    sys.modules["torch._native.registry"] = this
     torch._native = package
+    if replaced is not None and replaced is not this:
+        _repoint_bound_names(replaced.__name__, replaced)
     return package
+
+
+def _repoint_bound_names(module_name: str, replaced: types.ModuleType) -> None:
+    """torch's DSL helpers (triton_utils, cutedsl_utils) bound the replaced
+    registry's functions under names of their own at import (``from
+    .registry import deregister_op_overrides as _deregister_op_overrides_impl``),
+    so a DSL's ``disable()`` would still reach the replaced registry. Every
+    such binding in a ``torch._native`` module now names this module's
+    function of the same name."""
+    this = sys.modules[__name__]
+    for name, module in list(sys.modules.items()):
+        if not name.startswith("torch._native.") or module is None or module is this:
+            continue
+        for attr, value in list(vars(module).items()):
+            fn_name = getattr(value, "__name__", None)
+            if (callable(value) and getattr(value, "__module__", None) == module_name
+                    and isinstance(fn_name, str) and getattr(replaced, fn_name, None) is value
+                    and callable(getattr(this, fn_name, None))):
+                setattr(module, attr, getattr(this, fn_name))
