@@ -5,6 +5,8 @@ the mask against snapshots, torch's own front ends and torch 2.13's forms."""
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 from functorch.compile import make_boxed_func
@@ -22,6 +24,8 @@ def recording_cond(calls: list, answer: bool = False):
     def form(value):
         if isinstance(value, torch.Tensor):
             return "Tensor"
+        if isinstance(value, torch.Generator):  # a new wrapper of the same generator each call
+            return ("Generator", value.device, value.initial_seed())
         if isinstance(value, (list, tuple)):
             return type(value)(form(v) for v in value)
         return value
@@ -54,12 +58,40 @@ ARGUMENT_CASES = {
         "empty_like",
         lambda: torch.empty_like(torch.ones(2), dtype=torch.float16, layout=torch.strided,
                                  device="cpu", memory_format=torch.contiguous_format),
+        # torch's Python binding passes pin_memory=False, which is not the default None
         (("Tensor",), {"dtype": torch.float16, "layout": torch.strided,
-                       "device": torch.device("cpu"), "memory_format": torch.contiguous_format})),
+                       "device": torch.device("cpu"), "pin_memory": False,
+                       "memory_format": torch.contiguous_format})),
     "normal-generator": (
         "normal.Tensor_float", lambda: torch.normal(torch.zeros(2), 1.0, generator=GENERATOR),
-        (("Tensor",), {"generator": GENERATOR})),
+        (("Tensor",), {"generator": ("Generator", torch.device("cpu"), 0)})),
 }
+
+
+def torch_library_kernel_sees(op_symbol: str, call) -> tuple:
+    """What a torch.library Python kernel at CPU receives for `call`: the
+    oracle, from torch itself (the kernel records, then raises to end the call)."""
+    calls = []
+    record = recording_cond(calls)
+
+    def kernel(*args, **kwargs):
+        record(*args, **kwargs)
+        raise _Recorded
+
+    lib = torch.library.Library("aten", "IMPL")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the kernel-override notice
+            lib.impl(op_symbol, kernel, "CPU")
+        with pytest.raises(_Recorded):
+            call()
+    finally:
+        lib._destroy()
+    return calls[0]
+
+
+class _Recorded(Exception):
+    pass
 
 
 @behaviour("arguments.torch-library-forms")
@@ -74,6 +106,7 @@ def test_a_cond_gets_the_arguments_a_torch_library_kernel_gets(impl, case):
     args, kwargs = calls[0]
     for name, value in kwargs.items():  # the objects themselves, not codes that compare unequal
         assert type(value) is type(expected[1][name]), (name, value)
+    assert torch_library_kernel_sees(op_symbol, call) == expected, "the table agrees with torch"
 
 
 @behaviour("arguments.torch-library-forms")
@@ -82,7 +115,9 @@ def test_an_accepting_override_hands_its_impl_the_same_arguments(impl):
 
     def topk_impl(*args, **kwargs):
         seen.append((len(args), sorted(kwargs)))
-        return torch.ops.aten.topk.default(*args, **kwargs)
+        x, k = args
+        values, indices = torch.sort(x, descending=True)
+        return values[:k], indices[:k]
 
     def sum_impl(x, dim, keepdim=False, *, dtype=None):
         seen.append(dtype)
