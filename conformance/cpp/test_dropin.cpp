@@ -5,6 +5,7 @@
 
 #include "suite.h"
 
+#include <ATen/core/LegacyTypeDispatch.h>
 #include <ATen/core/stack.h>
 
 #include <string>
@@ -20,12 +21,15 @@ at::Tensor mul_2_3_by_4_5() { return call_mul(tensor({2, 3}), tensor({4, 5})); }
 const at::Tensor kStock = tensor({8, 15});
 
 // A boxed call of `op` by a caller that keeps a value of its own below the
-// arguments; returns the stack as the call leaves it.
+// arguments; returns the stack as the call leaves it. Below autograd, so
+// that the dispatcher hands the router the caller's own stack (an autograd
+// kernel would unbox the call and box it again into a fresh one).
 Stack boxed_call_below_a_caller_value(const char* name, const char* overload,
                                       std::vector<c10::IValue> arguments) {
   const auto op = c10::Dispatcher::singleton().findSchemaOrThrow(name, overload);
   Stack stack{c10::IValue(std::string("caller's"))};
   for (auto& argument : arguments) stack.push_back(std::move(argument));
+  const at::AutoDispatchBelowADInplaceOrView below_autograd;
   op.callBoxed(stack);
   return stack;
 }
