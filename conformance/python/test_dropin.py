@@ -51,6 +51,15 @@ ARGUMENT_CASES = {
     "topk-a-default-before-a-given-one": (
         "topk", lambda: torch.topk(torch.arange(5.0), 2, largest=False),
         (("Tensor", 2, -1, False), {})),
+    "add-alpha-1.0-is-not-the-default-1": (
+        "add.Tensor", lambda: torch.add(torch.ones(2), torch.ones(2), alpha=1.0),
+        (("Tensor", "Tensor"), {"alpha": 1.0})),
+    "add-alpha-at-its-default": (
+        "add.Tensor", lambda: torch.add(torch.ones(2), torch.ones(2), alpha=1),
+        (("Tensor", "Tensor"), {})),
+    "sum-keepdim-given": (
+        "sum.dim_IntList", lambda: torch.ones(3).sum(dim=[0], keepdim=True),
+        (("Tensor", [0], True), {})),
     "sum-dtype-keyword": (
         "sum.dim_IntList", lambda: torch.ones(3).sum(dim=[0], dtype=torch.float64),
         (("Tensor", [0]), {"dtype": torch.float64})),

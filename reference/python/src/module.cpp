@@ -29,6 +29,7 @@
 
 #include <memory>
 #include <optional>
+#include <unordered_map>
 #include <vector>
 
 namespace py = pybind11;
@@ -116,11 +117,32 @@ py::object to_python(const c10::Argument& argument, const c10::IValue& value) {
   return torch::jit::toPyObject(value);
 }
 
-// Whether an argument holds its schema default, by the IValue
-// equality torch.library uses (so alpha=1.0 is not the default 1).
+// Whether an argument holds its schema default, by the IValue equality
+// torch.library uses (so alpha=1.0 is not the default 1). The tags defaults
+// have most (None, ints, floats, bools) are compared here as IValue::equals
+// compares them, without the IValue it returns.
 bool holds_default(const c10::Argument& argument, const c10::IValue& value) {
   const auto& fallback = argument.default_value();
-  return fallback.has_value() && *fallback == value;
+  if (!fallback.has_value()) return false;
+  const c10::IValue& d = *fallback;
+  if (d.isNone()) return value.isNone();
+  if (d.isInt()) return value.isInt() && d.toInt() == value.toInt();
+  if (d.isDouble()) return value.isDouble() && d.toDouble() == value.toDouble();
+  if (d.isBool()) return value.isBool() && d.toBool() == value.toBool();
+  return d == value;
+}
+
+// A keyword argument's name as an interned Python str, made once per name
+// (the GIL guards the table; the strings live as long as the process).
+PyObject* keyword_name(const std::string& name) {
+  static auto* names = new std::unordered_map<std::string, PyObject*>();
+  auto it = names->find(name);
+  if (it == names->end()) {
+    PyObject* interned = PyUnicode_InternFromString(name.c_str());
+    if (interned == nullptr) throw py::error_already_set();
+    it = names->emplace(name, interned).first;
+  }
+  return it->second;
 }
 
 // Calls `fn` with the boxed call's arguments (the top of the stack) split as
@@ -143,7 +165,7 @@ py::object call_with_arguments(const py::handle& fn, const c10::OperatorHandle& 
   // Slot 0 is scratch for PY_VECTORCALL_ARGUMENTS_OFFSET; positional arguments
   // follow, then keyword values in the order of `keywords`.
   c10::SmallVector<py::object, 8> values(1);
-  c10::SmallVector<py::object, 2> keywords;
+  c10::SmallVector<PyObject*, 2> keywords;  // borrowed from keyword_name's table
   for (size_t i = 0; i < positional; ++i) {
     values.push_back(to_python(schema_args[i], stack[base + i]));
   }
@@ -151,16 +173,18 @@ py::object call_with_arguments(const py::handle& fn, const c10::OperatorHandle& 
     const c10::Argument& argument = schema_args[i];
     const c10::IValue& ivalue = stack[base + i];
     if (holds_default(argument, ivalue)) continue;
-    keywords.push_back(py::str(argument.name()));
+    keywords.push_back(keyword_name(argument.name()));
     values.push_back(to_python(argument, ivalue));
   }
   c10::SmallVector<PyObject*, 8> argv;
   for (const py::object& value : values) argv.push_back(value.ptr());
   py::object names;
   if (!keywords.empty()) {
-    py::tuple tuple(keywords.size());
-    for (size_t i = 0; i < keywords.size(); ++i) tuple[i] = keywords[i];
-    names = std::move(tuple);
+    names = py::reinterpret_steal<py::object>(PyTuple_New(static_cast<Py_ssize_t>(keywords.size())));
+    if (!names) throw py::error_already_set();
+    for (size_t i = 0; i < keywords.size(); ++i) {
+      PyTuple_SET_ITEM(names.ptr(), static_cast<Py_ssize_t>(i), Py_NewRef(keywords[i]));
+    }
   }
   PyObject* out = PyObject_Vectorcall(fn.ptr(), argv.data() + 1,
                                       positional | PY_VECTORCALL_ARGUMENTS_OFFSET, names.ptr());
