@@ -8,6 +8,7 @@
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <ATen/core/stack.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -134,17 +135,35 @@ TEST_P(Conformance, FunctionalityKeysAreRefusedNamingUsableKeys) {
   }
 }
 
-TEST_P(Conformance, EveryKeyThatWorksInstallsAndTearsDown) {
-  BEHAVIOUR("validation.working-keys-keep-working");
-  // The fixture compares the dispatcher with its state before the test.
-  for (const char* key : {"CPU", "CUDA", "AutogradCPU", "AutocastCPU", "Python", "FuncTorchBatched",
-                          "Functionalize", "BackendSelect", "ADInplaceOrView"}) {
+// Registers (with `add_declining`) and installs a declining override of
+// mul.Tensor at each key; a CPU call still gives the stock result. The
+// fixture compares the dispatcher with its state before the test.
+void expect_declining_overrides_work_at(RegistryAdapter& adapter,
+                                        const std::function<void(const Key&)>& add_declining,
+                                        std::initializer_list<const char*> keys) {
+  for (const char* key : keys) {
     const Key graph_key{"aten", "mul.Tensor", key};
-    add(graph_key, constant_cond(false), forbidden_impl());
-    adapter().install(graph_key);
-    EXPECT_TRUE(adapter().router_installed(graph_key)) << key;
+    add_declining(graph_key);
+    adapter.install(graph_key);
+    EXPECT_TRUE(adapter.router_installed(graph_key)) << key;
     EXPECT_TRUE(same(mul_2_3_by_4_5(), kStock)) << key;
   }
+}
+
+TEST_P(Conformance, EveryKeyThatWorksInstallsAndTearsDown) {
+  BEHAVIOUR("validation.working-keys-keep-working");
+  expect_declining_overrides_work_at(
+      adapter(), [this](const Key& key) { add(key, constant_cond(false), forbidden_impl()); },
+      {"CPU", "CUDA", "AutogradCPU", "AutocastCPU", "Python", "FuncTorchBatched", "Functionalize"});
+}
+
+// Every call passes these keys (always included), and mul's entry there is a
+// fallthrough: a declined call must go past it.
+TEST_P(Conformance, KeysWhereMulFallsThroughInstallAndTearDown) {
+  BEHAVIOUR("routing.fallback-past-a-fallthrough-key");
+  expect_declining_overrides_work_at(
+      adapter(), [this](const Key& key) { add(key, constant_cond(false), forbidden_impl()); },
+      {"BackendSelect", "ADInplaceOrView"});
 }
 
 TEST_P(Conformance, ACompositeImplicitOpIsRefusedAtABackendKey) {

@@ -245,12 +245,10 @@ def test_a_functionality_key_is_refused_naming_usable_keys(impl, key, suggests):
     assert impl.graph("aten", "mul.Tensor", key) == []
 
 
-@behaviour("validation.working-keys-keep-working")
-@pytest.mark.parametrize("key", ["CPU", "CUDA", "AutogradCPU", "AutocastCPU", "Python",
-                                 "FuncTorchBatched", "Functionalize", "BackendSelect",
-                                 "ADInplaceOrView"])
-def test_every_key_that_works_installs_and_tears_down(impl, key):
-    """The fixture checks afterwards that the dispatcher is as before."""
+def install_declining_at(impl, key):
+    """A declining override of mul.Tensor at `key`, installed; a CPU call
+    still gives the stock result. The fixture checks afterwards that the
+    dispatcher is as before."""
     calls = []
     impl.register("test_dsl", "aten", "mul.Tensor", key, recording_cond(calls), refuses_impl)
     impl.install("aten", "mul.Tensor", key)
@@ -258,6 +256,21 @@ def test_every_key_that_works_installs_and_tears_down(impl, key):
     assert torch.equal(mul(), STOCK)
     if key in ("CPU", "AutogradCPU"):  # keys a plain CPU call passes through
         assert calls == [(("Tensor", "Tensor"), {})]
+
+
+@behaviour("validation.working-keys-keep-working")
+@pytest.mark.parametrize("key", ["CPU", "CUDA", "AutogradCPU", "AutocastCPU", "Python",
+                                 "FuncTorchBatched", "Functionalize"])
+def test_every_key_that_works_installs_and_tears_down(impl, key):
+    install_declining_at(impl, key)
+
+
+@behaviour("routing.fallback-past-a-fallthrough-key")
+@pytest.mark.parametrize("key", ["BackendSelect", "ADInplaceOrView"])
+def test_keys_where_mul_falls_through_install_and_tear_down(impl, key):
+    """Every call passes these keys (they are always included), and mul's
+    entry there is a fallthrough: a declined call must go past it."""
+    install_declining_at(impl, key)
 
 
 # ---- composite ops -----------------------------------------------------------------

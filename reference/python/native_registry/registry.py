@@ -106,8 +106,8 @@ class _OverrideNode:
     A node built by hand (as upstream's tests do) is a plain record.
     """
 
-    __slots__ = _NODE_FIELDS[:-3] + ("try_initialize_runtime", "unconditional_override",
-                                     "_active", "_handle", "__weakref__")
+    __slots__ = tuple(f for f in _NODE_FIELDS if f != "active") + ("_active", "_handle",
+                                                                   "__weakref__")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         fields = _node_fields(args, kwargs)
@@ -294,7 +294,7 @@ def register_op_override(
             ``try_initialize_runtime`` with it, or a malformed name.
         TypeError: ``cond``, ``impl`` or ``try_initialize_runtime`` is not callable.
     """
-    for name, value in (("backend", backend), ("lib_symbol", lib_symbol),
+    for name, value in (("backend (the node's dsl_name)", backend), ("lib_symbol", lib_symbol),
                         ("op_symbol", op_symbol), ("dispatch_key", dispatch_key)):
         _check_name(name, value)
     handle = _C.register_op_override(
