@@ -359,7 +359,7 @@ def test_torch_backends_python_native_controls_the_registry(impl):
     assert lines == [on, off, on, off, on, op_off, on, op_off, op_off, on]
 
 
-@behaviour("compat.torch-2.13-forms")
+@behaviour("compat.torch-2-13-forms")
 def test_code_written_for_torch_2_13_runs(impl):
     module = impl.module
     module.register_op_override(backend="test_dsl", lib_symbol="aten", op_symbol="mul.Tensor",
