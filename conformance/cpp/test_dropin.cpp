@@ -18,8 +18,8 @@ namespace {
 using namespace native_registry::fixtures;
 using ::testing::HasSubstr;
 
-at::Tensor mul_2_3_by_4_5() { return call_mul(tensor({2, 3}), tensor({4, 5})); }
-const at::Tensor kStock = tensor({8, 15});
+at::Tensor dropin_mul_2_3_by_4_5() { return call_mul(tensor({2, 3}), tensor({4, 5})); }
+const at::Tensor kDropinStock = tensor({8, 15});
 
 // A boxed call of `op` by a caller that keeps a value of its own below the
 // arguments; returns the stack as the call leaves it. Below autograd, so
@@ -79,7 +79,7 @@ TEST_P(Conformance, ConditionsSeeTheArgumentsOnTopOfTheStack) {
     add(key, noting_first_argument(seen, false), forbidden_impl(), "declines");
     adapter().install(key);
   }
-  expect_caller_value_then(mul_call(), kStock);
+  expect_caller_value_then(mul_call(), kDropinStock);
   expect_caller_value_then(cat_call(), tensor({2, 4}));
   EXPECT_EQ(*seen, (std::vector<float>{2, 2}));
   for (const Key& key : {mul_key(), cat}) {
@@ -112,7 +112,7 @@ TEST_P(Conformance, TheRuntimeIsAskedOnEveryMatchedCallRightBeforeTheImpl) {
   add(mul_key(), note("b.cond", true), impl_doing([events] { events->push_back("b.impl"); }, 5),
       "b", runtime("b.runtime", true));
   adapter().install(mul_key());
-  for (int i = 0; i < 3; ++i) EXPECT_TRUE(same(mul_2_3_by_4_5(), tensor({5, 5})));
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(same(dropin_mul_2_3_by_4_5(), tensor({5, 5})));
   std::vector<std::string> once{"a.cond", "a.runtime", "b.cond", "b.runtime", "b.impl"};
   std::vector<std::string> expected;
   for (int i = 0; i < 3; ++i) expected.insert(expected.end(), once.begin(), once.end());
@@ -146,7 +146,7 @@ void expect_declining_overrides_work_at(RegistryAdapter& adapter,
     add_declining(graph_key);
     adapter.install(graph_key);
     EXPECT_TRUE(adapter.router_installed(graph_key)) << key;
-    EXPECT_TRUE(same(mul_2_3_by_4_5(), kStock)) << key;
+    EXPECT_TRUE(same(dropin_mul_2_3_by_4_5(), kDropinStock)) << key;
   }
 }
 
@@ -188,17 +188,17 @@ TEST_P(Conformance, ASnapshotTakenInsideTheMaskRestoresRoutingThatMatchesActive)
   adapter().install(mul_key());
   adapter().disable({{"test_dsl"}, {}, {}});
   const at::Tensor unconditional = tensor({9, 9});
-  EXPECT_TRUE(same(mul_2_3_by_4_5(), unconditional));
+  EXPECT_TRUE(same(dropin_mul_2_3_by_4_5(), unconditional));
   auto mask = adapter().unconditional_masked();
-  EXPECT_TRUE(same(mul_2_3_by_4_5(), kStock));
+  EXPECT_TRUE(same(dropin_mul_2_3_by_4_5(), kDropinStock));
   auto inner = adapter().scope();  // a snapshot taken while the mask is on
   mask.reset();
-  EXPECT_TRUE(same(mul_2_3_by_4_5(), unconditional));
+  EXPECT_TRUE(same(dropin_mul_2_3_by_4_5(), unconditional));
   inner.reset();  // restored with the mask lifted
   const auto graph = adapter().graph(mul_key());
   ASSERT_EQ(graph.size(), 1u);
   EXPECT_TRUE(graph[0].active);
-  EXPECT_TRUE(same(mul_2_3_by_4_5(), unconditional)) << "the node says active, so it must route";
+  EXPECT_TRUE(same(dropin_mul_2_3_by_4_5(), unconditional)) << "the node says active, so it must route";
 }
 
 }  // namespace
