@@ -32,6 +32,8 @@ FEATURES = frozenset({
     "concurrent-control-plane",        # chain changes safe while calls run
     "reentrant-control-plane",         # a cond, impl or callback may use the control plane,
                                        # teardown included, during a call
+    "torch-front-ends",                # serve_torch_front_ends(): torch.backends.python_native
+                                       # and torch's DSL helpers call the implementation
 })
 
 
@@ -75,6 +77,7 @@ class Adapter(Protocol):
     def make_node(self, *fields: Any) -> Any: ...
     def user_ordering_fn(self) -> Callable: ...
     def native_op(self, node: Any) -> Any: ...
+    def serve_torch_front_ends(self) -> None: ...  # feature torch-front-ends
 
 
 def load(spec: str | None = None) -> Adapter:

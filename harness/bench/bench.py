@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """What a router costs per call, from Python (issue 5).
 
-Calls ``torch.ops.aten.<op>.Tensor(a, b)`` with torch.utils.benchmark, one
+Calls ``torch.ops.aten.<op>.Tensor(a, b)`` (and, for ``sum``,
+``torch.ops.aten.sum.dim_IntList(a, [0], dtype=torch.float64)``: a call whose
+Python cond gets a keyword argument, a torch.dtype and no trailing default,
+so its rows price the argument conversion) with torch.utils.benchmark, one
 thread, under each of:
 
   stock                the op with no router
@@ -51,6 +54,25 @@ import native_registry.registry as registry
 from native_registry import predicates as P
 
 warnings.filterwarnings("ignore", message=".*Overriding a previously registered kernel.*")
+
+
+# op name -> (op symbol, the statement timed with `op` the overload, whether
+# accept_cpp's C++ impl, an elementwise binary op, computes it).
+CALLS: dict[str, tuple[str, str, bool]] = {
+    "mul": ("mul.Tensor", "op(a, b)", True),
+    "add": ("add.Tensor", "op(a, b)", True),
+    "sum": ("sum.dim_IntList", "op(a, [0], dtype=torch.float64)", False),
+}
+
+
+def op_call(op_name: str) -> tuple[str, str, Any, Callable[..., Any], bool]:
+    """(op symbol, statement, the overload, a function making the call on
+    (a, b), binary)."""
+    op_symbol, stmt, binary = CALLS[op_name]
+    name, _, overload = op_symbol.partition(".")
+    op = getattr(getattr(torch.ops.aten, name), overload)
+    call = eval(f"lambda a, b: {stmt}", {"op": op, "torch": torch})  # noqa: S307 (our own table)
+    return op_symbol, stmt, op, call, binary
 
 
 def never(*args: Any, **kwargs: Any) -> bool:
@@ -152,7 +174,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--helper", required=True, help="path to libnr_bench_helper.so")
-    parser.add_argument("--ops", default="mul,add")
+    parser.add_argument("--ops", default="mul,add,sum")
     parser.add_argument("--sizes", default="2,1000,1000000")
     parser.add_argument("--chains", default="1,4,16")
     parser.add_argument("--rounds", type=int, default=5)
@@ -187,14 +209,13 @@ def main() -> int:
     rng = random.Random(args.seed)
     rows = []
     for op_name in args.ops.split(","):
-        op_symbol = f"{op_name}.Tensor"
-        op = getattr(torch.ops.aten, op_name).Tensor
+        op_symbol, stmt, overload, op, binary = op_call(op_name)
         qualified = f"aten::{op_symbol}"
         before = torch._C._dispatch_dump(qualified)
         for numel in (int(n) for n in args.sizes.split(",")):
             a, b = torch.rand(numel), torch.rand(numel)
             expected = op(a, b)
-            cases = [("stock", 0)] + [(v, c) for v in variants for c in chains]
+            cases = [("stock", 0)] + [(v, c) for v in applicable(variants, binary) for c in chains]
             blocks: dict[tuple[str, int], list[float]] = {case: [] for case in cases}
             for _ in range(args.rounds):
                 rng.shuffle(cases)
@@ -204,7 +225,8 @@ def main() -> int:
                         # Not a timing check: the variant must compute what stock does.
                         if not torch.equal(op(a, b), expected):
                             raise AssertionError(f"{variant}/{chain} computes another result")
-                        timer = benchmark.Timer(stmt="op(a, b)", globals={"op": op, "a": a, "b": b},
+                        timer = benchmark.Timer(stmt=stmt, globals={"op": overload, "torch": torch,
+                                                                         "a": a, "b": b},
                                                 timer=time.thread_time, num_threads=1)
                         measurement = timer.blocked_autorange(min_run_time=args.min_run_time)
                         blocks[(variant, chain)].extend(measurement.times)
@@ -226,6 +248,12 @@ def main() -> int:
     return 0
 
 
+def applicable(variants: dict, binary: bool) -> list[str]:
+    """The variants an op is measured under: accept_cpp's impl computes
+    elementwise binary ops only."""
+    return [v for v in variants if binary or v != "accept_cpp"]
+
+
 def count_instructions(args: argparse.Namespace, variants: dict, chains: list[int]) -> int:
     """One callgrind dump per case, in the order written to args.out."""
     toggle, dump = torch._C._valgrind_toggle, torch._C._valgrind_toggle_and_dump_stats
@@ -238,11 +266,11 @@ def count_instructions(args: argparse.Namespace, variants: dict, chains: list[in
     dump()
     order.append({"lang": "python", "case": "baseline", "calls": calls})
     for op_name in args.ops.split(","):
-        op_symbol = f"{op_name}.Tensor"
-        op = getattr(torch.ops.aten, op_name).Tensor
+        op_symbol, _, _, op, binary = op_call(op_name)
         for numel in (int(n) for n in args.sizes.split(",")):
             a, b = torch.rand(numel), torch.rand(numel)
-            for variant, chain in [("stock", 0)] + [(v, c) for v in variants for c in chains]:
+            for variant, chain in [("stock", 0)] + [(v, c) for v in applicable(variants, binary)
+                                                    for c in chains]:
                 install = stock if variant == "stock" else variants[variant]
                 with install(op_symbol, chain):
                     for _ in range(10):

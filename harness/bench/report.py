@@ -191,6 +191,10 @@ def find(rows: list[dict], **want: Any) -> dict | None:
 # ---- the verdicts -------------------------------------------------------------------
 
 
+# How the report names an op's call (bench.py's CALLS), where it is not aten::<op>.Tensor(a, b).
+OP_CALLS = {"sum": "aten::sum.dim_IntList(a, [0], dtype=torch.float64): the argument conversion"}
+
+
 def targets(calls: list[dict], control: list[dict], instructions: list[dict],
             toggles: list[dict]) -> list[dict]:
     out = []
@@ -215,7 +219,7 @@ def targets(calls: list[dict], control: list[dict], instructions: list[dict],
             "target": "declining with a C++ cond adds at most 5% to stock aten::mul.Tensor "
                       "on 2-element tensors, called from C++",
             "met": met, "evidence": evidence})
-    for op in ("mul", "add"):
+    for op in ("mul", "add", "sum"):
         ref = find(calls, lang="python", op=op, variant="decline_py", numel=2, chain=1)
         up = find(calls, lang="python", op=op, variant="upstream_decline_py", numel=2, chain=1)
         if ref and up:
@@ -233,7 +237,8 @@ def targets(calls: list[dict], control: list[dict], instructions: list[dict],
                 met = met and ifactor >= PY_TARGET
             out.append({
                 "target": f"declining with a Python cond adds at least 5 times less time than "
-                          f"upstream's router adds (aten::{op}.Tensor, 2 elements, from Python)",
+                          f"upstream's router adds ({OP_CALLS.get(op, f'aten::{op}.Tensor')}, "
+                          "2 elements, from Python)",
                 "met": met, "evidence": evidence})
     by_scale = {(c["overrides"], c["ops"]): c for c in control}
     if len(by_scale) >= 2:

@@ -69,6 +69,33 @@ void check_lib_symbol(const std::string& lib_symbol) {
   }
 }
 
+namespace {
+
+// The runtime keys of a per-backend functionality for the backends people
+// name first, e.g. Sparse -> SparseCPU, SparseCUDA.
+std::string runtime_keys_of(c10::DispatchKey functionality) {
+  std::string names;
+  for (const auto backend : {c10::BackendComponent::CPUBit, c10::BackendComponent::CUDABit}) {
+    if (!names.empty()) names += ", ";
+    names += c10::toString(c10::toRuntimePerBackendFunctionalityKey(functionality, backend));
+  }
+  return names;
+}
+
+}  // namespace
+
+void check_kernel_runs_at(const std::string& name, c10::DispatchKey key) {
+  // A per-backend functionality key (Dense, Sparse, AutogradFunctionality,
+  // ...) names a column of keys, not one: the dispatcher computes no call
+  // with it, so a router there would never run while reporting itself active.
+  if (c10::isPerBackendFunctionalityKey(key)) {
+    throw InvalidArgumentError("dispatch_key=" + quoted(name) +
+                               " is a functionality key at which no kernel is ever called; "
+                               "name one of its runtime keys, e.g. " +
+                               runtime_keys_of(key));
+  }
+}
+
 c10::DispatchKey parse_override_dispatch_key(const std::string& name) {
   check_not_blank("dispatch_key", name);
   c10::DispatchKey key;
@@ -88,6 +115,7 @@ c10::DispatchKey parse_override_dispatch_key(const std::string& name) {
         "CUDA, ...), since the fake kernel redispatches through this key and "
         "would recurse");
   }
+  check_kernel_runs_at(name, key);
   if (c10::isAliasDispatchKey(key) || key == c10::DispatchKey::Undefined) {
     throw InvalidArgumentError("dispatch_key=" + quoted(name) +
                                " is not a runtime dispatch key; use a backend "

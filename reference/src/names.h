@@ -25,8 +25,22 @@ void check_op_symbol(const std::string& op_symbol);
 void check_lib_symbol(const std::string& lib_symbol);
 
 // Parses a dispatch key name an override may be installed at and returns it.
-// Refuses unknown names, Meta, the Composite* keys and other alias keys.
+// Refuses unknown names, Meta, the Composite* keys, other alias keys and
+// keys at which no kernel runs (check_kernel_runs_at).
 c10::DispatchKey parse_override_dispatch_key(const std::string& name);
+
+// Throws, naming `name` and the nearest usable keys, when no kernel
+// registered at `key` would ever be called (the per-backend functionality
+// keys Dense, Sparse, Quantized, NestedTensor, AutogradFunctionality, ...).
+void check_kernel_runs_at(const std::string& name, c10::DispatchKey key);
+
+// Throws when a kernel at `key` would take the op of `graph_key` out of
+// autograd: the op's kernel there is its CompositeImplicitAutograd one and
+// `key` is a backend key, so a router there would make the dispatcher stop
+// decomposing the op under autograd (its backward would then fail). The
+// message names the op's CompositeImplicitAutograd kernel and says where to
+// register instead. Ops the dispatcher does not know yet are not judged.
+void check_keeps_autograd(const GraphKey& graph_key, c10::DispatchKey key);
 
 // "mul.Tensor" in "aten" -> {"aten::mul", "Tensor"}; "bmm" -> {"aten::bmm", ""}.
 c10::OperatorName operator_name(const GraphKey& key);

@@ -25,12 +25,14 @@ struct Predicate::Node {
 namespace {
 
 using Node = Predicate::Node;
+// The arguments a predicate reads, `arg` indices counting from the first.
+using Arguments = c10::ArrayRef<c10::IValue>;
 
 // Calls `visit` on every defined tensor argument (inside lists too) of the
 // argument at `only` or of all of them; stops when `visit` returns false.
 // Returns whether any tensor was visited.
 template <typename Visit>
-bool for_each_tensor(const Stack& stack, std::optional<size_t> only, Visit visit) {
+bool for_each_tensor(Arguments stack, std::optional<size_t> only, Visit visit) {
   bool any = false;
   const size_t begin = only ? *only : 0;
   const size_t end = only ? std::min(*only + 1, stack.size()) : stack.size();
@@ -56,7 +58,7 @@ bool is_cow(const at::Tensor& tensor) {
   return tensor.has_storage() && c10::impl::cow::is_cow_data_ptr(tensor.storage().data_ptr());
 }
 
-bool evaluate(const Node& node, const Stack& stack) {
+bool evaluate(const Node& node, Arguments stack) {
   switch (node.kind) {
     case Node::Kind::kConstant:
       return node.constant;
@@ -111,6 +113,13 @@ std::string where(std::optional<size_t> arg) {
 
 }  // namespace
 
+c10::ArrayRef<c10::IValue> op_arguments(const c10::OperatorHandle& op, const Stack& stack) {
+  const size_t count = op.schema().arguments().size();
+  TORCH_CHECK(stack.size() >= count, "the stack holds ", stack.size(), " values, fewer than the ",
+              count, " arguments of ", op.operator_name());
+  return c10::ArrayRef<c10::IValue>(stack).slice(stack.size() - count);
+}
+
 Predicate Predicate::on_tensors(TensorCheck check, std::optional<size_t> arg_index) {
   auto node = std::make_shared<Node>();
   node->kind = Node::Kind::kTensors;
@@ -130,11 +139,12 @@ Predicate Predicate::constant(bool answer) {
 
 bool Predicate::operator()(const Stack& stack) const { return evaluate(*node_, stack); }
 
-CondFn Predicate::as_cond() const {
-  return [node = node_](const c10::OperatorHandle&, c10::DispatchKeySet, const Stack& stack) {
-    return evaluate(*node, stack);
-  };
+bool Predicate::operator()(const c10::OperatorHandle& op, c10::DispatchKeySet,
+                           const Stack& stack) const {
+  return evaluate(*node_, op_arguments(op, stack));
 }
+
+CondFn Predicate::as_cond() const { return *this; }
 
 const std::string& Predicate::description() const { return node_->description; }
 

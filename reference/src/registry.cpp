@@ -190,6 +190,7 @@ NodePtr Registry::register_op_override(const std::string& dsl_name,
   detail::check_lib_symbol(lib_symbol);
   detail::check_op_symbol(op_symbol);
   const c10::DispatchKey key = detail::parse_override_dispatch_key(dispatch_key);
+  detail::check_keeps_autograd({lib_symbol, op_symbol, dispatch_key}, key);
   if (!impl) throw InvalidArgumentError("impl must be provided");
   if (options.unconditional_override) {
     if (options.try_initialize_runtime) {

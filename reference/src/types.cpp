@@ -9,13 +9,7 @@ std::string GraphKey::to_string() const {
 }
 
 bool OverrideNode::ensure_runtime() const {
-  const TryInitializeRuntimeFn& try_initialize_runtime = options.try_initialize_runtime;
-  if (!try_initialize_runtime || runtime_ready_.load(std::memory_order_acquire)) {
-    return true;
-  }
-  if (!try_initialize_runtime()) return false;
-  runtime_ready_.store(true, std::memory_order_release);
-  return true;
+  return !options.try_initialize_runtime || options.try_initialize_runtime();
 }
 
 void OverrideNode::run_impl(const c10::OperatorHandle& op, c10::DispatchKeySet keys,

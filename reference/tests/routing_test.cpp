@@ -4,6 +4,8 @@
 
 #include "support.h"
 
+#include <native_registry/predicates.h>
+
 #include <ATen/ops/bmm.h>
 #include <ATen/ops/ones_like.h>
 #include <ATen/ops/randn.h>
@@ -66,16 +68,44 @@ TEST_F(RoutingTest, UnavailableRuntimeSkipsTheNode) {
   EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({8})));
 }
 
-TEST_F(RoutingTest, RuntimeIsRetriedUntilItComesUpThenRemembered) {
+TEST_F(RoutingTest, RuntimeIsAskedOnEveryMatchedCallAsUpstreamAsks) {
   ::testing::MockFunction<bool()> runtime;
-  EXPECT_CALL(runtime, Call()).WillOnce(Return(false)).WillOnce(Return(true));
+  EXPECT_CALL(runtime, Call())
+      .WillOnce(Return(false))
+      .WillOnce(Return(true))
+      .WillOnce(Return(true))
+      .WillOnce(Return(false));
   OverrideOptions options;
   options.try_initialize_runtime = runtime.AsStdFunction();
   register_override(mul_cpu(), constant_cond(true), fill_impl(3), options);
   registry().install_graph(mul_cpu());
   EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({8})));  // down: skipped
   EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({3})));  // comes up
-  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({3})));  // not asked again
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({3})));  // asked again: up
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({8})));  // went away: skipped
+}
+
+// Predicates read `arg` indices from the op's first argument, the top
+// schema().arguments().size() values, whatever a caller keeps below them.
+TEST_F(RoutingTest, PredicatesReadTheArgumentsOnTopOfTheStack) {
+  namespace P = native_registry::predicates;
+  const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("aten::mul", "Tensor");
+  const Stack stack{c10::IValue(int64_t{7}), tensor({2}), tensor({4}).to(at::kDouble)};
+  const c10::DispatchKeySet keys(c10::DispatchKey::CPU);
+  EXPECT_TRUE(P::dtype_in({at::kFloat}, 0)(op, keys, stack));
+  EXPECT_TRUE(P::dtype_in({at::kDouble}, 1)(op, keys, stack));
+  EXPECT_FALSE(P::dtype_in({at::kDouble}, 0).as_cond()(op, keys, stack));
+  EXPECT_FALSE(P::dtype_in({at::kFloat})(op, keys, stack)) << "all tensors: one is double";
+  const Stack short_stack{tensor({2})};
+  EXPECT_THROW(P::always()(op, keys, short_stack), c10::Error);
+  // Registered as a cond, on a boxed call with a caller's value below.
+  register_override(mul_cpu(), P::dtype_in({at::kFloat}, 1).as_cond(), fill_impl(6));
+  registry().install_graph(mul_cpu());
+  Stack call{c10::IValue(std::string("caller's")), tensor({2}), tensor({4})};
+  op.callBoxed(call);
+  ASSERT_EQ(call.size(), 2u);
+  EXPECT_EQ(call[0].toStringRef(), "caller's");
+  EXPECT_TRUE(same(call[1].toTensor(), tensor({6})));
 }
 
 TEST_F(RoutingTest, UnconditionalOverrideWithoutCondTakesEveryCall) {

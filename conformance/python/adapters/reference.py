@@ -17,6 +17,7 @@ class ReferenceAdapter(UpstreamShapedAdapter):
     features = frozenset({
         "namespaces", "runtime-init", "unconditional-survives-disable", "unconditional-hatch",
         "dynamo-shortcut", "native-op-meta", "concurrent-control-plane", "reentrant-control-plane",
+        "torch-front-ends",
     })
 
     def __init__(self) -> None:
@@ -67,6 +68,13 @@ class ReferenceAdapter(UpstreamShapedAdapter):
 
     def user_ordering_fn(self):
         return native_registry.get_user_ordering_fn
+
+    def serve_torch_front_ends(self):
+        # For the rest of the process: torch._native.registry becomes the
+        # reference's upstream-shaped module (one registry, the C++ core).
+        from native_registry import upstream_compat
+
+        upstream_compat.install_as_torch_native()
 
 
 def make() -> ReferenceAdapter:

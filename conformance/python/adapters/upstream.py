@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import sys
 
 import torch
 
@@ -57,6 +58,8 @@ class UpstreamAdapter(UpstreamShapedAdapter):
             features.add("unconditional-hatch")
         if hasattr(self.module, "_router_active"):
             features.add("dynamo-shortcut")
+        if self.module is sys.modules.get("torch._native.registry"):
+            features.add("torch-front-ends")  # it is the registry torch's front ends call
         self.features = frozenset(features)
 
     # ---- keys: (lib, op, key) here, (op, key) in older versions -------------
@@ -160,6 +163,9 @@ class UpstreamAdapter(UpstreamShapedAdapter):
 
     def in_reentrant_call(self):
         return getattr(self.module._router_active, "on", False)
+
+    def serve_torch_front_ends(self):
+        pass  # torch's front ends already call this registry
 
     def user_ordering_fn(self):
         from torch._native import get_user_ordering_fn

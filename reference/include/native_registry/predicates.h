@@ -39,12 +39,12 @@ class Predicate {
   static Predicate on_tensors(TensorCheck check, std::optional<size_t> arg_index = {});
   static Predicate constant(bool answer);
 
+  // Evaluated on `stack` as the call's arguments, the first at index 0.
   bool operator()(const Stack& stack) const;
-  // The same, with a cond's signature.
-  bool operator()(const c10::OperatorHandle&, c10::DispatchKeySet,
-                  const Stack& stack) const {
-    return (*this)(stack);
-  }
+  // As a cond: on the op's arguments, the top schema().arguments().size()
+  // values of the boxed stack, whatever a caller keeps below them.
+  bool operator()(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
+                  const Stack& stack) const;
   CondFn as_cond() const;
   const std::string& description() const;
 
@@ -61,6 +61,12 @@ class Predicate {
   explicit Predicate(std::shared_ptr<const Node> node) : node_(std::move(node)) {}
   std::shared_ptr<const Node> node_;
 };
+
+// The arguments of a boxed call of `op`: the top of `stack`, the first
+// argument at index 0. A C++ cond reads its arguments here (or with
+// torch::jit::peek(stack, i, n) / torch::jit::last(stack, n)), never at
+// stack[i], since a caller may keep values of its own below them.
+c10::ArrayRef<c10::IValue> op_arguments(const c10::OperatorHandle& op, const Stack& stack);
 
 Predicate always();
 Predicate never();

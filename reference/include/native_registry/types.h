@@ -86,8 +86,9 @@ struct OverrideNode {
   uint64_t registry_serial = 0;
 
   // Whether the runtime is usable: true without try_initialize_runtime;
-  // otherwise asks it until it first succeeds. A runtime that came up stays
-  // up, so success is remembered; a failure is retried on the next call.
+  // otherwise asks it, on every call that reaches it, as upstream does (the
+  // hook may cache its own answer; a remembered success would hide a runtime
+  // that went away).
   bool ensure_runtime() const;
 
   // Runs impl on a boxed call and checks that it left exactly the op's
@@ -95,9 +96,6 @@ struct OverrideNode {
   // any other count would have it read past the stack or take an argument.
   // The router and the `_native` op's kernel both call the impl through it.
   void run_impl(const c10::OperatorHandle& op, c10::DispatchKeySet keys, Stack* stack) const;
-
- private:
-  mutable std::atomic<bool> runtime_ready_{false};
 };
 
 using NodePtr = std::shared_ptr<const OverrideNode>;

@@ -63,43 +63,57 @@ def _always_true(*args: object, **kwargs: object) -> bool:
     return True
 
 
+# The fields of upstream main's _OverrideNode, in its positional order, and
+# their defaults (torch 2.13's lacks lib_symbol and try_initialize_runtime).
+_NODE_FIELDS = ("dsl_name", "lib_symbol", "op_symbol", "dispatch_key", "cond_fn", "impl_fn",
+                "node_id", "unconditional_override", "active", "try_initialize_runtime")
+_NODE_DEFAULTS = {"unconditional_override": False, "active": True, "try_initialize_runtime": None}
+_TORCH_2_13_NODE_FIELDS = ("dsl_name", "op_symbol", "dispatch_key", "cond_fn", "impl_fn",
+                           "node_id", "unconditional_override", "active")
+
+
+def _node_fields(args: tuple, kwargs: dict) -> dict[str, Any]:
+    """The fields of a node built as upstream main builds it, or as torch
+    2.13 did (no lib_symbol: its registry overrode aten ops only). 2.13's
+    form is told apart by its cond_fn, a callable, in the fourth place, where
+    main has the dispatch key; or, built by keywords, by a missing lib_symbol."""
+    torch_2_13 = (len(args) > 3 and callable(args[3])) or (
+        "lib_symbol" not in kwargs and len(args) < 2)
+    order = _TORCH_2_13_NODE_FIELDS if torch_2_13 else _NODE_FIELDS
+    if len(args) > len(order):
+        raise TypeError(f"_OverrideNode takes at most {len(order)} positional arguments "
+                        f"({len(args)} given)")
+    positional = dict(zip(order, args))
+    fields = dict(_NODE_DEFAULTS, **({"lib_symbol": "aten"} if torch_2_13 else {}), **positional)
+    for name, value in kwargs.items():
+        if name not in _NODE_FIELDS:
+            raise TypeError(f"_OverrideNode got an unexpected keyword argument {name!r}")
+        if name in positional:
+            raise TypeError(f"_OverrideNode got multiple values for argument {name!r}")
+        fields[name] = value
+    missing = [name for name in _NODE_FIELDS if name not in fields]
+    if missing:
+        raise TypeError(f"_OverrideNode missing required arguments: {', '.join(missing)}")
+    return fields
+
+
 class _OverrideNode:
-    """One override, with upstream's fields and defaults.
+    """One override, with upstream main's fields, positional order and
+    defaults; torch 2.13's form (no lib_symbol) builds an aten node.
 
     Nodes made by :func:`register_op_override` are bound to the C++ node they
     describe: ``active`` then reports whether the filters leave it enabled.
     A node built by hand (as upstream's tests do) is a plain record.
     """
 
-    __slots__ = (
-        "dsl_name", "lib_symbol", "op_symbol", "dispatch_key", "cond_fn", "impl_fn",
-        "node_id", "try_initialize_runtime", "unconditional_override", "_active", "_handle",
-        "__weakref__",
-    )
+    __slots__ = tuple(f for f in _NODE_FIELDS if f != "active") + ("_active", "_handle",
+                                                                   "__weakref__")
 
-    def __init__(
-        self,
-        dsl_name: str,
-        lib_symbol: str,
-        op_symbol: str,
-        dispatch_key: str,
-        cond_fn: Callable[..., Any],
-        impl_fn: Callable[..., Any],
-        node_id: str,
-        try_initialize_runtime: Callable[[], bool] | None = None,
-        unconditional_override: bool = False,
-        active: bool = True,
-    ) -> None:
-        self.dsl_name = dsl_name
-        self.lib_symbol = lib_symbol
-        self.op_symbol = op_symbol
-        self.dispatch_key = dispatch_key
-        self.cond_fn = cond_fn
-        self.impl_fn = impl_fn
-        self.node_id = node_id
-        self.try_initialize_runtime = try_initialize_runtime
-        self.unconditional_override = unconditional_override
-        self._active = active
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        fields = _node_fields(args, kwargs)
+        self._active = fields.pop("active")
+        for name, value in fields.items():
+            setattr(self, name, value)
         self._handle: _C.Node | None = None
 
     @property
@@ -253,7 +267,7 @@ def _decomp_overrides() -> dict[object, Callable[..., Any]]:
 
 
 def register_op_override(
-    dsl_name: str,
+    backend: str,
     lib_symbol: str,
     op_symbol: str,
     dispatch_key: str,
@@ -264,7 +278,8 @@ def register_op_override(
     allow_multiple_override: bool = False,
     unconditional_override: bool = False,
 ) -> None:
-    """Append an override to the graph of (lib_symbol, op_symbol, dispatch_key).
+    """Append an override by the DSL ``backend`` (upstream's name for the
+    node's ``dsl_name``) to the graph of (lib_symbol, op_symbol, dispatch_key).
 
     ``allow_multiple_override`` is accepted for upstream's signature and
     changes nothing: a graph always takes several overrides.
@@ -279,11 +294,11 @@ def register_op_override(
             ``try_initialize_runtime`` with it, or a malformed name.
         TypeError: ``cond``, ``impl`` or ``try_initialize_runtime`` is not callable.
     """
-    for name, value in (("dsl_name", dsl_name), ("lib_symbol", lib_symbol),
+    for name, value in (("backend (the node's dsl_name)", backend), ("lib_symbol", lib_symbol),
                         ("op_symbol", op_symbol), ("dispatch_key", dispatch_key)):
         _check_name(name, value)
     handle = _C.register_op_override(
-        dsl_name, lib_symbol, op_symbol, dispatch_key, cond, impl,
+        backend, lib_symbol, op_symbol, dispatch_key, cond, impl,
         try_initialize_runtime, bool(unconditional_override),
     )
 

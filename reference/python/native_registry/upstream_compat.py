@@ -259,13 +259,15 @@ _node_id_counter = 0
 # ---- upstream's functions ---------------------------------------------------------------
 
 
-def register_op_override(dsl_name: str, lib_symbol: str, op_symbol: str, dispatch_key: str,
+def register_op_override(backend: str, lib_symbol: str, op_symbol: str, dispatch_key: str,
                          cond, impl, *, try_initialize_runtime=None,
+                         allow_multiple_override: bool = False,
                          unconditional_override: bool = False) -> None:
     global _node_id_counter
     _ensure_allowed(lib_symbol)
-    _reference.register_op_override(dsl_name, lib_symbol, op_symbol, dispatch_key, cond, impl,
+    _reference.register_op_override(backend, lib_symbol, op_symbol, dispatch_key, cond, impl,
                                     try_initialize_runtime=try_initialize_runtime,
+                                    allow_multiple_override=allow_multiple_override,
                                     unconditional_override=unconditional_override)
     _node_id_counter += 1
 
@@ -350,20 +352,49 @@ def _unconditional_masked() -> Iterator[None]:
 
 
 def install_as_torch_native() -> types.ModuleType:
-    """Make ``torch._native`` and ``torch._native.registry`` this module (and
-    a package holding it with ``get_user_ordering_fn`` and
-    ``_unconditional_masked``) for the rest of the process. The reference's
-    log records go to this module's logger from then on, the one code written
-    for ``torch._native.registry`` listens on."""
+    """Make ``torch._native.registry`` this module for the rest of the
+    process, inside torch's own ``torch._native`` package (whose DSL helpers
+    and dsl_registry ``torch.backends.python_native`` needs), which also gets
+    ``get_user_ordering_fn`` and ``_unconditional_masked``. Names torch's
+    helper modules bound from the replaced registry at import are re-pointed
+    here, so that ``torch.backends.python_native`` controls this registry.
+    The reference's log records go to this module's logger from then on, the
+    one code written for ``torch._native.registry`` listens on."""
     import native_registry
 
-    package = types.ModuleType("torch._native")
-    package.__path__ = []  # a package, so `import torch._native.registry` resolves
-    package.registry = sys.modules[__name__]
+    this = sys.modules[__name__]
+    try:
+        import torch._native as package
+    except ImportError:  # a PyTorch without torch._native: a bare package
+        package = types.ModuleType("torch._native")
+        package.__path__ = []  # a package, so `import torch._native.registry` resolves
+    replaced = sys.modules.get("torch._native.registry")
+    package.registry = this
     package.get_user_ordering_fn = native_registry.get_user_ordering_fn
     package._unconditional_masked = _unconditional_masked
     sys.modules["torch._native"] = package
-    sys.modules["torch._native.registry"] = sys.modules[__name__]
+    sys.modules["torch._native.registry"] = this
     torch._native = package
     _reference.log = log
+    if replaced is not None and replaced is not this:
+        _repoint_bound_names(replaced.__name__, replaced)
     return package
+
+
+def _repoint_bound_names(module_name: str, replaced: types.ModuleType) -> None:
+    """torch's DSL helpers (triton_utils, cutedsl_utils) bound the replaced
+    registry's functions under names of their own at import (``from
+    .registry import deregister_op_overrides as _deregister_op_overrides_impl``),
+    so a DSL's ``disable()`` would still reach the replaced registry. Every
+    such binding in a ``torch._native`` module now names this module's
+    function of the same name."""
+    this = sys.modules[__name__]
+    for name, module in list(sys.modules.items()):
+        if not name.startswith("torch._native.") or module is None or module is this:
+            continue
+        for attr, value in list(vars(module).items()):
+            fn_name = getattr(value, "__name__", None)
+            if (callable(value) and getattr(value, "__module__", None) == module_name
+                    and isinstance(fn_name, str) and getattr(replaced, fn_name, None) is value
+                    and callable(getattr(this, fn_name, None))):
+                setattr(module, attr, getattr(this, fn_name))

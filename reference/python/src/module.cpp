@@ -18,15 +18,18 @@
 #include <native_registry/native_registry.h>
 #include <native_registry/predicates.h>
 
+#include <torch/csrc/DynamicTypes.h>
 #include <torch/csrc/Dtype.h>
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/jit/python/pybind_utils.h>
+#include <torch/csrc/utils/tensor_memoryformats.h>
 
 #include <pybind11/functional.h>
 #include <pybind11/stl.h>
 
 #include <memory>
 #include <optional>
+#include <unordered_map>
 #include <vector>
 
 namespace py = pybind11;
@@ -79,62 +82,110 @@ bool truthy(const py::object& value) {
   return answer == 1;
 }
 
-// One argument as Python sees it. A tensor goes straight to its Python
-// object, without the IValue copy toPyObject makes; a wrapped number (the 2
-// of `t * 2`) becomes a Python number there, as PyTorch hands it to Python.
-py::object to_python(const c10::IValue& value) {
+// Whether a schema type is `kind` or Optional[`kind`].
+bool is_kind(const c10::TypePtr& type, c10::TypeKind kind) {
+  if (type->kind() == kind) return true;
+  const auto optional = type->cast<c10::OptionalType>();
+  return optional && optional->getElementType()->kind() == kind;
+}
+
+// One argument as a torch.library Python kernel receives it (and so as
+// upstream's router hands it to a cond): dtype, layout and memory_format,
+// which the boxed stack holds as integer codes, as torch objects; a tensor
+// straight to its Python object, without the IValue copy toPyObject makes;
+// a wrapped number (the 2 of `t * 2`) as a Python number; anything else
+// (devices, generators, lists, scalars) as toPyObject makes it.
+py::object to_python(const c10::Argument& argument, const c10::IValue& value) {
   if (value.isTensor()) {
     const at::Tensor& tensor = value.toTensor();
     if (!tensor.defined() || !tensor.unsafeGetTensorImpl()->is_wrapped_number()) {
       return py::reinterpret_steal<py::object>(THPVariable_Wrap(tensor));
     }
+  } else if (value.isInt()) {
+    const c10::TypePtr& type = argument.real_type();
+    const auto code = value.toInt();
+    PyObject* object = nullptr;
+    if (is_kind(type, c10::TypeKind::ScalarTypeType)) {
+      object = reinterpret_cast<PyObject*>(torch::getTHPDtype(static_cast<c10::ScalarType>(code)));
+    } else if (is_kind(type, c10::TypeKind::LayoutType)) {
+      object = reinterpret_cast<PyObject*>(torch::getTHPLayout(static_cast<c10::Layout>(code)));
+    } else if (is_kind(type, c10::TypeKind::MemoryFormatType)) {
+      object = torch::utils::getTHPMemoryFormat(static_cast<c10::MemoryFormat>(code));
+    }
+    if (object != nullptr) return py::reinterpret_borrow<py::object>(object);
   }
   return torch::jit::toPyObject(value);
 }
 
-// Whether a keyword-only argument holds its default, compared as IValues so
-// that no Python object is made for the default; numbers compare by value,
-// as in Python (alpha=1.0 holds the default 1).
-bool holds_default(const c10::IValue& value, const c10::IValue& fallback) {
-  if (value.isTensor() || fallback.isTensor()) return false;
-  const auto is_number = [](const c10::IValue& v) { return v.isInt() || v.isDouble() || v.isBool(); };
-  if (is_number(value) && is_number(fallback)) {
-    return value.toScalar().to<double>() == fallback.toScalar().to<double>();
-  }
-  return value == fallback;
+// Whether an argument holds its schema default, by the IValue equality
+// torch.library uses (so alpha=1.0 is not the default 1). The tags defaults
+// have most (None, ints, floats, bools) are compared here as IValue::equals
+// compares them, without the IValue it returns.
+bool holds_default(const c10::Argument& argument, const c10::IValue& value) {
+  const auto& fallback = argument.default_value();
+  if (!fallback.has_value()) return false;
+  const c10::IValue& d = *fallback;
+  if (d.isNone()) return value.isNone();
+  if (d.isInt()) return value.isInt() && d.toInt() == value.toInt();
+  if (d.isDouble()) return value.isDouble() && d.toDouble() == value.toDouble();
+  if (d.isBool()) return value.isBool() && d.toBool() == value.toBool();
+  return d == value;
 }
 
-// Calls `fn` with the boxed call's arguments as Python sees them: positional
-// arguments in order, keyword-only ones as keywords unless they hold their
+// A keyword argument's name as an interned Python str, made once per name
+// (the GIL guards the table; the strings live as long as the process).
+PyObject* keyword_name(const std::string& name) {
+  static auto* names = new std::unordered_map<std::string, PyObject*>();
+  auto it = names->find(name);
+  if (it == names->end()) {
+    PyObject* interned = PyUnicode_InternFromString(name.c_str());
+    if (interned == nullptr) throw py::error_already_set();
+    it = names->emplace(name, interned).first;
+  }
+  return it->second;
+}
+
+// Calls `fn` with the boxed call's arguments (the top of the stack) split as
+// torch.library splits them for a Python kernel: positional arguments in
+// order up to the last one that differs from its default (trailing defaults
+// are not passed), keyword-only arguments as keywords unless they hold their
 // default. Through vectorcall, so that no argument tuple or keyword dict is
 // built: this is the whole per-call cost of a Python cond besides the GIL.
 py::object call_with_arguments(const py::handle& fn, const c10::OperatorHandle& op,
                                const Stack& stack) {
   const auto& schema_args = op.schema().arguments();
   const size_t base = stack.size() - schema_args.size();
+  size_t keyword_start = schema_args.size();
+  while (keyword_start > 0 && schema_args[keyword_start - 1].kwarg_only()) --keyword_start;
+  size_t positional = keyword_start;
+  while (positional > 0 &&
+         holds_default(schema_args[positional - 1], stack[base + positional - 1])) {
+    --positional;
+  }
   // Slot 0 is scratch for PY_VECTORCALL_ARGUMENTS_OFFSET; positional arguments
   // follow, then keyword values in the order of `keywords`.
   c10::SmallVector<py::object, 8> values(1);
-  c10::SmallVector<py::object, 2> keywords;
-  for (size_t i = 0; i < schema_args.size(); ++i) {
+  c10::SmallVector<PyObject*, 2> keywords;  // borrowed from keyword_name's table
+  for (size_t i = 0; i < positional; ++i) {
+    values.push_back(to_python(schema_args[i], stack[base + i]));
+  }
+  for (size_t i = keyword_start; i < schema_args.size(); ++i) {
     const c10::Argument& argument = schema_args[i];
     const c10::IValue& ivalue = stack[base + i];
-    if (argument.kwarg_only()) {
-      const auto& fallback = argument.default_value();
-      if (fallback && holds_default(ivalue, *fallback)) continue;
-      keywords.push_back(py::str(argument.name()));
-    }
-    values.push_back(to_python(ivalue));
+    if (holds_default(argument, ivalue)) continue;
+    keywords.push_back(keyword_name(argument.name()));
+    values.push_back(to_python(argument, ivalue));
   }
   c10::SmallVector<PyObject*, 8> argv;
   for (const py::object& value : values) argv.push_back(value.ptr());
   py::object names;
   if (!keywords.empty()) {
-    py::tuple tuple(keywords.size());
-    for (size_t i = 0; i < keywords.size(); ++i) tuple[i] = keywords[i];
-    names = std::move(tuple);
+    names = py::reinterpret_steal<py::object>(PyTuple_New(static_cast<Py_ssize_t>(keywords.size())));
+    if (!names) throw py::error_already_set();
+    for (size_t i = 0; i < keywords.size(); ++i) {
+      PyTuple_SET_ITEM(names.ptr(), static_cast<Py_ssize_t>(i), Py_NewRef(keywords[i]));
+    }
   }
-  const size_t positional = values.size() - 1 - keywords.size();
   PyObject* out = PyObject_Vectorcall(fn.ptr(), argv.data() + 1,
                                       positional | PY_VECTORCALL_ARGUMENTS_OFFSET, names.ptr());
   if (out == nullptr) throw py::error_already_set();

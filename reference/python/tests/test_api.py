@@ -25,7 +25,7 @@ def identity(x, *rest):
 
 
 UPSTREAM_SIGNATURES = {
-    "register_op_override": "(dsl_name, lib_symbol, op_symbol, dispatch_key, cond, impl, *, "
+    "register_op_override": "(backend, lib_symbol, op_symbol, dispatch_key, cond, impl, *, "
     "try_initialize_runtime=None, allow_multiple_override=False, unconditional_override=False)",
     "deregister_op_overrides": "(*, disable_dsl_names=None, disable_op_symbols=None, "
     "disable_dispatch_keys=None)",
@@ -78,6 +78,22 @@ def test_override_node_fields_and_defaults():
     assert node.try_initialize_runtime is None
     assert node.unconditional_override is False
     assert node.active is True
+
+
+def test_override_node_takes_mains_positional_order_and_refuses_unknown_fields():
+    runtime = lambda: True  # noqa: E731
+    node = registry._OverrideNode("d", "aten", "add.Tensor", "CPU", true_cond, identity, "n",
+                                  True, False, runtime)
+    assert (node.unconditional_override, node.active, node.try_initialize_runtime) == (
+        True, False, runtime)
+    with pytest.raises(TypeError, match="backend"):
+        registry._OverrideNode("d", "aten", "add.Tensor", "CPU", true_cond, identity, "n",
+                               backend="d")
+    with pytest.raises(TypeError, match="multiple values"):
+        registry._OverrideNode("d", "aten", "add.Tensor", "CPU", true_cond, identity, "n",
+                               node_id="m")
+    with pytest.raises(TypeError, match="missing"):
+        registry._OverrideNode("d", "aten", "add.Tensor", "CPU", true_cond, identity)
 
 
 def test_register_appends_a_bound_node_and_installs_nothing(reg):
@@ -246,3 +262,17 @@ def test_snapshot_restore_roundtrip(reg):
                        torch.tensor([2.0]))
     with pytest.raises(TypeError, match="takes a Snapshot"):
         reg.restore("not a snapshot")
+
+
+def test_the_package_reports_its_version():
+    """native_registry.__version__ is the project's version (meson.build's
+    project(), which the installed distribution's metadata also carries)."""
+    import importlib.metadata
+    import pathlib
+    import re
+
+    meson = (pathlib.Path(__file__).parents[3] / "meson.build").read_text()
+    project_version = re.search(r"version:\s*'([^']+)'", meson).group(1)
+    assert native_registry.__version__ == project_version
+    assert importlib.metadata.version("native_registry") == project_version
+    assert re.fullmatch(r"\d+\.\d+\.\d+", native_registry.__version__)

@@ -1,0 +1,205 @@
+// What code moved from upstream's registry must find unchanged, on the C++
+// side: the boxed stack a cond or impl sees, when try_initialize_runtime
+// runs, which dispatch keys are refused, composite ops, and the mask
+// against snapshots.
+
+#include "suite.h"
+
+#include <ATen/core/LegacyTypeDispatch.h>
+#include <ATen/core/stack.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace conformance {
+namespace {
+
+using namespace native_registry::fixtures;
+using ::testing::HasSubstr;
+
+at::Tensor dropin_mul_2_3_by_4_5() { return call_mul(tensor({2, 3}), tensor({4, 5})); }
+const at::Tensor kDropinStock = tensor({8, 15});
+
+// A boxed call of `op` by a caller that keeps a value of its own below the
+// arguments; returns the stack as the call leaves it. Below autograd, so
+// that the dispatcher hands the router the caller's own stack (an autograd
+// kernel would unbox the call and box it again into a fresh one).
+Stack boxed_call_below_a_caller_value(const char* name, const char* overload,
+                                      std::vector<c10::IValue> arguments) {
+  const auto op = c10::Dispatcher::singleton().findSchemaOrThrow(name, overload);
+  Stack stack{c10::IValue(std::string("caller's"))};
+  for (auto& argument : arguments) stack.push_back(std::move(argument));
+  const at::AutoDispatchBelowADInplaceOrView below_autograd;
+  op.callBoxed(stack);
+  return stack;
+}
+
+void expect_caller_value_then(const Stack& stack, const at::Tensor& result) {
+  ASSERT_EQ(stack.size(), 2u) << "the call left the caller's stack with the wrong depth";
+  ASSERT_TRUE(stack[0].isString()) << "the caller's value below the arguments is gone";
+  EXPECT_EQ(stack[0].toStringRef(), "caller's");
+  ASSERT_TRUE(stack[1].isTensor());
+  EXPECT_TRUE(same(stack[1].toTensor(), result));
+}
+
+// A cond that notes the first element of the op's first tensor argument
+// (a tensor, or the first of a list), found `arity` values from the top.
+CondFn noting_first_argument(std::shared_ptr<std::vector<float>> seen, bool answer) {
+  return [seen, answer](const c10::OperatorHandle& op, c10::DispatchKeySet, const Stack& s) {
+    const size_t arity = op.schema().arguments().size();
+    const c10::IValue& first = torch::jit::peek(s, 0, arity);
+    const at::Tensor tensor = first.isTensor() ? first.toTensor() : first.toTensorList().get(0);
+    seen->push_back(tensor[0].item<float>());
+    EXPECT_EQ(torch::jit::last(s, arity).size(), arity);
+    return answer;
+  };
+}
+
+// Pops the op's arguments and pushes a tensor of two `value`s.
+ImplFn pushing_two(float value) {
+  return [value](const c10::OperatorHandle& op, c10::DispatchKeySet, Stack* stack) {
+    torch::jit::drop(*stack, op.schema().arguments().size());
+    stack->emplace_back(tensor({value, value}));
+  };
+}
+
+TEST_P(Conformance, ConditionsSeeTheArgumentsOnTopOfTheStack) {
+  BEHAVIOUR("calls.cpp-arguments-top-of-stack");
+  auto seen = std::make_shared<std::vector<float>>();
+  const Key cat{"aten", "cat", "CPU"};
+  auto mul_call = [] {
+    return boxed_call_below_a_caller_value("aten::mul", "Tensor", {tensor({2, 3}), tensor({4, 5})});
+  };
+  auto cat_call = [] {
+    return boxed_call_below_a_caller_value(
+        "aten::cat", "", {c10::List<at::Tensor>({tensor({2}), tensor({4})}), int64_t{0}});
+  };
+  for (const Key& key : {mul_key(), cat}) {
+    add(key, noting_first_argument(seen, false), forbidden_impl(), "declines");
+    adapter().install(key);
+  }
+  expect_caller_value_then(mul_call(), kDropinStock);
+  expect_caller_value_then(cat_call(), tensor({2, 4}));
+  EXPECT_EQ(*seen, (std::vector<float>{2, 2}));
+  for (const Key& key : {mul_key(), cat}) {
+    add(key, noting_first_argument(seen, true), pushing_two(6), "accepts");
+    adapter().install(key);
+  }
+  seen->clear();
+  expect_caller_value_then(mul_call(), tensor({6, 6}));
+  expect_caller_value_then(cat_call(), tensor({6, 6}));
+  EXPECT_EQ(*seen, (std::vector<float>{2, 2, 2, 2}));
+}
+
+TEST_P(Conformance, TheRuntimeIsAskedOnEveryMatchedCallRightBeforeTheImpl) {
+  BEHAVIOUR("routing.runtime-asked-each-matched-call");
+  REQUIRE_FEATURE("runtime-init");
+  auto events = std::make_shared<std::vector<std::string>>();
+  auto note = [events](std::string what, bool answer) {
+    return [events, what, answer](const c10::OperatorHandle&, c10::DispatchKeySet, const Stack&) {
+      events->push_back(what);
+      return answer;
+    };
+  };
+  auto runtime = [events](std::string what, bool answer) {
+    return [events, what, answer] {
+      events->push_back(what);
+      return answer;
+    };
+  };
+  add(mul_key(), note("a.cond", true), forbidden_impl(), "a", runtime("a.runtime", false));
+  add(mul_key(), note("b.cond", true), impl_doing([events] { events->push_back("b.impl"); }, 5),
+      "b", runtime("b.runtime", true));
+  adapter().install(mul_key());
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(same(dropin_mul_2_3_by_4_5(), tensor({5, 5})));
+  std::vector<std::string> once{"a.cond", "a.runtime", "b.cond", "b.runtime", "b.impl"};
+  std::vector<std::string> expected;
+  for (int i = 0; i < 3; ++i) expected.insert(expected.end(), once.begin(), once.end());
+  EXPECT_EQ(*events, expected) << "asked once per matched call, after the cond, before the impl";
+}
+
+TEST_P(Conformance, FunctionalityKeysAreRefusedNamingUsableKeys) {
+  BEHAVIOUR("validation.keys-where-no-kernel-runs");
+  const std::vector<std::pair<std::string, std::string>> cases{
+      {"Dense", "CPU"}, {"Sparse", "SparseCPU"}, {"AutogradFunctionality", "AutogradCPU"}};
+  for (const auto& [key, suggestion] : cases) {
+    try {
+      add({"aten", "mul.Tensor", key}, constant_cond(true), forbidden_impl());
+      ADD_FAILURE() << key << " was accepted";
+    } catch (const InvalidArgument& e) {
+      EXPECT_THAT(e.what(), HasSubstr(key));
+      EXPECT_THAT(e.what(), HasSubstr(suggestion));
+    }
+    EXPECT_TRUE(adapter().graph({"aten", "mul.Tensor", key}).empty());
+  }
+}
+
+// Registers (with `add_declining`) and installs a declining override of
+// mul.Tensor at each key; a CPU call still gives the stock result. The
+// fixture compares the dispatcher with its state before the test.
+void expect_declining_overrides_work_at(RegistryAdapter& adapter,
+                                        const std::function<void(const Key&)>& add_declining,
+                                        std::initializer_list<const char*> keys) {
+  for (const char* key : keys) {
+    const Key graph_key{"aten", "mul.Tensor", key};
+    add_declining(graph_key);
+    adapter.install(graph_key);
+    EXPECT_TRUE(adapter.router_installed(graph_key)) << key;
+    EXPECT_TRUE(same(dropin_mul_2_3_by_4_5(), kDropinStock)) << key;
+  }
+}
+
+TEST_P(Conformance, EveryKeyThatWorksInstallsAndTearsDown) {
+  BEHAVIOUR("validation.working-keys-keep-working");
+  expect_declining_overrides_work_at(
+      adapter(), [this](const Key& key) { add(key, constant_cond(false), forbidden_impl()); },
+      {"CPU", "CUDA", "AutogradCPU", "AutocastCPU", "Python", "FuncTorchBatched", "Functionalize"});
+}
+
+// Every call passes these keys (always included), and mul's entry there is a
+// fallthrough: a declined call must go past it.
+TEST_P(Conformance, KeysWhereMulFallsThroughInstallAndTearDown) {
+  BEHAVIOUR("routing.fallback-past-a-fallthrough-key");
+  expect_declining_overrides_work_at(
+      adapter(), [this](const Key& key) { add(key, constant_cond(false), forbidden_impl()); },
+      {"BackendSelect", "ADInplaceOrView"});
+}
+
+TEST_P(Conformance, ACompositeImplicitOpIsRefusedAtABackendKey) {
+  BEHAVIOUR("validation.composite-implicit-refused-at-backend-key");
+  const Key matmul{"aten", "matmul", "CPU"};
+  try {
+    add(matmul, constant_cond(false), forbidden_impl());
+    ADD_FAILURE() << "an override of aten::matmul at CPU was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_THAT(e.what(), HasSubstr("aten::matmul"));
+    EXPECT_THAT(e.what(), HasSubstr("CompositeImplicitAutograd"));
+    EXPECT_THAT(e.what(), HasSubstr("AutogradCPU"));
+  }
+  EXPECT_TRUE(adapter().graph(matmul).empty());
+}
+
+TEST_P(Conformance, ASnapshotTakenInsideTheMaskRestoresRoutingThatMatchesActive) {
+  BEHAVIOUR("unconditional.restore-follows-current-mask");
+  REQUIRE_FEATURE("unconditional-hatch");
+  REQUIRE_FEATURE("unconditional-survives-disable");
+  add(mul_key(), {}, fill_impl(9), "test_dsl", {}, /*unconditional=*/true);
+  adapter().install(mul_key());
+  adapter().disable({{"test_dsl"}, {}, {}});
+  const at::Tensor unconditional = tensor({9, 9});
+  EXPECT_TRUE(same(dropin_mul_2_3_by_4_5(), unconditional));
+  auto mask = adapter().unconditional_masked();
+  EXPECT_TRUE(same(dropin_mul_2_3_by_4_5(), kDropinStock));
+  auto inner = adapter().scope();  // a snapshot taken while the mask is on
+  mask.reset();
+  EXPECT_TRUE(same(dropin_mul_2_3_by_4_5(), unconditional));
+  inner.reset();  // restored with the mask lifted
+  const auto graph = adapter().graph(mul_key());
+  ASSERT_EQ(graph.size(), 1u);
+  EXPECT_TRUE(graph[0].active);
+  EXPECT_TRUE(same(dropin_mul_2_3_by_4_5(), unconditional)) << "the node says active, so it must route";
+}
+
+}  // namespace
+}  // namespace conformance
