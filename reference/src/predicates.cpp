@@ -113,12 +113,12 @@ std::string where(std::optional<size_t> arg) {
 
 }  // namespace
 
-c10::ArrayRef<c10::IValue> op_arguments(const c10::OperatorHandle& op, const Stack& stack) {
-  const size_t count = op.schema().arguments().size();
-  TORCH_CHECK(stack.size() >= count, "the stack holds ", stack.size(), " values, fewer than the ",
-              count, " arguments of ", op.operator_name());
-  return c10::ArrayRef<c10::IValue>(stack).slice(stack.size() - count);
+namespace detail {
+void fail_short_stack(const c10::OperatorHandle& op, size_t values, size_t arguments) {
+  TORCH_CHECK(false, "the stack holds ", values, " values, fewer than the ", arguments,
+              " arguments of ", op.operator_name());
 }
+}  // namespace detail
 
 Predicate Predicate::on_tensors(TensorCheck check, std::optional<size_t> arg_index) {
   auto node = std::make_shared<Node>();

@@ -66,7 +66,16 @@ class Predicate {
 // argument at index 0. A C++ cond reads its arguments here (or with
 // torch::jit::peek(stack, i, n) / torch::jit::last(stack, n)), never at
 // stack[i], since a caller may keep values of its own below them.
-c10::ArrayRef<c10::IValue> op_arguments(const c10::OperatorHandle& op, const Stack& stack);
+// Inline: every predicate cond calls it, and a call costs more than its work.
+namespace detail {
+[[noreturn]] C10_NOINLINE void fail_short_stack(const c10::OperatorHandle& op, size_t values,
+                                               size_t arguments);
+}  // namespace detail
+inline c10::ArrayRef<c10::IValue> op_arguments(const c10::OperatorHandle& op, const Stack& stack) {
+  const size_t count = op.schema().arguments().size();
+  if (C10_UNLIKELY(stack.size() < count)) detail::fail_short_stack(op, stack.size(), count);
+  return c10::ArrayRef<c10::IValue>(stack.data() + (stack.size() - count), count);
+}
 
 Predicate always();
 Predicate never();
