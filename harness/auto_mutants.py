@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import signal
 import statistics
 import subprocess
 import sys
@@ -28,6 +29,7 @@ from dataclasses import asdict, dataclass, field
 
 import mutagen
 import mutants
+import staging
 from mutants import BUILD, ROOT, SRC
 from progress import duration, remaining
 
@@ -66,13 +68,15 @@ class Outcome:
 
 @dataclass
 class Target:
-    """What is mutated: files of `tree`, and how the suites see them."""
+    """What is mutated: `files` (as reported), found at `place[file]`, and
+    how the suites see them."""
     layer: str                   # cpp or python
-    tree: pathlib.Path           # the files' root: the copy of the repository, or impl/'s folder
     files: list[str]
+    place: dict[str, pathlib.Path]
     impl: str = "adapters.reference:make"
-    env: dict | None = None      # the Python suite's environment, for an implementation given by --impl
+    env: dict | None = None      # the Python suite's environment; None: the package staged from the copy
     needs_build: bool = True
+    left_out: dict[str, str] = field(default_factory=dict)
 
 
 def load_equivalents(path: pathlib.Path = EQUIVALENTS) -> dict[str, str]:
@@ -121,15 +125,29 @@ def tail(text: str, lines: int = 15) -> str:
 
 def choose_target(args) -> Target:
     impl = args.implementations[0]
-    if impl.python == "adapters.reference:make":
-        pattern = LAYERS[args.mutate]
-        files = sorted(str(p.relative_to(ROOT)) for p in ROOT.glob(pattern)
-                       if str(p.relative_to(ROOT)) not in NOT_MUTATED)
-        return Target(args.mutate, SRC, files, needs_build=True)
-    if args.mutate != "python":
-        raise SystemExit(f"harness/run: error: --impl {impl.spec} is a Python implementation: "
-                         f"use --mutate python (its registry module is mutated)")
-    return foreign_target(impl.python, args.suite_env)
+    if impl.python != "adapters.reference:make":
+        if args.mutate != "python":
+            raise SystemExit(f"harness/run: error: --impl {impl.spec} is a Python implementation: "
+                             f"use --mutate python (its registry module is mutated)")
+        return foreign_target(impl.python, args.suite_env)
+    files = sorted(str(p.relative_to(ROOT)) for p in ROOT.glob(LAYERS[args.mutate])
+                   if str(p.relative_to(ROOT)) not in NOT_MUTATED)
+    suffix = pathlib.Path(LAYERS[args.mutate]).suffix
+    left_out = {rel: why for rel, why in NOT_MUTATED.items() if rel.endswith(suffix)}
+    if args.mutate == "cpp":
+        return Target("cpp", files, {rel: SRC / rel for rel in files}, left_out=left_out)
+    return python_layer_target(files, left_out)
+
+
+def python_layer_target(files: list[str], left_out: dict[str, str]) -> Target:
+    """The reference's Python layer, mutated in a package of its own
+    (build-mutants/python-layer: the pristine sources and the copy's built
+    extension), so a C++ run may use the copy and its build meanwhile."""
+    staged = staging.stage_package(BUILD, mutants.WORK / "python-layer",
+                                   sources=ROOT / "reference" / "python" / "native_registry")
+    place = {rel: staged / "native_registry" / pathlib.Path(rel).name for rel in files}
+    return Target("python", files, place, env=staging.environment_for(staged), needs_build=False,
+                  left_out=left_out)
 
 
 def foreign_target(spec: str, env: dict) -> Target:
@@ -144,33 +162,32 @@ def foreign_target(spec: str, env: dict) -> Target:
         raise SystemExit(f"harness/run: error: cannot find the registry module of {spec} (its adapter's "
                          f"`module` attribute):\n{found.stderr[-2000:]}")
     name, file = json.loads(found.stdout)
-    tree = mutants.WORK / "impl"
-    tree.mkdir(parents=True, exist_ok=True)
-    copy = tree / pathlib.Path(file).name
+    copy = mutants.WORK / "impl" / pathlib.Path(file).name
+    copy.parent.mkdir(parents=True, exist_ok=True)
     copy.write_text(pathlib.Path(file).read_text())
     env = {**env, "NR_MUTANT_MODULE": name, "NR_MUTANT_FILE": str(copy),
            "PYTHONPATH": os.pathsep.join([str(ROOT / "harness"), env.get("PYTHONPATH", "")]),
            "PYTEST_ADDOPTS": "-p mutant_loader"}
     print(f"  mutating {name} ({file}), through a copy in {copy}")
-    return Target("python", tree, [copy.name], impl=spec, env=env, needs_build=False)
+    return Target("python", [file], {file: copy}, impl=spec, env=env, needs_build=False)
 
 
-def check_pristine(target: Target) -> None:
+def check_pristine() -> None:
     """The copy must match the working tree before anything is mutated: a run
     killed hard (power, SIGKILL) left a mutated file behind, and copy_tree
     has just written it back; this proves it did."""
-    if target.tree != SRC:
-        return
-    for rel in target.files:
-        if (SRC / rel).read_bytes() != (ROOT / rel).read_bytes():
-            raise SystemExit(f"harness/run: error: {SRC / rel} differs from {ROOT / rel} after the copy")
+    for rel in mutants.tree_files():
+        source, copy = ROOT / rel, SRC / rel
+        if source.is_file() and (not copy.is_file() or copy.read_bytes() != source.read_bytes()):
+            raise SystemExit(f"harness/run: error: {copy} differs from {source}: another run is using "
+                             f"{mutants.WORK}, or the working tree changed since its build")
 
 
 def evaluate(mutant: mutagen.Mutant, target: Target, out: pathlib.Path, timeouts: dict[str, float],
              baseline: dict[str, list[str]]) -> Outcome:
     outcome = Outcome(mutant.key, mutant.where, mutant.kind, mutant.change, mutant.original.strip(),
                       mutant.mutated.strip())
-    path = target.tree / mutant.file
+    path = target.place[mutant.file]
     start = time.monotonic()
     if target.needs_build and mutant.file.endswith(".cpp"):
         built = mutants.build(timeouts["build"])
@@ -209,30 +226,38 @@ def run(args) -> int:
     out = args.results / "mutants"
     out.mkdir(parents=True, exist_ok=True)
     begin = time.monotonic()
-    mutants.copy_tree()
-    target = choose_target(args)
-    check_pristine(target)
     equivalents = load_equivalents()
+    reference = args.implementations[0].python == "adapters.reference:make"
+    if not reference:
+        pass  # another implementation's module: nothing of the reference is built or mutated
+    elif args.mutate == "python" and (BUILD / "build.ninja").exists():
+        # The copy and its build may be a C++ run's, mid-mutant: use them as
+        # they are, if they are pristine, and never rebuild them.
+        check_pristine()
+    else:
+        mutants.copy_tree()
+        check_pristine()
+        print(f"== baseline build in {BUILD} (the first one takes minutes)", flush=True)
+        if not mutants.build():
+            print("baseline build failed")
+            return 1
+    target = choose_target(args)
 
-    candidates = [m for rel in target.files for m in mutagen.mutants_of(rel, (target.tree / rel).read_text())]
+    candidates = [m for rel in target.files for m in mutagen.mutants_of(rel, target.place[rel].read_text())]
     chosen = mutagen.sample(candidates, args.sample, args.seed)
     only = [o for o in args.only.split(",") if o]
     if only:
         chosen = [m for m in chosen if any(m.key == o or m.where == o for o in only)]
     print(f"== mutants of {target.layer} ({', '.join(target.files)}): {len(candidates)} candidates, "
           f"{len(chosen)} sampled (seed {args.seed})", flush=True)
-    left_out = {rel: why for rel, why in NOT_MUTATED.items() if rel.endswith(
-        ".cpp" if target.layer == "cpp" else ".py")} if target.tree == SRC else {}
-    for rel, why in left_out.items():
+    for rel, why in target.left_out.items():
         print(f"  not mutated: {rel}: {why}")
 
-    print(f"== baseline: build in {BUILD}, then the suites (the first build takes minutes)", flush=True)
-    if not mutants.build():
-        print("baseline build failed")
-        return 1
+    print("== baseline: the suites on the unmutated implementation", flush=True)
     timeouts, baseline = {"build": 900.0}, {}
-    suites = ([("c++ conformance", lambda t: mutants.cpp_suite(out, t))] if target.layer == "cpp" else []) + \
-        [("python conformance", lambda t: mutants.python_suite(out, t, target.impl, target.env))]
+    suites = [("python conformance", lambda t: mutants.python_suite(out, t, target.impl, target.env))]
+    if target.layer == "cpp":
+        suites.insert(0, ("c++ conformance", lambda t: mutants.cpp_suite(out, t)))
     for name, suite in suites:
         began = time.monotonic()
         failed, output = suite(mutants.TIMEOUT_S * 2)
@@ -245,17 +270,19 @@ def run(args) -> int:
         baseline[name] = failed
         # A mutant's run may be slower (a loaded machine) but not three times
         # slower, unless it hangs.
-        timeouts[name.split()[0]] = max(60.0, 3 * took + 30)
-        print(f"  {name}: {duration(took)} (a mutant's run is killed after {duration(timeouts[name.split()[0]])})",
-              flush=True)
+        limit = timeouts[name.split()[0]] = max(60.0, 3 * took + 30)
+        print(f"  {name}: {duration(took)} (a mutant's run is killed after {duration(limit)})", flush=True)
 
+    # A SIGTERM unwinds like Ctrl-C: the mutated file is restored, the
+    # mutants run so far are reported.
+    signal.signal(signal.SIGTERM, interrupt)
     outcomes: list[Outcome] = []
     records = out / f"auto-{target.layer}.jsonl"
     records.write_text("")
     loop_start = time.monotonic()
     try:
         for index, mutant in enumerate(chosen, 1):
-            path = target.tree / mutant.file
+            path = target.place[mutant.file]
             pristine = path.read_text()
             try:
                 path.write_text(mutant.apply(pristine))
@@ -282,7 +309,7 @@ def run(args) -> int:
 
     stats = figures(outcomes, equivalents)
     stats.update(candidates=len(candidates), seed=args.seed, requested=args.sample,
-                 files=target.files, not_mutated=left_out, impl=target.impl,
+                 files=target.files, not_mutated=target.left_out, impl=target.impl,
                  seconds_total=time.monotonic() - begin, seconds_per_mutant=per_mutant(outcomes))
     write_report(out / f"auto-{target.layer}", stats, outcomes, equivalents)
     print(summary(stats))
@@ -292,6 +319,10 @@ def run(args) -> int:
             print(f"  survived: {o.where} {o.kind}: {o.change}\n      {o.original}\n   -> {o.mutated}")
     rate = stats["kill_rate_without_equivalents"]
     return 0 if rate is not None and rate >= TARGET_KILL_RATE else 1
+
+
+def interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
 
 
 def per_mutant(outcomes: list[Outcome]) -> dict[str, dict[str, float]]:

@@ -183,7 +183,8 @@ def cpp_mutants(rel: str, text: str) -> list[Mutant]:
         for m in _LOOP_EXIT_RE.finditer(code):
             new = "continue" if m.group(1) == "break" else "break"
             add(k, "loop-exit", f"{m.group(1)}; -> {new};", m.start(1), m.end(1), new)
-        if stripped not in ("break;", "continue;") and (stripped.endswith(";") and stripped.count("(") == stripped.count(")")
+        if (stripped not in ("break;", "continue;") and stripped.endswith(";")
+              and stripped.count("(") == stripped.count(")")
               and not _KEYWORD_START.match(stripped) and not _DECLARATION.match(stripped)
               and not stripped.startswith(("}", ")", "{"))
               and not stripped.endswith(("= delete;", "= default;"))

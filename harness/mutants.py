@@ -42,11 +42,16 @@ def load_faults() -> list[dict]:
         return tomllib.load(f)["fault"]
 
 
-def copy_tree() -> None:
-    """The tracked and unignored files of the working tree, into SRC."""
+def tree_files() -> list[str]:
+    """The tracked and unignored files of the working tree."""
     files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
                            cwd=ROOT, capture_output=True, check=True).stdout.decode().split("\0")
-    for rel in filter(None, files):
+    return [rel for rel in files if rel]
+
+
+def copy_tree() -> None:
+    """The tracked and unignored files of the working tree, into SRC."""
+    for rel in tree_files():
         source, target = ROOT / rel, SRC / rel
         if not source.is_file():
             continue

@@ -6,6 +6,7 @@
 
 #include "suite.h"
 
+#include <ATen/ops/add.h>
 #include <ATen/ops/full.h>
 #include <ATen/ops/zeros.h>
 
@@ -59,12 +60,15 @@ TEST_P(Conformance, AnImplCallingItsOwnOpTenDeep) {
   CondFn below_ten = [](const c10::OperatorHandle&, c10::DispatchKeySet, const Stack& stack) {
     return stack.at(stack.size() - 2).toTensor()[0].item<float>() < 10;
   };
-  // Every level's arguments and result differ, so a level that saw another's
-  // stack would show.
+  // Every level's arguments and result differ, and each level's arguments
+  // stay on its stack while the levels below it run, so a level that shared
+  // another's stack would show.
   ImplFn recurse = [](const c10::OperatorHandle&, c10::DispatchKeySet, Stack* stack) {
-    const at::Tensor b = torch::jit::pop(*stack).toTensor();
-    const at::Tensor a = torch::jit::pop(*stack).toTensor();
-    torch::jit::push(*stack, call_mul(a + 1, b) + 1);
+    const at::Tensor a = stack->at(stack->size() - 2).toTensor();
+    const at::Tensor b = stack->at(stack->size() - 1).toTensor();
+    at::Tensor result = at::add(call_mul(at::add(a, 1), b), 1);
+    torch::jit::drop(*stack, 2);
+    torch::jit::push(*stack, std::move(result));
   };
   add(mul_key(), below_ten, recurse);
   adapter().install(mul_key());
