@@ -119,10 +119,10 @@ def cpp_suite(out: pathlib.Path, timeout: float = TIMEOUT_S, fail_fast: bool = F
 
 
 def python_suite(out: pathlib.Path, timeout: float = TIMEOUT_S, impl: str = "adapters.reference:make",
-                 env: dict | None = None) -> tuple[list[str], str]:
-    """The Python conformance suite (from the copy, stopping at the first
-    failure) against `impl`, the reference importing this build's package by
-    default: (failing tests, output)."""
+                 env: dict | None = None, tree: pathlib.Path = SRC) -> tuple[list[str], str]:
+    """The Python conformance suite of `tree` (the copy by default), stopping
+    at the first failure, against `impl`, the reference importing this
+    build's package by default: (failing tests, output)."""
     if env is None:
         env = staging.environment_for(staging.stage_package(
             BUILD, out / "_package", sources=SRC / "reference" / "python" / "native_registry"))
@@ -132,7 +132,7 @@ def python_suite(out: pathlib.Path, timeout: float = TIMEOUT_S, impl: str = "ada
     status, output = run_killable(
         [sys.executable, "-m", "pytest", "conformance/python", "-q", "-x", "-p", "no:cacheprovider",
          f"--impl={impl}", f"--junitxml={xml}", f"--conformance-report={report}"],
-        timeout, cwd=SRC, env={**env, **FREED_MEMORY_FILLED})
+        timeout, cwd=tree, env={**env, **FREED_MEMORY_FILLED})
     if status is None:
         return ["<timeout>"], output
     # A miss of a recommended behaviour is no failure of the run, but it

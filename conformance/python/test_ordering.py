@@ -104,6 +104,20 @@ def test_env_var_unresolvable_raises(impl):
             get.cache_clear()
 
 
+@behaviour("ordering.env-var-resolves")
+def test_env_var_names_the_ordering_function(impl):
+    import os.path
+
+    get = impl.user_ordering_fn()
+    # A dotted module path: the function is the name after the last dot.
+    with patch.dict("os.environ", {ENV: "os.path.join"}):
+        get.cache_clear()
+        try:
+            assert get() is os.path.join
+        finally:
+            get.cache_clear()
+
+
 def fill(value):
     return lambda a, *rest: torch.full_like(a, value)
 
