@@ -93,9 +93,10 @@ def test_env_var_unset_gives_none(impl):
 
 
 @behaviour("ordering.env-var-unresolvable")
-def test_env_var_unresolvable_raises(impl):
+@pytest.mark.parametrize("name", ["nonexistent.module.function", "os.sep"])  # missing; not callable
+def test_env_var_unresolvable_raises(impl, name):
     get = impl.user_ordering_fn()
-    with patch.dict("os.environ", {ENV: "nonexistent.module.function"}):
+    with patch.dict("os.environ", {ENV: name}):
         get.cache_clear()
         try:
             with pytest.raises(ValueError, match="Could not resolve"):
