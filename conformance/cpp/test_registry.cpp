@@ -123,6 +123,8 @@ TEST_P(Conformance, BadInputChangesNothing) {
       {"", "aten", "mul.Tensor", "CPU", constant_cond(true), fill_impl(1), {}, false},
       {"d", "aten", "aten::mul", "CPU", constant_cond(true), fill_impl(1), {}, false},
       {"d", "aten", "mul.Tensor", "CPU", constant_cond(true), ImplFn{}, {}, false},
+      // An alias key: no kernel runs at it, so no router could.
+      {"d", "aten", "mul.Tensor", "Autograd", constant_cond(true), fill_impl(1), {}, false},
   };
   for (const Override& o : bad) {
     const std::string names = "'" + o.dsl_name + "' '" + o.op_symbol + "' '" + o.dispatch_key + "'";

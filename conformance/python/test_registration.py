@@ -98,6 +98,7 @@ def test_unconditional_refuses_runtime_initialization(impl):
     {"dsl_name": ""},
     {"cond": 42},
     {"impl": None},
+    {"dispatch_key": "Autograd"},  # an alias key: no kernel runs at it, so no router could
 ])
 def test_bad_input_changes_nothing(impl, bad):
     impl.register("kept", "aten", "mul.Tensor", "CPU", lambda *a: False, first)
