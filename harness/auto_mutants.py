@@ -316,7 +316,7 @@ def run(args) -> int:
             mutants.build()  # the build matches the pristine copy again
 
     stats = figures(outcomes, equivalents)
-    stats.update(candidates=len(candidates), seed=args.seed, requested=args.sample,
+    stats.update(candidates=len(candidates), chosen=len(chosen), seed=args.seed, requested=args.sample,
                  files=target.files, not_mutated=target.left_out, impl=target.impl,
                  seconds_total=time.monotonic() - begin, seconds_per_mutant=per_mutant(outcomes))
     write_report(out / f"auto-{target.layer}", stats, outcomes, equivalents)
@@ -345,7 +345,9 @@ def per_mutant(outcomes: list[Outcome]) -> dict[str, dict[str, float]]:
 
 def summary(stats: dict) -> str:
     timing = stats["seconds_per_mutant"].get("total")
-    return (f"\n{stats['candidates']} candidates, {stats['sampled']} sampled (seed {stats['seed']}): "
+    run = (f"{stats['sampled']} sampled (seed {stats['seed']})" if stats["sampled"] == stats["chosen"] else
+           f"{stats['sampled']} run of {stats['chosen']} sampled (seed {stats['seed']}; interrupted)")
+    return (f"\n{stats['candidates']} candidates, {run}: "
             f"{stats['stillborn']} stillborn, {stats['killed']} killed ({stats['killed_by_cpp']} by the C++ "
             f"suite, {stats['killed_by_python']} by the Python suite; {stats['killed_by_crash_or_timeout']} "
             f"by a crash or timeout), {stats['survived']} survived ({stats['equivalent']} reviewed "
