@@ -148,6 +148,19 @@ def test_export_counts_cond_exceptions_as_no_match(impl):
     assert "aten.mul.Tensor" in call_targets(ep)
 
 
+@behaviour("export.decomp-table-routes-to-native-op")
+def test_export_tries_the_next_node_after_a_cond_exception(impl):
+    def cond(a, b):
+        raise RuntimeError("undefined while tracing")
+
+    impl.register("first", *KEY, cond, lambda a, b: a)
+    impl.register("second", *KEY, lambda a, b: True, lambda a, b: torch.full_like(a, 42.0))
+    impl.install(*KEY)
+    second = impl.graph(*KEY)[1].node_id
+    ep = torch.export.export(MulPlusOne(), (A, B)).run_decompositions(impl.decomp_table())
+    assert f"_native.{second}.default" in call_targets(ep), "a cond's exception ended the chain"
+
+
 @behaviour("warnings.override-notice-filtered")
 def test_install_prints_no_override_notice(impl):
     # LibTorch prints the notice once per process, so each check gets a fresh
