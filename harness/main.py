@@ -72,6 +72,12 @@ examples:
                                                    also upstream's torch/_native/registry.py
   ./harness/run --mutants                          every seeded fault of fixtures/faults/faults.toml
   ./harness/run --mutants --only drop-first-node   one fault
+  ./harness/run --mutants auto --sample 200 --seed 1
+                                                   200 generated mutants of reference/src/*.cpp
+  ./harness/run --mutants auto --mutate python --sample 100 --seed 1
+                                                   100 of the reference's Python layer
+  ./harness/run --mutants auto --mutate python --impl upstream --sample 50
+                                                   50 of upstream's torch/_native/registry.py
   ./harness/run --upstream-tests ../shared/spec/test_registry.py
                                                    an upstream test file: installed torch vs reference
 
@@ -160,6 +166,12 @@ def resolve_paths(args) -> None:
                          f"taken from {pathlib.Path.cwd()})")
     if args.only and not args.mutants:
         raise UsageError("--only goes with --mutants")
+    if args.mutants != "auto" and (args.sample is not None or args.mutate != "cpp" or args.seed != 1):
+        raise UsageError("--sample, --seed and --mutate go with --mutants auto")
+    if args.mutants == "auto" and len(args.implementations) != 1:
+        raise UsageError("--mutants auto mutates one implementation: give one --impl")
+    if args.sample is not None and args.sample < 1:
+        raise UsageError(f"--sample {args.sample}: give a positive number of mutants")
 
 
 def suite_modules(args) -> dict[str, str]:
@@ -435,12 +447,26 @@ def parser() -> argparse.ArgumentParser:
                         "coverage.py with branches for Python ones, gcov/lcov (instrumented build in "
                         "build-coverage/) for the reference's C++; one HTML report, Cobertura XML and a "
                         "per-behaviour table in results/coverage/")
-    p.add_argument("--mutants", action="store_true",
-                   help="apply each seeded fault of fixtures/faults/faults.toml to a copy of the tree, "
-                        "rebuild it (build-mutants/) and run the conformance suites: every fault must be "
-                        "killed; table in results/mutants/mutants.md")
+    p.add_argument("--mutants", nargs="?", const="faults", choices=["faults", "auto"], default=None,
+                   help="faults (the default): apply each seeded fault of fixtures/faults/faults.toml to a "
+                        "copy of the tree, rebuild it (build-mutants/) and run the conformance suites: every "
+                        "fault must be killed; table in results/mutants/mutants.md. auto: generate mutants "
+                        "of the implementation's source mechanically (see --mutate, --sample, --seed), "
+                        "build and run each in the same copy; kill rates with and without the reviewed "
+                        "equivalents of fixtures/faults/equivalent_mutants.toml, every survivor with its "
+                        "suite output, in results/mutants/auto-<layer>.md and .json; exit status 1 below "
+                        "a 90 %% kill rate")
     p.add_argument("--only", default="", metavar="NAMES",
-                   help="with --mutants: only these comma-separated fault names")
+                   help="with --mutants: only these comma-separated fault names; with --mutants auto: "
+                        "only these mutant keys or file:line places (of the sample)")
+    p.add_argument("--mutate", default="cpp", choices=["cpp", "python"],
+                   help="with --mutants auto: the reference's C++ core (reference/src/*.cpp) or its Python "
+                        "layer (reference/python/native_registry/*.py); with --impl module:factory, python "
+                        "mutates the adapter's registry module (its `module`). Default: cpp")
+    p.add_argument("--sample", type=int, default=None, metavar="N",
+                   help="with --mutants auto: a reproducible random sample of N mutants (default: all)")
+    p.add_argument("--seed", type=int, default=1, metavar="S",
+                   help="with --mutants auto: the sample's seed (default: 1)")
     p.add_argument("--upstream-tests", type=pathlib.Path, metavar="PATH",
                    help="run an upstream PyTorch test file (such as test/test_registry.py) against the "
                         "installed torch._native and against the reference; table in "
@@ -479,6 +505,10 @@ def main(argv: list[str] | None = None) -> int:
         import coverage_report
 
         return coverage_report.run(args)
+    if args.mutants == "auto":
+        import auto_mutants
+
+        return auto_mutants.run(args)
     if args.mutants:
         import mutants
 

@@ -13,6 +13,7 @@ import json
 import os
 import pathlib
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -41,11 +42,16 @@ def load_faults() -> list[dict]:
         return tomllib.load(f)["fault"]
 
 
-def copy_tree() -> None:
-    """The tracked and unignored files of the working tree, into SRC."""
+def tree_files() -> list[str]:
+    """The tracked and unignored files of the working tree."""
     files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
                            cwd=ROOT, capture_output=True, check=True).stdout.decode().split("\0")
-    for rel in filter(None, files):
+    return [rel for rel in files if rel]
+
+
+def copy_tree() -> None:
+    """The tracked and unignored files of the working tree, into SRC."""
+    for rel in tree_files():
         source, target = ROOT / rel, SRC / rel
         if not source.is_file():
             continue
@@ -54,7 +60,9 @@ def copy_tree() -> None:
             shutil.copy2(source, target)
 
 
-def build() -> bool:
+def build(timeout: float | None = None) -> bool:
+    """Builds what the conformance suites run, incrementally; False when it
+    does not compile (or takes longer than `timeout`)."""
     if not (BUILD / "build.ninja").exists():
         subprocess.run(["meson", "setup", str(BUILD), str(SRC), "-Dbenchmarks=disabled"],
                        check=True, stdout=subprocess.DEVNULL)
@@ -63,8 +71,27 @@ def build() -> bool:
     wanted = [line.split(":")[0] for line in targets
               if any(line.startswith(t) and line.split(":")[0].endswith((".so", t.rsplit("/", 1)[-1]))
                      for t in TARGETS)]
-    return subprocess.run(["ninja", "-C", str(BUILD), *wanted], stdout=subprocess.DEVNULL,
-                          stderr=subprocess.DEVNULL).returncode == 0
+    status, _ = run_killable(["ninja", "-C", str(BUILD), *wanted], timeout)
+    return status == 0
+
+
+def run_killable(cmd: list[str], timeout: float | None, **kwargs) -> tuple[int | None, str]:
+    """(exit status, output) of cmd; status None when it ran past `timeout`.
+    It runs in a process group of its own, and the whole group is killed on a
+    timeout or an interrupt, so a hung suite leaves no helper behind."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True, **kwargs)
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+        return proc.returncode, output.decode(errors="replace")
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        output, _ = proc.communicate()
+        return None, output.decode(errors="replace")
+    except BaseException:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
 
 
 def failing_gtests(xml: pathlib.Path) -> list[str]:
@@ -74,41 +101,56 @@ def failing_gtests(xml: pathlib.Path) -> list[str]:
             if c.find("failure") is not None]
 
 
-def run_suites(out: pathlib.Path) -> dict[str, list[str]]:
-    """Suite -> failing tests ('<crashed>'/'<timeout>' when a suite died)."""
-    killed: dict[str, list[str]] = {}
-    for suite, binary in GTEST.items():
-        xml = out / f"{suite}.xml"
-        xml.unlink(missing_ok=True)
-        try:
-            proc = subprocess.run([str(BUILD / binary), f"--gtest_output=xml:{xml}"],
-                                  capture_output=True, timeout=TIMEOUT_S,
-                                  env={**os.environ, **FREED_MEMORY_FILLED})
-            failed = failing_gtests(xml)
-            if proc.returncode != 0 and not failed:
-                failed = [f"<crashed: exit {proc.returncode}>"]
-        except subprocess.TimeoutExpired:
-            failed = ["<timeout>"]
-        if failed:
-            killed[f"c++ {suite}"] = failed
-    env = staging.environment_for(staging.stage_package(
-        BUILD, out / "_package", sources=SRC / "reference" / "python" / "native_registry"))
+def cpp_suite(out: pathlib.Path, timeout: float = TIMEOUT_S, fail_fast: bool = False
+              ) -> tuple[list[str], str]:
+    """The C++ conformance suite of the build: (failing tests, output);
+    '<crashed: ...>' or '<timeout>' when it died."""
+    xml = out / "conformance.xml"
+    xml.unlink(missing_ok=True)
+    status, output = run_killable([str(BUILD / GTEST["conformance"]), f"--gtest_output=xml:{xml}",
+                                   *(["--gtest_fail_fast"] if fail_fast else [])],
+                                  timeout, env={**os.environ, **FREED_MEMORY_FILLED})
+    if status is None:
+        return ["<timeout>"], output
+    failed = failing_gtests(xml)
+    if status != 0 and not failed:
+        failed = [f"<crashed: exit {status}>"]
+    return failed, output
+
+
+def python_suite(out: pathlib.Path, timeout: float = TIMEOUT_S, impl: str = "adapters.reference:make",
+                 env: dict | None = None, tree: pathlib.Path = SRC) -> tuple[list[str], str]:
+    """The Python conformance suite of `tree` (the copy by default), stopping
+    at the first failure, against `impl`, the reference importing this
+    build's package by default: (failing tests, output)."""
+    if env is None:
+        env = staging.environment_for(staging.stage_package(
+            BUILD, out / "_package", sources=SRC / "reference" / "python" / "native_registry"))
     xml, report = out / "python.xml", out / "python.jsonl"
     xml.unlink(missing_ok=True)
     report.unlink(missing_ok=True)
-    try:
-        proc = subprocess.run(
-            [sys.executable, "-m", "pytest", "conformance/python", "-q", "-x", "-p", "no:cacheprovider",
-             "--impl=adapters.reference:make", f"--junitxml={xml}", f"--conformance-report={report}"],
-            cwd=SRC, env={**env, **FREED_MEMORY_FILLED}, capture_output=True, timeout=TIMEOUT_S)
-        # A miss of a recommended behaviour is no failure of the run, but it
-        # kills a fault all the same: the report rows say "fail".
-        missed = [r["test"] for r in map(json.loads, report.read_text().splitlines())
-                  if r["outcome"] == "fail"] if report.exists() else []
-        failed = (sorted(set(failing_gtests(xml)) | set(missed))
-                  or ([f"<exit {proc.returncode}>"] if proc.returncode else []))
-    except subprocess.TimeoutExpired:
-        failed = ["<timeout>"]
+    status, output = run_killable(
+        [sys.executable, "-m", "pytest", "conformance/python", "-q", "-x", "-p", "no:cacheprovider",
+         f"--impl={impl}", f"--junitxml={xml}", f"--conformance-report={report}"],
+        timeout, cwd=tree, env={**env, **FREED_MEMORY_FILLED})
+    if status is None:
+        return ["<timeout>"], output
+    # A miss of a recommended behaviour is no failure of the run, but it
+    # kills a fault all the same: the report rows say "fail".
+    missed = [r["test"] for r in map(json.loads, report.read_text().splitlines())
+              if r["outcome"] == "fail"] if report.exists() else []
+    failed = (sorted(set(failing_gtests(xml)) | set(missed))
+              or ([f"<exit {status}>"] if status else []))
+    return failed, output
+
+
+def run_suites(out: pathlib.Path) -> dict[str, list[str]]:
+    """Suite -> failing tests ('<crashed>'/'<timeout>' when a suite died)."""
+    killed: dict[str, list[str]] = {}
+    failed, _ = cpp_suite(out)
+    if failed:
+        killed["c++ conformance"] = failed
+    failed, _ = python_suite(out)
     if failed:
         killed["python conformance"] = failed
     return killed

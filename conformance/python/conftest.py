@@ -51,12 +51,14 @@ DEVICES = catalogue_module.load_devices()
 EXPECTATIONS = catalogue_module.CONFORMANCE / "expectations"
 
 
-def run_in_fresh_interpreter(impl, body: str, timeout: float = 300) -> list[str]:
+def run_in_fresh_interpreter(impl, body: str, timeout: float = 300, stderr: list | None = None) -> list[str]:
     """Runs `body` in a new Python that loads the implementation under test
     again (as `impl`, after `import torch, adapter`) and returns what it
-    printed, line by line. Skips the test as unsupported when that cannot be
-    the same implementation (not loaded by spec, or the child loads another:
-    one a pytest plugin swapped in, say); a failing child fails the test."""
+    printed, line by line (and appends what it wrote to stderr, where
+    LibTorch's own warnings go, to `stderr` when given). Skips the test as
+    unsupported when that cannot be the same implementation (not loaded by
+    spec, or the child loads another: one a pytest plugin swapped in, say); a
+    failing child fails the test."""
     env = adapter_module.subprocess_environment(impl)
     if env is None:
         pytest.skip(f"unsupported: {impl.name} was not loaded by a module:factory spec, "
@@ -67,6 +69,8 @@ def run_in_fresh_interpreter(impl, body: str, timeout: float = 300) -> list[str]
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                          timeout=timeout, env=env)
     assert out.returncode == 0, out.stderr
+    if stderr is not None:
+        stderr.append(out.stderr)
     lines = out.stdout.strip().splitlines()
     if not lines or lines[0] != adapter_module.identity(impl):
         pytest.skip(f"unsupported: a subprocess loads {lines[0] if lines else None!r}, not the "

@@ -93,13 +93,28 @@ def test_env_var_unset_gives_none(impl):
 
 
 @behaviour("ordering.env-var-unresolvable")
-def test_env_var_unresolvable_raises(impl):
+@pytest.mark.parametrize("name", ["nonexistent.module.function", "os.sep"])  # missing; not callable
+def test_env_var_unresolvable_raises(impl, name):
     get = impl.user_ordering_fn()
-    with patch.dict("os.environ", {ENV: "nonexistent.module.function"}):
+    with patch.dict("os.environ", {ENV: name}):
         get.cache_clear()
         try:
             with pytest.raises(ValueError, match="Could not resolve"):
                 get()
+        finally:
+            get.cache_clear()
+
+
+@behaviour("ordering.env-var-resolves")
+def test_env_var_names_the_ordering_function(impl):
+    import os.path
+
+    get = impl.user_ordering_fn()
+    # A dotted module path: the function is the name after the last dot.
+    with patch.dict("os.environ", {ENV: "os.path.join"}):
+        get.cache_clear()
+        try:
+            assert get() is os.path.join
         finally:
             get.cache_clear()
 

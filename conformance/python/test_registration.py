@@ -26,6 +26,8 @@ def test_node_fields_and_defaults(impl):
     assert node.try_initialize_runtime is None
     assert node.unconditional_override is False
     assert node.active is True
+    node.active = False  # a node made by hand is a plain record: its fields are settable
+    assert node.active is False
 
 
 @behaviour("registration.appends-in-order")
@@ -96,6 +98,9 @@ def test_unconditional_refuses_runtime_initialization(impl):
     {"dsl_name": ""},
     {"cond": 42},
     {"impl": None},
+    {"dispatch_key": "Autograd"},  # an alias key: no kernel runs at it, so no router could
+    {"dsl_name": "bad\udc80"},  # a lone surrogate: no UTF-8 spelling, so no C++ string
+    {"dsl_name": 3},
 ])
 def test_bad_input_changes_nothing(impl, bad):
     impl.register("kept", "aten", "mul.Tensor", "CPU", lambda *a: False, first)
@@ -105,8 +110,12 @@ def test_bad_input_changes_nothing(impl, bad):
     args = {"dsl_name": "d", "lib_symbol": "aten", "op_symbol": "mul.Tensor", "dispatch_key": "CPU",
             "cond": accept, "impl": first}
     args.update(bad)
-    with pytest.raises((ValueError, TypeError)):
+    with pytest.raises((ValueError, TypeError)) as raised:
         impl.register(*args.values())
+    for value in bad.values():  # the error names the bad value, where it has a name
+        if isinstance(value, str) and value.strip():
+            named = value in str(raised.value) or repr(value)[1:-1] in str(raised.value)
+            assert named, f"the error does not name {value!r}: {raised.value}"
     assert impl.graph("aten", "mul.Tensor", "CPU") == before_graph
     assert dispatcher_state() == before_tables
 

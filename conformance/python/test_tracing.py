@@ -148,11 +148,26 @@ def test_export_counts_cond_exceptions_as_no_match(impl):
     assert "aten.mul.Tensor" in call_targets(ep)
 
 
+@behaviour("export.decomp-table-routes-to-native-op")
+def test_export_tries_the_next_node_after_a_cond_exception(impl):
+    def cond(a, b):
+        raise RuntimeError("undefined while tracing")
+
+    impl.register("first", *KEY, cond, lambda a, b: a)
+    impl.register("second", *KEY, lambda a, b: True, lambda a, b: torch.full_like(a, 42.0))
+    impl.install(*KEY)
+    second = impl.graph(*KEY)[1].node_id
+    ep = torch.export.export(MulPlusOne(), (A, B)).run_decompositions(impl.decomp_table())
+    assert f"_native.{second}.default" in call_targets(ep), "a cond's exception ended the chain"
+
+
 @behaviour("warnings.override-notice-filtered")
 def test_install_prints_no_override_notice(impl):
     # LibTorch prints the notice once per process, so each check gets a fresh
     # one, which must load this very implementation (checked by identity).
-    verdict = run_in_fresh_interpreter(impl, """
+    # A notice LibTorch prints itself (no Python warning) goes to stderr.
+    printed: list[str] = []
+    verdict = run_in_fresh_interpreter(impl, stderr=printed, body="""
         import warnings
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -168,6 +183,8 @@ def test_install_prints_no_override_notice(impl):
     notice_seen, other_seen = verdict.split()
     assert other_seen == "True", "the probe must see ordinary warnings"
     assert notice_seen == "False", "the kernel-override notice reached the user"
+    assert "Overriding a previously registered kernel" not in printed[0], \
+        "LibTorch printed the kernel-override notice to stderr"
 
 
 @behaviour("cow.never-diverted")

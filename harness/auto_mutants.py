@@ -1,0 +1,376 @@
+"""./harness/run --mutants auto: the suite's power against mutants nobody chose.
+
+Mutants of an implementation's source are generated mechanically
+(harness/mutagen.py), a reproducible sample is drawn (--sample N --seed S),
+and each is applied in turn to the copy of the tree the seeded-fault runner
+uses (build-mutants/src; the working tree is never touched), built
+incrementally in build-mutants/build (ninja recompiles the one mutated file
+and relinks the core library) and run against the conformance suites: the
+C++ suite first (it is fast, and stops at its first failure), the Python
+suite only when the C++ suite did not kill the mutant. A mutant is killed
+when a test fails or a suite crashes or hangs (killed after a timeout
+derived from the baseline); it is stillborn when it does not compile.
+Reviewed equivalent mutants (fixtures/faults/equivalent_mutants.toml) are
+data: the kill rate is given with and without them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import signal
+import statistics
+import subprocess
+import sys
+import time
+import tomllib
+from dataclasses import asdict, dataclass, field
+
+import mutagen
+import mutants
+import staging
+from mutants import BUILD, ROOT, SRC
+from progress import duration, remaining
+
+EQUIVALENTS = ROOT / "fixtures" / "faults" / "equivalent_mutants.toml"
+TARGET_KILL_RATE = 0.90
+# What `--mutate cpp` and `--mutate python` mutate in the reference, and what
+# they leave out, with why (reported with every run).
+LAYERS = {
+    "cpp": "reference/src/*.cpp",
+    "python": "reference/python/native_registry/*.py",
+}
+NOT_MUTATED = {
+    "reference/src/predicates.cpp": "the composable C++ predicates go beyond upstream: no behaviour "
+                                    "of the catalogue, so the conformance suites do not judge them "
+                                    "(the reference's own tests do)",
+    "reference/python/native_registry/predicates.py": "as predicates.cpp: beyond upstream",
+    "reference/python/native_registry/upstream_compat.py": "run only by --upstream-tests (upstream's "
+                                                           "own test file), never by the conformance suites",
+}
+
+
+@dataclass
+class Outcome:
+    key: str
+    where: str
+    kind: str
+    change: str
+    original: str
+    mutated: str
+    verdict: str = ""            # killed, survived, stillborn
+    killed_by: str = ""          # c++ conformance / python conformance
+    failing: list[str] = field(default_factory=list)
+    output_tail: str = ""
+    seconds: dict[str, float] = field(default_factory=dict)  # build, c++, python, total
+
+
+@dataclass
+class Target:
+    """What is mutated: `files` (as reported), found at `place[file]`, and
+    how the suites see them."""
+    layer: str                   # cpp or python
+    files: list[str]
+    place: dict[str, pathlib.Path]
+    impl: str = "adapters.reference:make"
+    env: dict | None = None      # the Python suite's environment; None: the package staged from the copy
+    needs_build: bool = True
+    suites_from: pathlib.Path = SRC  # the tree whose conformance suites run
+    left_out: dict[str, str] = field(default_factory=dict)
+
+
+def load_equivalents(path: pathlib.Path = EQUIVALENTS) -> dict[str, str]:
+    """Reviewed equivalent mutants: key -> reason. Each entry needs a reason."""
+    if not path.exists():
+        return {}
+    with path.open("rb") as f:
+        entries = tomllib.load(f).get("equivalent", [])
+    table = {}
+    for entry in entries:
+        if not entry.get("reason", "").strip():
+            raise ValueError(f"{path}: equivalent mutant {entry.get('key')!r} gives no reason")
+        table[entry["key"]] = entry["reason"]
+    return table
+
+
+def figures(outcomes: list[Outcome], equivalents: dict[str, str]) -> dict:
+    """The counts and kill rates of a run. The rate is killed over the
+    mutants that compiled; 'without equivalents' also leaves out survivors
+    reviewed as equivalent (a killed mutant is never one: it changed
+    something a test saw)."""
+    killed = [o for o in outcomes if o.verdict == "killed"]
+    survived = [o for o in outcomes if o.verdict == "survived"]
+    stillborn = [o for o in outcomes if o.verdict == "stillborn"]
+    equivalent = [o for o in survived if o.key in equivalents]
+    viable = len(killed) + len(survived)
+    real = viable - len(equivalent)
+    return {
+        "sampled": len(outcomes), "stillborn": len(stillborn), "killed": len(killed),
+        "survived": len(survived), "equivalent": len(equivalent),
+        "killed_by_cpp": sum(o.killed_by == "c++ conformance" for o in killed),
+        "killed_by_python": sum(o.killed_by == "python conformance" for o in killed),
+        "killed_by_crash_or_timeout": sum(any(t.startswith("<") for t in o.failing) for o in killed),
+        "kill_rate": len(killed) / viable if viable else None,
+        "kill_rate_without_equivalents": len(killed) / real if real else None,
+    }
+
+
+def percent(rate: float | None) -> str:
+    return "n/a" if rate is None else f"{100 * rate:.1f} %"
+
+
+def tail(text: str, lines: int = 15) -> str:
+    return "\n".join(text.rstrip().splitlines()[-lines:])
+
+
+def choose_target(args) -> Target:
+    impl = args.implementations[0]
+    if impl.python != "adapters.reference:make":
+        if args.mutate != "python":
+            raise SystemExit(f"harness/run: error: --impl {impl.spec} is a Python implementation: "
+                             f"use --mutate python (its registry module is mutated)")
+        return foreign_target(impl.python, args.suite_env)
+    files = sorted(str(p.relative_to(ROOT)) for p in ROOT.glob(LAYERS[args.mutate])
+                   if str(p.relative_to(ROOT)) not in NOT_MUTATED)
+    suffix = pathlib.Path(LAYERS[args.mutate]).suffix
+    left_out = {rel: why for rel, why in NOT_MUTATED.items() if rel.endswith(suffix)}
+    if args.mutate == "cpp":
+        return Target("cpp", files, {rel: SRC / rel for rel in files}, left_out=left_out)
+    return python_layer_target(files, left_out)
+
+
+def python_layer_target(files: list[str], left_out: dict[str, str]) -> Target:
+    """The reference's Python layer, mutated in a package of its own
+    (build-mutants/python-layer: the pristine sources and the copy's built
+    extension), so a C++ run may use the copy and its build meanwhile."""
+    staged = staging.stage_package(BUILD, mutants.WORK / "python-layer",
+                                   sources=ROOT / "reference" / "python" / "native_registry")
+    place = {rel: staged / "native_registry" / pathlib.Path(rel).name for rel in files}
+    return Target("python", files, place, env=staging.environment_for(staged), needs_build=False,
+                  suites_from=ROOT, left_out=left_out)
+
+
+def foreign_target(spec: str, env: dict) -> Target:
+    """A Python implementation's registry module (its adapter's `module`),
+    copied into build-mutants/impl/ and mutated there; a pytest plugin
+    (mutant_loader) makes the suite import the copy in its place."""
+    found = subprocess.run(
+        [sys.executable, "-c", "import adapter, json; a = adapter.load(%r); m = a.module; "
+         "print(json.dumps([m.__name__, m.__file__]))" % spec],
+        cwd=ROOT / "conformance" / "python", env=env, capture_output=True, text=True)
+    if found.returncode != 0:
+        raise SystemExit(f"harness/run: error: cannot find the registry module of {spec} (its adapter's "
+                         f"`module` attribute):\n{found.stderr[-2000:]}")
+    name, file = json.loads(found.stdout)
+    copy = mutants.WORK / "impl" / pathlib.Path(file).name
+    copy.parent.mkdir(parents=True, exist_ok=True)
+    copy.write_text(pathlib.Path(file).read_text())
+    env = {**env, "NR_MUTANT_MODULE": name, "NR_MUTANT_FILE": str(copy),
+           "PYTHONPATH": os.pathsep.join([str(ROOT / "harness"), env.get("PYTHONPATH", "")]),
+           "PYTEST_ADDOPTS": "-p mutant_loader"}
+    print(f"  mutating {name} ({file}), through a copy in {copy}")
+    return Target("python", [file], {file: copy}, impl=spec, env=env, needs_build=False, suites_from=ROOT)
+
+
+# What the copy's build of the core and the extension is made of.
+BUILT_FROM = ("reference/src/", "reference/include/", "reference/python/src/")
+
+
+def check_pristine(prefixes: tuple[str, ...] = ("",)) -> None:
+    """The copy must match the working tree before anything is mutated: a run
+    killed hard (power, SIGKILL) left a mutated file behind, and copy_tree
+    has just written it back; this proves it did."""
+    for rel in mutants.tree_files():
+        if not rel.startswith(prefixes):
+            continue
+        source, copy = ROOT / rel, SRC / rel
+        if source.is_file() and (not copy.is_file() or copy.read_bytes() != source.read_bytes()):
+            raise SystemExit(f"harness/run: error: {copy} differs from {source}: another run is using "
+                             f"{mutants.WORK}, or the working tree changed since its build")
+
+
+def evaluate(mutant: mutagen.Mutant, target: Target, out: pathlib.Path, timeouts: dict[str, float],
+             baseline: dict[str, list[str]]) -> Outcome:
+    outcome = Outcome(mutant.key, mutant.where, mutant.kind, mutant.change, mutant.original.strip(),
+                      mutant.mutated.strip())
+    path = target.place[mutant.file]
+    start = time.monotonic()
+    if target.needs_build and mutant.file.endswith(".cpp"):
+        built = mutants.build(timeouts["build"])
+        outcome.seconds["build"] = time.monotonic() - start
+        if not built:
+            outcome.verdict = "stillborn"
+            return outcome
+    else:
+        try:
+            compile(path.read_text(), str(path), "exec")
+        except SyntaxError as exc:
+            outcome.verdict, outcome.output_tail = "stillborn", str(exc)
+            return outcome
+    suites = []
+    if mutant.file.endswith(".cpp"):  # the Python layer's mutants cannot reach the C++ suite
+        suites.append(("c++ conformance",
+                       lambda: mutants.cpp_suite(out, timeouts["c++"], fail_fast=True)))
+    suites.append(("python conformance",
+                   lambda: mutants.python_suite(out, timeouts["python"], target.impl, target.env, target.suites_from)))
+    for name, suite in suites:
+        began = time.monotonic()
+        failed, output = suite()
+        outcome.seconds[name.split()[0]] = time.monotonic() - began
+        failed = [t for t in failed if t not in baseline.get(name, [])]
+        outcome.output_tail = tail(output)
+        if failed:
+            outcome.verdict, outcome.killed_by, outcome.failing = "killed", name, failed
+            break
+    else:
+        outcome.verdict = "survived"
+    outcome.seconds["total"] = time.monotonic() - start
+    return outcome
+
+
+def run(args) -> int:
+    out = args.results / "mutants"
+    out.mkdir(parents=True, exist_ok=True)
+    begin = time.monotonic()
+    equivalents = load_equivalents()
+    reference = args.implementations[0].python == "adapters.reference:make"
+    if not reference:
+        pass  # another implementation's module: nothing of the reference is built or mutated
+    elif args.mutate == "python" and (BUILD / "build.ninja").exists():
+        # The copy and its build may be a C++ run's, mid-mutant: use the
+        # build as it is if what it is built from is pristine, never rebuild
+        # it, and touch none of its sources.
+        check_pristine(BUILT_FROM)
+    else:
+        mutants.copy_tree()
+        check_pristine()
+        print(f"== baseline build in {BUILD} (the first one takes minutes)", flush=True)
+        if not mutants.build():
+            print("baseline build failed")
+            return 1
+    target = choose_target(args)
+
+    candidates = [m for rel in target.files for m in mutagen.mutants_of(rel, target.place[rel].read_text())]
+    chosen = mutagen.sample(candidates, args.sample, args.seed)
+    only = [o for o in args.only.split(",") if o]
+    if only:
+        chosen = [m for m in chosen if any(m.key == o or m.where == o for o in only)]
+    print(f"== mutants of {target.layer} ({', '.join(target.files)}): {len(candidates)} candidates, "
+          f"{len(chosen)} sampled (seed {args.seed})", flush=True)
+    for rel, why in target.left_out.items():
+        print(f"  not mutated: {rel}: {why}")
+
+    print("== baseline: the suites on the unmutated implementation", flush=True)
+    timeouts, baseline = {"build": 900.0}, {}
+    suites = [("python conformance", lambda t: mutants.python_suite(out, t, target.impl, target.env, target.suites_from))]
+    if target.layer == "cpp":
+        suites.insert(0, ("c++ conformance", lambda t: mutants.cpp_suite(out, t)))
+    for name, suite in suites:
+        began = time.monotonic()
+        failed, output = suite(mutants.TIMEOUT_S * 2)
+        took = time.monotonic() - began
+        if any(t.startswith("<") for t in failed):
+            print(f"baseline {name} crashed: {failed}\n{tail(output)}")
+            return 1
+        if failed:
+            print(f"  note: {name} fails before any mutant, so these kill nothing: {failed}")
+        baseline[name] = failed
+        # A mutant's run may be slower (a loaded machine) but not three times
+        # slower, unless it hangs.
+        limit = timeouts[name.split()[0]] = max(60.0, 3 * took + 30)
+        print(f"  {name}: {duration(took)} (a mutant's run is killed after {duration(limit)})", flush=True)
+
+    # A SIGTERM unwinds like Ctrl-C: the mutated file is restored, the
+    # mutants run so far are reported.
+    signal.signal(signal.SIGTERM, interrupt)
+    outcomes: list[Outcome] = []
+    records = out / f"auto-{target.layer}.jsonl"
+    records.write_text("")
+    loop_start = time.monotonic()
+    try:
+        for index, mutant in enumerate(chosen, 1):
+            path = target.place[mutant.file]
+            pristine = path.read_text()
+            try:
+                path.write_text(mutant.apply(pristine))
+                outcome = evaluate(mutant, target, out, timeouts, baseline)
+            finally:
+                path.write_text(pristine)
+            outcomes.append(outcome)
+            with records.open("a") as f:
+                f.write(json.dumps(asdict(outcome)) + "\n")
+            verdict = outcome.verdict.upper() if outcome.verdict == "survived" else outcome.verdict
+            if outcome.verdict == "survived" and outcome.key in equivalents:
+                verdict = "equivalent"
+            elapsed = time.monotonic() - loop_start
+            spent = " ".join(f"{k} {v:.0f}s" for k, v in outcome.seconds.items() if k != "total")
+            print(f"  [{index}/{len(chosen)}] {verdict:10s} {mutant.where} {mutant.kind}: {mutant.change} "
+                  f"({spent}; elapsed {duration(elapsed)}, {remaining(index, len(chosen), elapsed)})",
+                  flush=True)
+    except KeyboardInterrupt:
+        print(f"\n  interrupted after {len(outcomes)} mutants; the mutated file is restored; "
+              f"reporting those", flush=True)
+    finally:
+        if target.needs_build:
+            mutants.build()  # the build matches the pristine copy again
+
+    stats = figures(outcomes, equivalents)
+    stats.update(candidates=len(candidates), chosen=len(chosen), seed=args.seed, requested=args.sample,
+                 files=target.files, not_mutated=target.left_out, impl=target.impl,
+                 seconds_total=time.monotonic() - begin, seconds_per_mutant=per_mutant(outcomes))
+    write_report(out / f"auto-{target.layer}", stats, outcomes, equivalents)
+    print(summary(stats))
+    print(f"  report: {out / f'auto-{target.layer}.md'} (and .json)")
+    for o in outcomes:
+        if o.verdict == "survived" and o.key not in equivalents:
+            print(f"  survived: {o.where} {o.kind}: {o.change}\n      {o.original}\n   -> {o.mutated}")
+    rate = stats["kill_rate_without_equivalents"]
+    return 0 if rate is not None and rate >= TARGET_KILL_RATE else 1
+
+
+def interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
+def per_mutant(outcomes: list[Outcome]) -> dict[str, dict[str, float]]:
+    """Median and mean seconds per mutant, of each phase."""
+    phases: dict[str, list[float]] = {}
+    for o in outcomes:
+        for phase, seconds in o.seconds.items():
+            phases.setdefault(phase, []).append(seconds)
+    return {p: {"median": statistics.median(v), "mean": statistics.fmean(v), "n": len(v)}
+            for p, v in phases.items()}
+
+
+def summary(stats: dict) -> str:
+    timing = stats["seconds_per_mutant"].get("total")
+    run = (f"{stats['sampled']} sampled (seed {stats['seed']})" if stats["sampled"] == stats["chosen"] else
+           f"{stats['sampled']} run of {stats['chosen']} sampled (seed {stats['seed']}; interrupted)")
+    return (f"\n{stats['candidates']} candidates, {run}: "
+            f"{stats['stillborn']} stillborn, {stats['killed']} killed ({stats['killed_by_cpp']} by the C++ "
+            f"suite, {stats['killed_by_python']} by the Python suite; {stats['killed_by_crash_or_timeout']} "
+            f"by a crash or timeout), {stats['survived']} survived ({stats['equivalent']} reviewed "
+            f"equivalent)\nkill rate {percent(stats['kill_rate'])}; without equivalents "
+            f"{percent(stats['kill_rate_without_equivalents'])} (target {percent(TARGET_KILL_RATE)}); "
+            f"{duration(stats['seconds_total'])} in all"
+            + (f", {timing['median']:.0f} s per mutant (median; mean {timing['mean']:.0f} s)" if timing else ""))
+
+
+def write_report(stem: pathlib.Path, stats: dict, outcomes: list[Outcome], equivalents: dict[str, str]) -> None:
+    stem.with_suffix(".json").write_text(json.dumps(
+        {"figures": stats, "mutants": [asdict(o) for o in outcomes]}, indent=1))
+    lines = ["# Generated mutants", "", summary(stats).strip(), ""]
+    lines += [f"- not mutated: `{rel}`: {why}" for rel, why in stats["not_mutated"].items()]
+    survivors = [o for o in outcomes if o.verdict == "survived"]
+    lines += ["", "## Survivors", ""]
+    for o in survivors:
+        lines += [f"### {o.where} {o.kind}: {o.change}" + (" (reviewed equivalent)" if o.key in equivalents else ""),
+                  "", f"key `{o.key}`", "", "```", f"- {o.original}", f"+ {o.mutated}", "```", ""]
+        if o.key in equivalents:
+            lines += [f"Equivalent: {equivalents[o.key]}", ""]
+        lines += ["Suite output (tail):", "", "```", o.output_tail, "```", ""]
+    lines += ["## Every mutant", "", "| mutant | mutation | verdict | by | seconds |", "|---|---|---|---|---|"]
+    lines += [f"| {o.where} | {o.kind}: `{o.change}` | {o.verdict} | {o.killed_by} "
+              f"({', '.join(o.failing[:2])}) | {o.seconds.get('total', 0):.0f} |" for o in outcomes]
+    stem.with_suffix(".md").write_text("\n".join(lines) + "\n")

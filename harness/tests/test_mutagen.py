@@ -1,0 +1,164 @@
+"""Tests of --mutants auto's parts that need no build: the C++ and Python
+mutant generators, the stable keys, the reproducible sample, the equivalents
+file and the kill-rate arithmetic, and the killing of a hung suite."""
+
+from __future__ import annotations
+
+import pathlib
+import sys
+import time
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "harness"))
+sys.path.insert(0, str(ROOT / "conformance" / "python"))
+
+import auto_mutants  # noqa: E402
+import main  # noqa: E402
+import mutagen  # noqa: E402
+import mutants  # noqa: E402
+
+CPP = """\
+#include "a.h"  // a < b
+bool pick(int a, int b) {
+  // if (a == b) in a comment is not code
+  const char* text = "a == b && true";
+  if (a == b && !done) return true;
+  for (int i = 0; i < n; ++i) {
+    if (skip(i)) continue;
+    work(i);
+  }
+  std::vector<int> v;
+  auto x = total + 1;
+  return compute(a, b);
+}
+"""
+
+
+def changes(found):
+    return {(m.line, m.kind, m.change) for m in found}
+
+
+def test_cpp_operators_apply_to_code_only():
+    found = mutagen.cpp_mutants("a.cpp", CPP)
+    got = changes(found)
+    assert (5, "relational", "== -> !=") in got
+    assert (5, "logical", "&& -> ||") in got
+    assert (5, "negation", "! removed") in got
+    assert (5, "boolean", "true -> false") in got
+    assert (5, "condition-true", "if (...) -> if (true)") in got
+    assert (6, "relational", "< -> <=") in got
+    assert (7, "loop-exit", "continue; -> break;") in got
+    assert (8, "statement-deletion", "statement deleted") in got
+    assert (11, "off-by-one", "+ 1 -> - 1") in got
+    assert (12, "return-value", "return ... -> return {}") in got
+    # Comments, strings, the preprocessor and declarations are left alone.
+    assert not {line for line, _, _ in got} & {1, 3, 4, 10}
+    assert not any(m.line == 11 and m.kind == "statement-deletion" for m in found)
+
+
+def test_a_mutant_changes_one_line_and_names_it():
+    found = mutagen.cpp_mutants("a.cpp", CPP)
+    flip = next(m for m in found if m.line == 5 and m.kind == "relational")
+    mutated = flip.apply(CPP).split("\n")
+    assert mutated[4] == "  if (a != b && !done) return true;"
+    assert [l for i, l in enumerate(mutated) if i != 4] == [l for i, l in enumerate(CPP.split("\n")) if i != 4]
+    assert flip.where == "a.cpp:5"
+    with pytest.raises(ValueError, match="no longer"):
+        flip.apply(CPP.replace("a == b &&", "a == c &&"))
+
+
+def test_keys_survive_edits_elsewhere_and_tell_identical_lines_apart():
+    before = {m.key: m.line for m in mutagen.cpp_mutants("a.cpp", CPP)}
+    shifted = {m.key: m.line for m in mutagen.cpp_mutants("a.cpp", "// new first line\n" + CPP)}
+    assert set(before) == set(shifted)
+    assert all(shifted[k] == before[k] + 1 for k in before)
+    twice = mutagen.cpp_mutants("a.cpp", "void f() {\n  work(1);\n  work(1);\n}\n")
+    deletions = [m for m in twice if m.kind == "statement-deletion"]
+    assert len(deletions) == 2 and deletions[0].key != deletions[1].key
+
+
+PY = '''\
+"""A docstring with == and and."""
+def f(a, b):
+    if a == b and not b:
+        return a + 1
+    x = g(a)  # a comment: < >
+    while a < 3:
+        break
+    return x is None
+'''
+
+
+def test_python_operators_and_every_mutant_compiles():
+    found = mutagen.python_mutants("m.py", PY)
+    got = changes(found)
+    for expected in [(3, "relational", "== -> !="), (3, "logical", "and -> or"), (3, "negation", "not removed"),
+                     (3, "condition-true", "if ... -> True"), (4, "return-value", "return ... -> return None"),
+                     (4, "off-by-one", "1 -> 2"), (5, "statement-deletion", "statement deleted"),
+                     (6, "condition-false", "while ... -> False"), (7, "loop-exit", "break -> continue"),
+                     (8, "relational", "is -> is not")]:
+        assert expected in got, expected
+    assert not any(m.line == 1 for m in found), "docstrings are not mutated"
+    for m in found:
+        compile(m.apply(PY), "m.py", "exec")
+
+
+def test_the_sample_is_reproducible_and_independent_of_generation_order():
+    candidates = mutagen.cpp_mutants("a.cpp", CPP) + mutagen.python_mutants("m.py", PY)
+    first = mutagen.sample(candidates, 7, seed=3)
+    assert first == mutagen.sample(list(reversed(candidates)), 7, seed=3)
+    assert first != mutagen.sample(candidates, 7, seed=4)
+    assert len(first) == 7 and len({m.key for m in first}) == 7
+    assert first == sorted(first, key=lambda m: (m.file, m.line, m.key)), "grouped by file"
+    assert len(mutagen.sample(candidates, None, seed=1)) == len(candidates)
+
+
+def test_equivalents_need_a_reason(tmp_path):
+    good = tmp_path / "eq.toml"
+    good.write_text('[[equivalent]]\nkey = "k1"\nreason = "changes nothing observable"\n')
+    assert auto_mutants.load_equivalents(good) == {"k1": "changes nothing observable"}
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[[equivalent]]\nkey = "k2"\nreason = " "\n')
+    with pytest.raises(ValueError, match="k2"):
+        auto_mutants.load_equivalents(bad)
+
+
+def test_the_shipped_equivalents_name_current_mutants_with_reasons():
+    table = auto_mutants.load_equivalents()
+    keys = {m.key for layer in auto_mutants.LAYERS.values() for p in ROOT.glob(layer)
+            for m in mutagen.mutants_of(str(p.relative_to(ROOT)), p.read_text())}
+    assert set(table) <= keys, f"stale equivalent keys: {sorted(set(table) - keys)}"
+
+
+def outcome(verdict, key="k", by=""):
+    return auto_mutants.Outcome(key, "f:1", "kind", "c", "a", "b", verdict=verdict, killed_by=by)
+
+
+def test_kill_rates_with_and_without_equivalents():
+    outcomes = ([outcome("killed", f"k{i}", "c++ conformance") for i in range(7)]
+                + [outcome("survived", "eq"), outcome("survived", "real"), outcome("stillborn", "s")])
+    figures = auto_mutants.figures(outcomes, {"eq": "why", "k0": "a killed mutant is never equivalent"})
+    assert (figures["sampled"], figures["killed"], figures["survived"], figures["stillborn"]) == (10, 7, 2, 1)
+    assert figures["equivalent"] == 1  # k0 was killed: listing it changes nothing
+    assert figures["kill_rate"] == pytest.approx(7 / 9)
+    assert figures["kill_rate_without_equivalents"] == pytest.approx(7 / 8)
+    assert auto_mutants.figures([], {})["kill_rate"] is None
+
+
+def test_a_hung_command_and_its_children_are_killed():
+    start = time.monotonic()
+    status, output = mutants.run_killable(
+        ["bash", "-c", "echo started; sleep 60 & wait"], timeout=1)
+    assert status is None and "started" in output
+    assert time.monotonic() - start < 30
+
+
+def test_the_command_line_takes_auto_mode_options_only_with_it():
+    assert main.main(["--check-args", "--mutants", "auto", "--sample", "5", "--seed", "2",
+                      "--mutate", "python"]) == 0
+    assert main.main(["--check-args", "--sample", "5"]) == 2
+    assert main.main(["--check-args", "--mutants", "auto", "--sample", "0"]) == 2
+    assert main.main(["--check-args", "--mutants", "auto", "--impl", "reference,upstream"]) == 2
+    assert main.main(["--check-args", "--mutants"]) == 0
