@@ -16,8 +16,8 @@ namespace {
 using namespace native_registry::fixtures;
 using ::testing::HasSubstr;
 
-at::Tensor mul_of_2_3_and_4_5() { return call_mul(tensor({2, 3}), tensor({4, 5})); }
-const at::Tensor kStockProduct = tensor({8, 15});
+at::Tensor edge_mul_2_3_by_4_5() { return call_mul(tensor({2, 3}), tensor({4, 5})); }
+const at::Tensor kEdgeStockProduct = tensor({8, 15});
 
 // A runtime check that answers from a script (then true), counting the asks.
 TryInitializeRuntimeFn scripted_runtime(std::shared_ptr<std::atomic<int>> asks,
@@ -35,9 +35,9 @@ TEST_P(Conformance, AnAvailableRuntimeTakesTheCall) {
   add(mul_key(), constant_cond(true), fill_impl(42), "test_dsl", scripted_runtime(asks, {}));
   adapter().install(mul_key());
   // The first call, where the runtime first says it is available, is the impl's.
-  EXPECT_TRUE(same(mul_of_2_3_and_4_5(), tensor({42, 42})));
+  EXPECT_TRUE(same(edge_mul_2_3_by_4_5(), tensor({42, 42})));
   EXPECT_EQ(asks->load(), 1) << "try_initialize_runtime is asked once for the call";
-  EXPECT_TRUE(same(mul_of_2_3_and_4_5(), tensor({42, 42})));
+  EXPECT_TRUE(same(edge_mul_2_3_by_4_5(), tensor({42, 42})));
 }
 
 TEST_P(Conformance, AnUnavailableRuntimeIsAskedAgainOnTheNextCall) {
@@ -47,10 +47,10 @@ TEST_P(Conformance, AnUnavailableRuntimeIsAskedAgainOnTheNextCall) {
   add(mul_key(), constant_cond(true), fill_impl(42), "test_dsl",
       scripted_runtime(asks, {false, false}));
   adapter().install(mul_key());
-  EXPECT_TRUE(same(mul_of_2_3_and_4_5(), kStockProduct));
-  EXPECT_TRUE(same(mul_of_2_3_and_4_5(), kStockProduct));
+  EXPECT_TRUE(same(edge_mul_2_3_by_4_5(), kEdgeStockProduct));
+  EXPECT_TRUE(same(edge_mul_2_3_by_4_5(), kEdgeStockProduct));
   EXPECT_EQ(asks->load(), 2) << "each matched call asks an unavailable runtime again";
-  EXPECT_TRUE(same(mul_of_2_3_and_4_5(), tensor({42, 42})));
+  EXPECT_TRUE(same(edge_mul_2_3_by_4_5(), tensor({42, 42})));
   EXPECT_EQ(asks->load(), 3);
 }
 
@@ -105,7 +105,7 @@ TEST_P(Conformance, BlankFilterEntriesAreRefused) {
   for (const bool enable : {false, true}) {
     if (enable) adapter().disable({{"kept"}, {}, {}});  // so that the re-enable would change something
     const auto tables = fingerprint();
-    const at::Tensor result = mul_of_2_3_and_4_5();
+    const at::Tensor result = edge_mul_2_3_by_4_5();
     for (const std::string blank : {"", "  "}) {
       // A good entry beside the blank one: it must not take effect either.
       const std::vector<std::pair<std::string, Filter>> cases = {
@@ -122,7 +122,7 @@ TEST_P(Conformance, BlankFilterEntriesAreRefused) {
           EXPECT_THAT(e.what(), HasSubstr(argument));
         }
         EXPECT_EQ(adapter().graph(mul_key()).at(0).active, enable ? false : true) << argument;
-        EXPECT_TRUE(same(mul_of_2_3_and_4_5(), result)) << argument;
+        EXPECT_TRUE(same(edge_mul_2_3_by_4_5(), result)) << argument;
         EXPECT_EQ(fingerprint().difference(tables), "") << argument;
       }
     }
