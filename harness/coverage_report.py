@@ -408,16 +408,26 @@ def _figure(f: dict) -> str:
     return f"{f['percent']}% ({f['covered']}/{f['total']})"
 
 
-def summary_lines(summary: dict, behaviours: dict) -> list[str]:
-    lines = []
+CPP_CODE = "C++ reference/ (src, include, python/src)"
+
+
+def _summary_rows(summary: dict):
+    """(language, code, scope, figures) of each summary row: the C++ code, then
+    each Python module, under each scope that has figures."""
     for scope, figures in summary["cpp"].items():
         if figures:
-            lines.append(f"C++ reference/ (src, include, python/src) under {scope}: "
-                         f"lines {_figure(figures['lines'])}, branches {_figure(figures['branches'])}")
+            yield "C++", CPP_CODE, scope, figures
     for name, by_scope in summary["python"].items():
-        for scope, f in by_scope.items():
-            lines.append(f"Python {name} under {scope}: lines {_figure(f['lines'])}, "
-                         f"branches {_figure(f['branches'])}")
+        for scope, figures in by_scope.items():
+            yield "Python", name, scope, figures
+
+
+def summary_lines(summary: dict, behaviours: dict) -> list[str]:
+    lines = []
+    for language, code, scope, f in _summary_rows(summary):
+        label = code if language == "C++" else f"Python {code}"
+        lines.append(f"{label} under {scope}: lines {_figure(f['lines'])}, "
+                     f"branches {_figure(f['branches'])}")
     for label in behaviours["implementations"]:
         lines.append(f"fewest lines pinned ({label}): "
                      + ", ".join(f"{bid} {n}" for bid, n in fewest(behaviours, label)))
@@ -435,14 +445,10 @@ def index_page(summary: dict, behaviours: dict) -> str:
            '<a href="python-html/index.html">the Python sources with branch arrows (coverage.py)</a>; '
            'for CI: <a href="cobertura.xml">cobertura.xml</a>.</p>',
            "<table><tr><th>code</th><th>under</th><th>lines</th><th>branches</th></tr>"]
-    for scope, f in summary["cpp"].items():
-        if f:
-            out.append(f"<tr><td>C++ reference/ (src, include, python/src)</td><td>{e(scope)}</td>"
-                       f"<td class=num>{_figure(f['lines'])}</td><td class=num>{_figure(f['branches'])}</td></tr>")
-    for name, by_scope in summary["python"].items():
-        for scope, f in by_scope.items():
-            out.append(f"<tr><td><code>{e(name)}</code></td><td>{e(scope)}</td>"
-                       f"<td class=num>{_figure(f['lines'])}</td><td class=num>{_figure(f['branches'])}</td></tr>")
+    for language, code, scope, f in _summary_rows(summary):
+        cell = e(code) if language == "C++" else f"<code>{e(code)}</code>"
+        out.append(f"<tr><td>{cell}</td><td>{e(scope)}</td>"
+                   f"<td class=num>{_figure(f['lines'])}</td><td class=num>{_figure(f['branches'])}</td></tr>")
     out.append("</table><h2>What each behaviour pins (the conformance suites)</h2>"
                "<p>Lines of the implementation that the behaviour's tests execute (Python: "
                "coverage.py contexts; C++: the gcov counters of each test run alone), and those no "

@@ -148,8 +148,8 @@ def _index(field: int) -> Callable[[], dict[str, list[GraphKey]]]:
     order, from the graphs as they are now."""
     def compute() -> dict[str, list[GraphKey]]:
         index: dict[str, list[GraphKey]] = {}
-        for key in _graphs:
-            names = {node.dsl_name for node in _graphs[key]} if field == 0 else {key[field]}
+        for key in _C.graph_keys():  # one read of the keys, not one per graph
+            names = {h.dsl_name for h in _C.graph(key)} if field == 0 else {key[field]}
             for name in sorted(names):
                 index.setdefault(name, []).append(key)
         return index
