@@ -5,7 +5,8 @@ Mutants of an implementation's source are generated mechanically
 and each is applied in turn to the copy of the tree the seeded-fault runner
 uses (build-mutants/src; the working tree is never touched), built
 incrementally in build-mutants/build (ninja recompiles the one mutated file
-and relinks the core library) and run against the conformance suites: the
+and relinks the core library) and run against the conformance suites
+(--jobs N: N such workspaces, each taking the next mutant of the sample): the
 C++ suite first (it is fast, and stops at its first failure), the Python
 suite only when the C++ suite did not kill the mutant. A mutant is killed
 when a test fails or a suite crashes or hangs (killed after a timeout
@@ -24,13 +25,14 @@ import statistics
 import subprocess
 import sys
 import time
+import threading
 import tomllib
 from dataclasses import asdict, dataclass, field
 
 import mutagen
 import mutants
 import staging
-from mutants import BUILD, ROOT, SRC
+from mutants import FIRST, ROOT, Workspace
 from progress import duration, remaining
 
 EQUIVALENTS = ROOT / "fixtures" / "faults" / "equivalent_mutants.toml"
@@ -76,7 +78,7 @@ class Target:
     impl: str = "adapters.reference:make"
     env: dict | None = None      # the Python suite's environment; None: the package staged from the copy
     needs_build: bool = True
-    suites_from: pathlib.Path = SRC  # the tree whose conformance suites run
+    suites_from: pathlib.Path | None = None  # the tree whose conformance suites run; None: the workspace's
     left_out: dict[str, str] = field(default_factory=dict)
 
 
@@ -124,36 +126,40 @@ def tail(text: str, lines: int = 15) -> str:
     return "\n".join(text.rstrip().splitlines()[-lines:])
 
 
-def choose_target(args) -> Target:
+def choose_target(args, ws: Workspace) -> Target:
+    """What `ws` mutates: its copy of the reference's C++ core, a staged
+    package of the reference's Python layer, or a copy of another
+    implementation's module."""
     impl = args.implementations[0]
     if impl.python != "adapters.reference:make":
         if args.mutate != "python":
             raise SystemExit(f"harness/run: error: --impl {impl.spec} is a Python implementation: "
                              f"use --mutate python (its registry module is mutated)")
-        return foreign_target(impl.python, args.suite_env)
+        return foreign_target(impl.python, args.suite_env, ws)
     files = sorted(str(p.relative_to(ROOT)) for p in ROOT.glob(LAYERS[args.mutate])
                    if str(p.relative_to(ROOT)) not in NOT_MUTATED)
     suffix = pathlib.Path(LAYERS[args.mutate]).suffix
     left_out = {rel: why for rel, why in NOT_MUTATED.items() if rel.endswith(suffix)}
     if args.mutate == "cpp":
-        return Target("cpp", files, {rel: SRC / rel for rel in files}, left_out=left_out)
-    return python_layer_target(files, left_out)
+        return Target("cpp", files, {rel: ws.src / rel for rel in files}, left_out=left_out)
+    return python_layer_target(files, left_out, ws)
 
 
-def python_layer_target(files: list[str], left_out: dict[str, str]) -> Target:
-    """The reference's Python layer, mutated in a package of its own
-    (build-mutants/python-layer: the pristine sources and the copy's built
-    extension), so a C++ run may use the copy and its build meanwhile."""
-    staged = staging.stage_package(BUILD, mutants.WORK / "python-layer",
+def python_layer_target(files: list[str], left_out: dict[str, str], ws: Workspace) -> Target:
+    """The reference's Python layer, mutated in a package of the workspace's
+    own (python-layer: the pristine sources and the first workspace's built
+    extension, which every Python workspace shares), so a C++ run may use the
+    copy and its build meanwhile."""
+    staged = staging.stage_package(FIRST.build, ws.root / "python-layer",
                                    sources=ROOT / "reference" / "python" / "native_registry")
     place = {rel: staged / "native_registry" / pathlib.Path(rel).name for rel in files}
     return Target("python", files, place, env=staging.environment_for(staged), needs_build=False,
                   suites_from=ROOT, left_out=left_out)
 
 
-def foreign_target(spec: str, env: dict) -> Target:
+def foreign_target(spec: str, env: dict, ws: Workspace) -> Target:
     """A Python implementation's registry module (its adapter's `module`),
-    copied into build-mutants/impl/ and mutated there; a pytest plugin
+    copied into the workspace's impl/ and mutated there; a pytest plugin
     (mutant_loader) makes the suite import the copy in its place."""
     found = subprocess.run(
         [sys.executable, "-c", "import adapter, json; a = adapter.load(%r); m = a.module; "
@@ -163,7 +169,7 @@ def foreign_target(spec: str, env: dict) -> Target:
         raise SystemExit(f"harness/run: error: cannot find the registry module of {spec} (its adapter's "
                          f"`module` attribute):\n{found.stderr[-2000:]}")
     name, file = json.loads(found.stdout)
-    copy = mutants.WORK / "impl" / pathlib.Path(file).name
+    copy = ws.root / "impl" / pathlib.Path(file).name
     copy.parent.mkdir(parents=True, exist_ok=True)
     copy.write_text(pathlib.Path(file).read_text())
     env = {**env, "NR_MUTANT_MODULE": name, "NR_MUTANT_FILE": str(copy),
@@ -177,27 +183,27 @@ def foreign_target(spec: str, env: dict) -> Target:
 BUILT_FROM = ("reference/src/", "reference/include/", "reference/python/src/")
 
 
-def check_pristine(prefixes: tuple[str, ...] = ("",)) -> None:
+def check_pristine(prefixes: tuple[str, ...] = ("",), ws: Workspace = FIRST) -> None:
     """The copy must match the working tree before anything is mutated: a run
     killed hard (power, SIGKILL) left a mutated file behind, and copy_tree
     has just written it back; this proves it did."""
     for rel in mutants.tree_files():
         if not rel.startswith(prefixes):
             continue
-        source, copy = ROOT / rel, SRC / rel
+        source, copy = ROOT / rel, ws.src / rel
         if source.is_file() and (not copy.is_file() or copy.read_bytes() != source.read_bytes()):
             raise SystemExit(f"harness/run: error: {copy} differs from {source}: another run is using "
-                             f"{mutants.WORK}, or the working tree changed since its build")
+                             f"{ws.root}, or the working tree changed since its build")
 
 
-def evaluate(mutant: mutagen.Mutant, target: Target, out: pathlib.Path, timeouts: dict[str, float],
-             baseline: dict[str, list[str]]) -> Outcome:
+def evaluate(mutant: mutagen.Mutant, target: Target, ws: Workspace, out: pathlib.Path,
+             timeouts: dict[str, float], baseline: dict[str, list[str]]) -> Outcome:
     outcome = Outcome(mutant.key, mutant.where, mutant.kind, mutant.change, mutant.original.strip(),
                       mutant.mutated.strip())
     path = target.place[mutant.file]
     start = time.monotonic()
     if target.needs_build and mutant.file.endswith(".cpp"):
-        built = mutants.build(timeouts["build"])
+        built = mutants.build(timeouts["build"], ws)
         outcome.seconds["build"] = time.monotonic() - start
         if not built:
             outcome.verdict = "stillborn"
@@ -211,9 +217,10 @@ def evaluate(mutant: mutagen.Mutant, target: Target, out: pathlib.Path, timeouts
     suites = []
     if mutant.file.endswith(".cpp"):  # the Python layer's mutants cannot reach the C++ suite
         suites.append(("c++ conformance",
-                       lambda: mutants.cpp_suite(out, timeouts["c++"], fail_fast=True)))
+                       lambda: mutants.cpp_suite(out, timeouts["c++"], fail_fast=True, ws=ws)))
     suites.append(("python conformance",
-                   lambda: mutants.python_suite(out, timeouts["python"], target.impl, target.env, target.suites_from)))
+                   lambda: mutants.python_suite(out, timeouts["python"], target.impl, target.env,
+                                                target.suites_from, ws)))
     for name, suite in suites:
         began = time.monotonic()
         failed, output = suite()
@@ -229,27 +236,48 @@ def evaluate(mutant: mutagen.Mutant, target: Target, out: pathlib.Path, timeouts
     return outcome
 
 
+def prepare(spaces: list[Workspace], jobs_each: int) -> bool:
+    """Copies the tree into each workspace and builds them side by side."""
+    for ws in spaces:
+        mutants.copy_tree(ws)
+        check_pristine(ws=ws)
+    where = ", ".join(str(ws.root) for ws in spaces)
+    print(f"== baseline build in {where} (the first one takes minutes)", flush=True)
+    built = {}
+    threads = [threading.Thread(target=lambda ws=ws: built.__setitem__(ws, mutants.build(ws=ws, jobs=jobs_each)))
+               for ws in spaces]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    failed = [str(ws.build) for ws in spaces if not built.get(ws)]
+    if failed:
+        print(f"baseline build failed in {', '.join(failed)}")
+    return not failed
+
+
 def run(args) -> int:
     out = args.results / "mutants"
     out.mkdir(parents=True, exist_ok=True)
     begin = time.monotonic()
     equivalents = load_equivalents()
     reference = args.implementations[0].python == "adapters.reference:make"
+    spaces = mutants.workspaces(args.jobs)
+    # Each workspace of a C++ run builds the core; Python-layer workspaces
+    # share the first one's build; another implementation's module needs none.
+    built_spaces = spaces if reference and args.mutate == "cpp" else [FIRST] if reference else []
+    jobs_each = max(1, (os.cpu_count() or 2) // len(built_spaces)) if built_spaces else 1
     if not reference:
         pass  # another implementation's module: nothing of the reference is built or mutated
-    elif args.mutate == "python" and (BUILD / "build.ninja").exists():
+    elif args.mutate == "python" and (FIRST.build / "build.ninja").exists():
         # The copy and its build may be a C++ run's, mid-mutant: use the
         # build as it is if what it is built from is pristine, never rebuild
         # it, and touch none of its sources.
         check_pristine(BUILT_FROM)
-    else:
-        mutants.copy_tree()
-        check_pristine()
-        print(f"== baseline build in {BUILD} (the first one takes minutes)", flush=True)
-        if not mutants.build():
-            print("baseline build failed")
-            return 1
-    target = choose_target(args)
+    elif not prepare(built_spaces, jobs_each):
+        return 1
+    targets = [choose_target(args, ws) for ws in spaces]
+    target = targets[0]
 
     candidates = [m for rel in target.files for m in mutagen.mutants_of(rel, target.place[rel].read_text())]
     chosen = mutagen.sample(candidates, args.sample, args.seed)
@@ -257,13 +285,14 @@ def run(args) -> int:
     if only:
         chosen = [m for m in chosen if any(m.key == o or m.where == o for o in only)]
     print(f"== mutants of {target.layer} ({', '.join(target.files)}): {len(candidates)} candidates, "
-          f"{len(chosen)} sampled (seed {args.seed})", flush=True)
+          f"{len(chosen)} sampled (seed {args.seed}), {len(spaces)} at a time", flush=True)
     for rel, why in target.left_out.items():
         print(f"  not mutated: {rel}: {why}")
 
     print("== baseline: the suites on the unmutated implementation", flush=True)
     timeouts, baseline = {"build": 900.0}, {}
-    suites = [("python conformance", lambda t: mutants.python_suite(out, t, target.impl, target.env, target.suites_from))]
+    suites = [("python conformance", lambda t: mutants.python_suite(out, t, target.impl, target.env,
+                                                                    target.suites_from))]
     if target.layer == "cpp":
         suites.insert(0, ("c++ conformance", lambda t: mutants.cpp_suite(out, t)))
     for name, suite in suites:
@@ -276,48 +305,40 @@ def run(args) -> int:
         if failed:
             print(f"  note: {name} fails before any mutant, so these kill nothing: {failed}")
         baseline[name] = failed
-        # A mutant's run may be slower (a loaded machine) but not three times
-        # slower, unless it hangs.
+        # A mutant's run may be slower (a loaded machine, other workspaces'
+        # runs beside it) but not three times slower, unless it hangs.
         limit = timeouts[name.split()[0]] = max(60.0, 3 * took + 30)
         print(f"  {name}: {duration(took)} (a mutant's run is killed after {duration(limit)})", flush=True)
 
-    # A SIGTERM unwinds like Ctrl-C: the mutated file is restored, the
+    # A SIGTERM unwinds like Ctrl-C: the mutated files are restored, the
     # mutants run so far are reported.
     signal.signal(signal.SIGTERM, interrupt)
-    outcomes: list[Outcome] = []
     records = out / f"auto-{target.layer}.jsonl"
-    records.write_text("")
-    loop_start = time.monotonic()
+    done = resumed(records, chosen) if args.resume else {}
+    if args.resume:
+        print(f"  --resume: {len(done)} of the {len(chosen)} mutants have a verdict in {records}", flush=True)
+        records.write_text("".join(json.dumps(asdict(o)) + "\n" for o in done.values()))
+    else:
+        records.write_text("")
+    runner = Runner(chosen, equivalents, records, timeouts, baseline, done)
     try:
-        for index, mutant in enumerate(chosen, 1):
-            path = target.place[mutant.file]
-            pristine = path.read_text()
-            try:
-                path.write_text(mutant.apply(pristine))
-                outcome = evaluate(mutant, target, out, timeouts, baseline)
-            finally:
-                path.write_text(pristine)
-            outcomes.append(outcome)
-            with records.open("a") as f:
-                f.write(json.dumps(asdict(outcome)) + "\n")
-            verdict = outcome.verdict.upper() if outcome.verdict == "survived" else outcome.verdict
-            if outcome.verdict == "survived" and outcome.key in equivalents:
-                verdict = "equivalent"
-            elapsed = time.monotonic() - loop_start
-            spent = " ".join(f"{k} {v:.0f}s" for k, v in outcome.seconds.items() if k != "total")
-            print(f"  [{index}/{len(chosen)}] {verdict:10s} {mutant.where} {mutant.kind}: {mutant.change} "
-                  f"({spent}; elapsed {duration(elapsed)}, {remaining(index, len(chosen), elapsed)})",
-                  flush=True)
+        runner.run([(ws, t, out if ws == FIRST else out / ws.root.name) for ws, t in zip(spaces, targets)])
     except KeyboardInterrupt:
-        print(f"\n  interrupted after {len(outcomes)} mutants; the mutated file is restored; "
+        print(f"\n  interrupted after {len(runner.outcomes)} mutants; the mutated files are restored; "
               f"reporting those", flush=True)
     finally:
-        if target.needs_build:
-            mutants.build()  # the build matches the pristine copy again
+        if target.needs_build:  # the builds match the pristine copies again
+            restored = [threading.Thread(target=mutants.build, kwargs={"ws": ws, "jobs": jobs_each})
+                        for ws in built_spaces]
+            for t in restored:
+                t.start()
+            for t in restored:
+                t.join()
 
+    outcomes = [o for _, o in sorted(runner.outcomes, key=lambda pair: pair[0])]
     stats = figures(outcomes, equivalents)
     stats.update(candidates=len(candidates), chosen=len(chosen), seed=args.seed, requested=args.sample,
-                 files=target.files, not_mutated=target.left_out, impl=target.impl,
+                 files=target.files, not_mutated=target.left_out, impl=target.impl, jobs=len(spaces),
                  seconds_total=time.monotonic() - begin, seconds_per_mutant=per_mutant(outcomes))
     write_report(out / f"auto-{target.layer}", stats, outcomes, equivalents)
     print(summary(stats))
@@ -327,6 +348,91 @@ def run(args) -> int:
             print(f"  survived: {o.where} {o.kind}: {o.change}\n      {o.original}\n   -> {o.mutated}")
     rate = stats["kill_rate_without_equivalents"]
     return 0 if rate is not None and rate >= TARGET_KILL_RATE else 1
+
+
+def resumed(records: pathlib.Path, chosen: list[mutagen.Mutant]) -> dict[str, Outcome]:
+    """The verdicts an interrupted run recorded for mutants of this sample."""
+    keys = {m.key for m in chosen}
+    done = {}
+    if records.exists():
+        for line in records.read_text().splitlines():
+            outcome = Outcome(**json.loads(line))
+            if outcome.key in keys:
+                done[outcome.key] = outcome
+    return done
+
+
+class Runner:
+    """Runs the sample in order over the workspaces, one thread each; each
+    takes the next mutant when it is done with one. Outcomes are recorded
+    (the .jsonl) and printed as they come."""
+
+    def __init__(self, chosen: list[mutagen.Mutant], equivalents: dict[str, str], records: pathlib.Path,
+                 timeouts: dict[str, float], baseline: dict[str, list[str]], done: dict[str, Outcome]):
+        numbered = list(enumerate(chosen, 1))
+        self.pending = [(i, m) for i, m in numbered if m.key not in done]
+        self.total, self.equivalents, self.records = len(chosen), equivalents, records
+        self.timeouts, self.baseline = timeouts, baseline
+        self.outcomes: list[tuple[int, Outcome]] = [(i, done[m.key]) for i, m in numbered if m.key in done]
+        self.already = len(self.outcomes)
+        self.lock, self.stop = threading.Lock(), threading.Event()
+        self.errors: list[BaseException] = []
+        self.start = time.monotonic()
+
+    def run(self, places: list[tuple[Workspace, Target, pathlib.Path]]) -> None:
+        threads = [threading.Thread(target=self.work, args=place, daemon=True) for place in places]
+        for t in threads:
+            t.start()
+        try:
+            while any(t.is_alive() for t in threads):
+                for t in threads:
+                    t.join(timeout=0.5)
+        except KeyboardInterrupt:
+            self.stop.set()
+            mutants.kill_live()
+            for t in threads:
+                t.join()
+            raise
+        if self.errors:
+            raise self.errors[0]
+
+    def work(self, ws: Workspace, target: Target, out: pathlib.Path) -> None:
+        out.mkdir(parents=True, exist_ok=True)
+        try:
+            while not self.stop.is_set():
+                with self.lock:
+                    if not self.pending:
+                        return
+                    index, mutant = self.pending.pop(0)
+                path = target.place[mutant.file]
+                pristine = path.read_text()
+                try:
+                    path.write_text(mutant.apply(pristine))
+                    outcome = evaluate(mutant, target, ws, out, self.timeouts, self.baseline)
+                finally:
+                    path.write_text(pristine)
+                if self.stop.is_set():
+                    return  # its suites were killed by the interrupt: no verdict
+                self.record(index, mutant, outcome)
+        except BaseException as exc:  # reported by the main thread; the others stop
+            self.errors.append(exc)
+            self.stop.set()
+
+    def record(self, index: int, mutant: mutagen.Mutant, outcome: Outcome) -> None:
+        with self.lock:
+            self.outcomes.append((index, outcome))
+            done = len(self.outcomes)
+            with self.records.open("a") as f:
+                f.write(json.dumps(asdict(outcome)) + "\n")
+            verdict = outcome.verdict.upper() if outcome.verdict == "survived" else outcome.verdict
+            if outcome.verdict == "survived" and outcome.key in self.equivalents:
+                verdict = "equivalent"
+            elapsed = time.monotonic() - self.start
+            spent = " ".join(f"{k} {v:.0f}s" for k, v in outcome.seconds.items() if k != "total")
+            left = remaining(done - self.already, self.total - self.already, elapsed)
+            print(f"  [{done}/{self.total}] {verdict:10s} {mutant.where} {mutant.kind}: {mutant.change} "
+                  f"({spent}; elapsed {duration(elapsed)}, {left})",
+                  flush=True)
 
 
 def interrupt(signum, frame) -> None:
@@ -354,6 +460,7 @@ def summary(stats: dict) -> str:
             f"equivalent)\nkill rate {percent(stats['kill_rate'])}; without equivalents "
             f"{percent(stats['kill_rate_without_equivalents'])} (target {percent(TARGET_KILL_RATE)}); "
             f"{duration(stats['seconds_total'])} in all"
+            + (f" ({stats['jobs']} workspaces at a time)" if stats.get("jobs", 1) > 1 else "")
             + (f", {timing['median']:.0f} s per mutant (median; mean {timing['mean']:.0f} s)" if timing else ""))
 
 

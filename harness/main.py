@@ -166,8 +166,11 @@ def resolve_paths(args) -> None:
                          f"taken from {pathlib.Path.cwd()})")
     if args.only and not args.mutants:
         raise UsageError("--only goes with --mutants")
-    if args.mutants != "auto" and (args.sample is not None or args.mutate != "cpp" or args.seed != 1):
-        raise UsageError("--sample, --seed and --mutate go with --mutants auto")
+    if args.mutants != "auto" and (args.sample is not None or args.mutate != "cpp" or args.seed != 1
+                                   or args.jobs != 1 or args.resume):
+        raise UsageError("--sample, --seed, --mutate, --jobs and --resume go with --mutants auto")
+    if args.jobs < 1:
+        raise UsageError(f"--jobs {args.jobs}: give a positive number of workspaces")
     if args.mutants == "auto" and len(args.implementations) != 1:
         raise UsageError("--mutants auto mutates one implementation: give one --impl")
     if args.sample is not None and args.sample < 1:
@@ -467,6 +470,13 @@ def parser() -> argparse.ArgumentParser:
                    help="with --mutants auto: a reproducible random sample of N mutants (default: all)")
     p.add_argument("--seed", type=int, default=1, metavar="S",
                    help="with --mutants auto: the sample's seed (default: 1)")
+    p.add_argument("--jobs", type=int, default=1, metavar="N",
+                   help="with --mutants auto: N workspaces (copies of the tree, each with its own build: "
+                        "build-mutants and build-mutants/job-K) running mutants side by side; each C++ "
+                        "workspace costs a full build first. Default: 1")
+    p.add_argument("--resume", action="store_true",
+                   help="with --mutants auto: keep the verdicts an interrupted run of the same sample recorded "
+                        "(results/mutants/auto-<layer>.jsonl) and run only the mutants it did not reach")
     p.add_argument("--upstream-tests", type=pathlib.Path, metavar="PATH",
                    help="run an upstream PyTorch test file (such as test/test_registry.py) against the "
                         "installed torch._native and against the reference; table in "

@@ -9,13 +9,16 @@ killed; a fault whose `find` text is gone from the source is an error too.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pathlib
+import shlex
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import tomllib
 import xml.etree.ElementTree as ET
@@ -26,7 +29,7 @@ from progress import duration, remaining
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 FAULTS = ROOT / "fixtures" / "faults" / "faults.toml"
 WORK = ROOT / "build-mutants"
-SRC, BUILD = WORK / "src", WORK / "build"
+SRC, BUILD = WORK / "src", WORK / "build"  # the first workspace's (see Workspace)
 GTEST = {"conformance": "conformance/cpp/conformance_reference"}
 # Only what the conformance suites run: the C++ suite and the extension.
 TARGETS = ["conformance/cpp/conformance_reference", "reference/python/_C"]
@@ -49,10 +52,42 @@ def tree_files() -> list[str]:
     return [rel for rel in files if rel]
 
 
-def copy_tree() -> None:
-    """The tracked and unignored files of the working tree, into SRC."""
+@dataclasses.dataclass(frozen=True)
+class Workspace:
+    """A copy of the tree (`src`) and its build (`build`) that one mutant at a
+    time is applied to. `--jobs N` runs N of them side by side; the first is
+    build-mutants itself, the others build-mutants/job-K."""
+    root: pathlib.Path = WORK
+
+    @property
+    def src(self) -> pathlib.Path:
+        return self.root / "src"
+
+    @property
+    def build(self) -> pathlib.Path:
+        return self.root / "build"
+
+
+FIRST = Workspace()
+
+
+def workspaces(count: int) -> list[Workspace]:
+    return [FIRST] + [Workspace(WORK / f"job-{k}") for k in range(1, count)]
+
+
+def meson_command() -> list[str]:
+    """Meson as installed for this interpreter, else the one on PATH."""
+    try:
+        import mesonbuild  # noqa: F401
+        return [sys.executable, "-m", "mesonbuild.mesonmain"]
+    except ImportError:
+        return ["meson"]
+
+
+def copy_tree(ws: Workspace = FIRST) -> None:
+    """The tracked and unignored files of the working tree, into the workspace's src."""
     for rel in tree_files():
-        source, target = ROOT / rel, SRC / rel
+        source, target = ROOT / rel, ws.src / rel
         if not source.is_file():
             continue
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -60,18 +95,26 @@ def copy_tree() -> None:
             shutil.copy2(source, target)
 
 
-def build(timeout: float | None = None) -> bool:
+def build(timeout: float | None = None, ws: Workspace = FIRST, jobs: int | None = None) -> bool:
     """Builds what the conformance suites run, incrementally; False when it
-    does not compile (or takes longer than `timeout`)."""
-    if not (BUILD / "build.ninja").exists():
-        subprocess.run(["meson", "setup", str(BUILD), str(SRC), "-Dbenchmarks=disabled"],
+    does not compile (or takes longer than `timeout`). The extension is built
+    for this interpreter (the one that runs the suites); NR_MUTANTS_MESON_ARGS
+    adds options to the first configure (e.g. -Dwerror=false for another
+    compiler)."""
+    if not (ws.build / "build.ninja").exists():
+        native = ws.root / "native.ini"
+        native.parent.mkdir(parents=True, exist_ok=True)
+        native.write_text(f"[binaries]\npython = '{sys.executable}'\n")
+        subprocess.run([*meson_command(), "setup", str(ws.build), str(ws.src), "-Dbenchmarks=disabled",
+                        f"--native-file={native}", *shlex.split(os.environ.get("NR_MUTANTS_MESON_ARGS", ""))],
                        check=True, stdout=subprocess.DEVNULL)
-    targets = subprocess.run(["ninja", "-C", str(BUILD), "-t", "targets", "all"], capture_output=True,
+    targets = subprocess.run(["ninja", "-C", str(ws.build), "-t", "targets", "all"], capture_output=True,
                              text=True, check=True).stdout.splitlines()
     wanted = [line.split(":")[0] for line in targets
               if any(line.startswith(t) and line.split(":")[0].endswith((".so", t.rsplit("/", 1)[-1]))
                      for t in TARGETS)]
-    status, _ = run_killable(["ninja", "-C", str(BUILD), *wanted], timeout)
+    status, _ = run_killable(["ninja", "-C", str(ws.build), *([f"-j{jobs}"] if jobs else []), *wanted],
+                             timeout)
     return status == 0
 
 
@@ -81,6 +124,8 @@ def run_killable(cmd: list[str], timeout: float | None, **kwargs) -> tuple[int |
     timeout or an interrupt, so a hung suite leaves no helper behind."""
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             start_new_session=True, **kwargs)
+    with _LIVE_LOCK:
+        _LIVE.add(proc.pid)
     try:
         output, _ = proc.communicate(timeout=timeout)
         return proc.returncode, output.decode(errors="replace")
@@ -92,6 +137,24 @@ def run_killable(cmd: list[str], timeout: float | None, **kwargs) -> tuple[int |
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
         raise
+    finally:
+        with _LIVE_LOCK:
+            _LIVE.discard(proc.pid)
+
+
+# The process groups run_killable has running, so that an interrupt seen by
+# the main thread can stop the suites other threads are waiting on.
+_LIVE: set[int] = set()
+_LIVE_LOCK = threading.Lock()
+
+
+def kill_live() -> None:
+    with _LIVE_LOCK:
+        for pid in _LIVE:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
 
 def failing_gtests(xml: pathlib.Path) -> list[str]:
@@ -101,13 +164,13 @@ def failing_gtests(xml: pathlib.Path) -> list[str]:
             if c.find("failure") is not None]
 
 
-def cpp_suite(out: pathlib.Path, timeout: float = TIMEOUT_S, fail_fast: bool = False
-              ) -> tuple[list[str], str]:
+def cpp_suite(out: pathlib.Path, timeout: float = TIMEOUT_S, fail_fast: bool = False,
+              ws: Workspace = FIRST) -> tuple[list[str], str]:
     """The C++ conformance suite of the build: (failing tests, output);
     '<crashed: ...>' or '<timeout>' when it died."""
     xml = out / "conformance.xml"
     xml.unlink(missing_ok=True)
-    status, output = run_killable([str(BUILD / GTEST["conformance"]), f"--gtest_output=xml:{xml}",
+    status, output = run_killable([str(ws.build / GTEST["conformance"]), f"--gtest_output=xml:{xml}",
                                    *(["--gtest_fail_fast"] if fail_fast else [])],
                                   timeout, env={**os.environ, **FREED_MEMORY_FILLED})
     if status is None:
@@ -119,13 +182,15 @@ def cpp_suite(out: pathlib.Path, timeout: float = TIMEOUT_S, fail_fast: bool = F
 
 
 def python_suite(out: pathlib.Path, timeout: float = TIMEOUT_S, impl: str = "adapters.reference:make",
-                 env: dict | None = None, tree: pathlib.Path = SRC) -> tuple[list[str], str]:
-    """The Python conformance suite of `tree` (the copy by default), stopping
-    at the first failure, against `impl`, the reference importing this
-    build's package by default: (failing tests, output)."""
+                 env: dict | None = None, tree: pathlib.Path | None = None, ws: Workspace = FIRST
+                 ) -> tuple[list[str], str]:
+    """The Python conformance suite of `tree` (the workspace's copy by
+    default), stopping at the first failure, against `impl`, the reference
+    importing the workspace build's package by default: (failing tests, output)."""
+    tree = ws.src if tree is None else tree
     if env is None:
         env = staging.environment_for(staging.stage_package(
-            BUILD, out / "_package", sources=SRC / "reference" / "python" / "native_registry"))
+            ws.build, out / "_package", sources=ws.src / "reference" / "python" / "native_registry"))
     xml, report = out / "python.xml", out / "python.jsonl"
     xml.unlink(missing_ok=True)
     report.unlink(missing_ok=True)
