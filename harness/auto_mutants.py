@@ -53,6 +53,24 @@ NOT_MUTATED = {
 }
 
 
+# Parts of a mutated file left out, with why: in C++ a section (its
+# `// ---- name ----` marker), in Python a top-level def or class. Only code
+# no conformance test can reach by design; reported with every run, with
+# how many candidates each leaves out.
+NOT_MUTATED_PARTS = {
+    "reference/src/registry.cpp": {
+        "self-checks": "Registry::check_invariants and dump_state: debugging aids the reference's own "
+                       "stress, fuzz and model tests call after every step; a check fires only when "
+                       "another part is wrong, and no implementation's conformance is judged by them",
+    },
+    "reference/python/native_registry/registry.py": {
+        name: "API beyond upstream's that no adapter calls (the reference's own tests cover it), "
+              "so the conformance suites, which judge upstream's behaviours, cannot reach it"
+        for name in ("compile_backend", "Snapshot", "disallow_namespace", "set_empty_chain_policy")
+    },
+}
+
+
 @dataclass
 class Outcome:
     key: str
@@ -279,15 +297,21 @@ def run(args) -> int:
     targets = [choose_target(args, ws) for ws in spaces]
     target = targets[0]
 
-    candidates = [m for rel in target.files for m in mutagen.mutants_of(rel, target.place[rel].read_text())]
+    candidates, parts_left_out = generate(target)
     chosen = mutagen.sample(candidates, args.sample, args.seed)
-    only = [o for o in args.only.split(",") if o]
-    if only:
-        chosen = [m for m in chosen if any(m.key == o or m.where == o for o in only)]
+    only = chosen_only(args.only)
+    if only:  # these mutants, whether the sample drew them or not
+        chosen = [m for m in candidates if m.key in only or m.where in only]
+        missing = only - {m.key for m in chosen} - {m.where for m in chosen}
+        if missing:
+            print(f"  --only: {len(missing)} not among the candidates (their line changed or was removed, "
+                  f"or a part left out holds it): {', '.join(sorted(missing))}", flush=True)
     print(f"== mutants of {target.layer} ({', '.join(target.files)}): {len(candidates)} candidates, "
           f"{len(chosen)} sampled (seed {args.seed}), {len(spaces)} at a time", flush=True)
     for rel, why in target.left_out.items():
         print(f"  not mutated: {rel}: {why}")
+    for part, (count, why) in parts_left_out.items():
+        print(f"  not mutated: {part} ({count} candidates): {why}")
 
     print("== baseline: the suites on the unmutated implementation", flush=True)
     timeouts, baseline = {"build": 900.0}, {}
@@ -326,19 +350,14 @@ def run(args) -> int:
     except KeyboardInterrupt:
         print(f"\n  interrupted after {len(runner.outcomes)} mutants; the mutated files are restored; "
               f"reporting those", flush=True)
-    finally:
-        if target.needs_build:  # the builds match the pristine copies again
-            restored = [threading.Thread(target=mutants.build, kwargs={"ws": ws, "jobs": jobs_each})
-                        for ws in built_spaces]
-            for t in restored:
-                t.start()
-            for t in restored:
-                t.join()
-
+    # The report first, then the rebuilds: a second SIGTERM (a time limit)
+    # no longer stops either.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     outcomes = [o for _, o in sorted(runner.outcomes, key=lambda pair: pair[0])]
     stats = figures(outcomes, equivalents)
     stats.update(candidates=len(candidates), chosen=len(chosen), seed=args.seed, requested=args.sample,
                  files=target.files, not_mutated=target.left_out, impl=target.impl, jobs=len(spaces),
+                 parts_not_mutated={part: {"candidates": n, "why": why} for part, (n, why) in parts_left_out.items()},
                  seconds_total=time.monotonic() - begin, seconds_per_mutant=per_mutant(outcomes))
     write_report(out / f"auto-{target.layer}", stats, outcomes, equivalents)
     print(summary(stats))
@@ -346,8 +365,46 @@ def run(args) -> int:
     for o in outcomes:
         if o.verdict == "survived" and o.key not in equivalents:
             print(f"  survived: {o.where} {o.kind}: {o.change}\n      {o.original}\n   -> {o.mutated}")
+    if target.needs_build:  # the builds match the pristine copies again
+        restored = [threading.Thread(target=mutants.build, kwargs={"ws": ws, "jobs": jobs_each})
+                    for ws in built_spaces]
+        for t in restored:
+            t.start()
+        for t in restored:
+            t.join()
     rate = stats["kill_rate_without_equivalents"]
     return 0 if rate is not None and rate >= TARGET_KILL_RATE else 1
+
+
+def chosen_only(spec: str) -> set[str]:
+    """--only's mutants: comma-separated keys or file:line places, or @FILE
+    with one per line (a run's survivors, say)."""
+    if spec.startswith("@"):
+        return {line.strip() for line in pathlib.Path(spec[1:]).read_text().splitlines() if line.strip()}
+    return {o for o in spec.split(",") if o}
+
+
+def generate(target: Target) -> tuple[list[mutagen.Mutant], dict[str, tuple[int, str]]]:
+    """The candidates of the target's files, less the parts NOT_MUTATED_PARTS
+    leaves out; and per part left out, how many candidates it held and why."""
+    candidates, left_out = [], {}
+    for rel in target.files:
+        text = target.place[rel].read_text()
+        reasons = NOT_MUTATED_PARTS.get(rel, {})
+        parts = mutagen.part_lines(rel, text, set(reasons))
+        for name, lines in parts.items():
+            if not lines:
+                raise SystemExit(f"harness/run: error: {rel} has no part {name!r} (NOT_MUTATED_PARTS in "
+                                 f"{pathlib.Path(__file__).name} names it)")
+        skipped = set().union(*parts.values()) if parts else set()
+        for m in mutagen.mutants_of(rel, text):
+            if m.line in skipped:
+                name = next(n for n, lines in parts.items() if m.line in lines)
+                count, why = left_out.get(f"{rel}: {name}", (0, reasons[name]))
+                left_out[f"{rel}: {name}"] = (count + 1, why)
+            else:
+                candidates.append(m)
+    return candidates, left_out
 
 
 def resumed(records: pathlib.Path, chosen: list[mutagen.Mutant]) -> dict[str, Outcome]:
@@ -469,6 +526,8 @@ def write_report(stem: pathlib.Path, stats: dict, outcomes: list[Outcome], equiv
         {"figures": stats, "mutants": [asdict(o) for o in outcomes]}, indent=1))
     lines = ["# Generated mutants", "", summary(stats).strip(), ""]
     lines += [f"- not mutated: `{rel}`: {why}" for rel, why in stats["not_mutated"].items()]
+    lines += [f"- not mutated: `{part}` ({p['candidates']} candidates): {p['why']}"
+              for part, p in stats.get("parts_not_mutated", {}).items()]
     survivors = [o for o in outcomes if o.verdict == "survived"]
     lines += ["", "## Survivors", ""]
     for o in survivors:

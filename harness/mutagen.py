@@ -297,3 +297,30 @@ def _condition_mutants(add, node: ast.If | ast.While) -> None:
 
 def mutants_of(rel: str, text: str) -> list[Mutant]:
     return python_mutants(rel, text) if rel.endswith(".py") else cpp_mutants(rel, text)
+
+
+# ---- parts of a file left out ----------------------------------------------------
+
+_CPP_SECTION_RE = re.compile(r"^// ---- (.+?) -+\s*$")
+
+
+def part_lines(rel: str, text: str, names: set[str]) -> dict[str, set[int]]:
+    """The (1-based) lines of each named part of a file: in Python a top-level
+    def or class (its decorators included), in C++ a section, from its
+    `// ---- name ----` marker line to the next marker or the end. A name not
+    found maps to no lines (the caller reports it)."""
+    found: dict[str, set[int]] = {name: set() for name in names}
+    if rel.endswith(".py"):
+        for node in ast.parse(text).body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name in names:
+                first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+                found[node.name] = set(range(first, (node.end_lineno or node.lineno) + 1))
+        return found
+    current = None
+    for number, line in enumerate(text.split("\n"), 1):
+        marker = _CPP_SECTION_RE.match(line)
+        if marker:
+            current = marker.group(1) if marker.group(1) in names else None
+        if current:
+            found[current].add(number)
+    return found

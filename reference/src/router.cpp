@@ -9,7 +9,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <optional>
+#include <string_view>
 
 namespace native_registry {
 namespace {
@@ -68,7 +70,14 @@ void set_host_scope(HostScopeFn fn) { g_host_scope.store(fn, std::memory_order_r
 namespace detail {
 
 namespace {
-std::atomic<bool> g_typed_routers_enabled{true};
+// NATIVE_REGISTRY_BOXED_ROUTERS=1 gives every router the boxed kernel, so
+// that a suite can be run over that path too (meson test
+// conformance_cpp_reference_boxed): the typed kernels are for speed only.
+bool typed_routers_by_default() {
+  const char* boxed = std::getenv("NATIVE_REGISTRY_BOXED_ROUTERS");
+  return boxed == nullptr || std::string_view(boxed) != "1";
+}
+std::atomic<bool> g_typed_routers_enabled{typed_routers_by_default()};
 }  // namespace
 
 void set_typed_routers_enabled(bool enabled) {
@@ -354,12 +363,11 @@ bool has_exactly_signature(const c10::OperatorHandle& op) {
   return false;
 }
 
+// Sets `out` to Typed's kernel if none is chosen yet and the op's signature is Typed's.
 template <class Typed>
-bool try_typed(const c10::OperatorHandle& op, const std::shared_ptr<const Router::Shared>& shared,
+void try_typed(const c10::OperatorHandle& op, const std::shared_ptr<const Router::Shared>& shared,
                std::optional<torch::CppFunction>& out) {
-  if (out || !has_exactly_signature<typename Typed::Signature>(op)) return false;
-  out.emplace(Typed::kernel(shared));
-  return true;
+  if (!out && has_exactly_signature<typename Typed::Signature>(op)) out.emplace(Typed::kernel(shared));
 }
 
 // The typed kernel for the op's signature, if it is a common one; nullopt
@@ -395,7 +403,6 @@ Router::Router(const c10::OperatorHandle& op, c10::DispatchKey dispatch_key,
   if (!name.overload_name.empty()) symbol += "." + name.overload_name;
   std::optional<torch::CppFunction> typed;
   if (typed_routers_enabled()) typed = typed_kernel(op, shared_);
-  typed_ = typed.has_value();
   QuietOverrideWarning quiet;
   if (typed) {
     library_->impl(symbol.c_str(), std::move(*typed));

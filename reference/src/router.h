@@ -69,8 +69,6 @@ class Router {
   // Unique for the life of the process: tells a router from one that
   // replaced it at the same key, even at the same address.
   uint64_t id() const { return id_; }
-  // Whether the router's kernel is the typed one (see the top of this file).
-  bool typed() const { return typed_; }
   // What calls still inside the router use (its chains, their nodes). The
   // registry holds it past the router's destruction until its own lock is
   // released, so that no node (and no host object a node holds) is freed
@@ -83,7 +81,6 @@ class Router {
   std::shared_ptr<Shared> shared_;
   std::unique_ptr<torch::Library> library_;
   uint64_t id_;
-  bool typed_ = false;
 };
 
 }  // namespace native_registry::detail
