@@ -24,6 +24,7 @@
 #include <stdexcept>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 namespace conformance {
@@ -141,5 +142,36 @@ struct Implementation {
   std::string name;
   std::function<std::unique_ptr<RegistryAdapter>()> make;
 };
+
+// ---- for adapters: small pieces most of them need ----
+
+// The nodes of `nodes` named by `ids` (NodePtr: a pointer-like with a
+// `node_id`), in the order of `ids`; an unknown id keeps no node.
+template <typename NodePtr>
+std::vector<NodePtr> nodes_by_ids(const std::vector<NodePtr>& nodes, const std::vector<std::string>& ids) {
+  std::vector<NodePtr> out;
+  for (const std::string& id : ids) {
+    for (const NodePtr& node : nodes) {
+      if (node->node_id == id) {
+        out.push_back(node);
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+// Runs f, turning the implementation's refusal (Refused) and unknown-op
+// (NotFound) exceptions into the suite's InvalidArgument and OperatorNotFound.
+template <typename Refused, typename NotFound, typename F>
+void with_suite_errors(F&& f) {
+  try {
+    f();
+  } catch (const Refused& e) {
+    throw InvalidArgument(e.what());
+  } catch (const NotFound& e) {
+    throw OperatorNotFound(e.what());
+  }
+}
 
 }  // namespace conformance

@@ -6,7 +6,6 @@
 
 #include <native_registry/native_registry.h>
 
-#include <map>
 
 namespace conformance {
 namespace {
@@ -65,7 +64,7 @@ class ReferenceAdapter final : public RegistryAdapter {
   void set_graph(const Key& key, const std::vector<std::string>& node_ids) override {
     registry_.reorder_graphs([&](const std::string&, const std::string&, const nr::Graph& g) {
       if (g.empty() || !(g[0]->key == to_reference(key))) return g;
-      return by_ids(g, node_ids);
+      return nodes_by_ids(g, node_ids);
     });
   }
 
@@ -74,7 +73,7 @@ class ReferenceAdapter final : public RegistryAdapter {
       std::vector<NodeInfo> infos;
       for (const auto& node : g) infos.push_back({node->dsl_name, node->key.lib_symbol,
                                                   node->key.op_symbol, node->key.dispatch_key, node->node_id});
-      return by_ids(g, fn(op, key, infos));
+      return nodes_by_ids(g, fn(op, key, infos));
     });
   }
 
@@ -121,26 +120,9 @@ class ReferenceAdapter final : public RegistryAdapter {
   }
 
  private:
-  // Nodes of `graph` named by `ids`, in that order; an unknown id keeps no node.
-  static nr::Graph by_ids(const nr::Graph& graph, const std::vector<std::string>& ids) {
-    std::map<std::string, nr::NodePtr> by_id;
-    for (const auto& node : graph) by_id[node->node_id] = node;
-    nr::Graph out;
-    for (const auto& id : ids) {
-      if (by_id.count(id)) out.push_back(by_id[id]);
-    }
-    return out;
-  }
-
   template <typename F>
   static void translated(F&& f) {
-    try {
-      f();
-    } catch (const nr::InvalidArgumentError& e) {
-      throw InvalidArgument(e.what());
-    } catch (const nr::OperatorNotFoundError& e) {
-      throw OperatorNotFound(e.what());
-    }
+    with_suite_errors<nr::InvalidArgumentError, nr::OperatorNotFoundError>(std::forward<F>(f));
   }
 
   nr::Registry registry_;
