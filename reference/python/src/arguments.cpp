@@ -205,20 +205,29 @@ PyObject* to_python(const ArgumentPlan::Slot& slot, const c10::IValue& value) {
 
 // The vectorcall argument vector: slot 0 is scratch for
 // PY_VECTORCALL_ARGUMENTS_OFFSET, then positional values, then keyword values.
-// Owns the values it holds.
+// Owns the values it holds; on the stack for up to kInline of them.
 class ArgumentVector {
  public:
-  ArgumentVector() : values_(1, nullptr) {}
+  explicit ArgumentVector(size_t most) {
+    if (most + 1 > kInline) {
+      heap_ = std::make_unique<PyObject*[]>(most + 1);
+      values_ = heap_.get();
+    }
+  }
   ~ArgumentVector() {
-    for (size_t i = 1; i < values_.size(); ++i) Py_DECREF(values_[i]);
+    for (size_t i = 1; i < size_; ++i) Py_DECREF(values_[i]);
   }
   ArgumentVector(const ArgumentVector&) = delete;
   ArgumentVector& operator=(const ArgumentVector&) = delete;
-  void push(PyObject* owned) { values_.push_back(owned); }
-  PyObject* const* arguments() const { return values_.data() + 1; }
+  void push(PyObject* owned) { values_[size_++] = owned; }
+  PyObject* const* arguments() const { return values_ + 1; }
 
  private:
-  c10::SmallVector<PyObject*, 9> values_;
+  static constexpr size_t kInline = 9;
+  PyObject* inline_[kInline];
+  std::unique_ptr<PyObject*[]> heap_;
+  PyObject** values_ = inline_;
+  size_t size_ = 1;
 };
 
 // Marks a plan in use for one call: a plan is freed only when no call is inside.
@@ -232,6 +241,20 @@ class PlanInUse {
  private:
   ArgumentPlan& plan_;
 };
+
+// Pushes the keyword-only arguments a call passes, for a plan with too many
+// of them to index their kwnames tuples; returns the tuple of their names
+// (null if none is passed).
+PyObject* keyword_arguments_by_name(const ArgumentPlan& plan, const c10::IValue* args,
+                                    ArgumentVector& argv) {
+  c10::SmallVector<PyObject*, 8> names;
+  for (size_t i = plan.keyword_start; i < plan.slots.size(); ++i) {
+    if (holds_default(plan.slots[i], args[i])) continue;
+    names.push_back(plan.keyword_names[i - plan.keyword_start]);
+    argv.push(to_python(plan.slots[i], args[i]));
+  }
+  return names.empty() ? nullptr : keyword_names_tuple(names);
+}
 
 }  // namespace
 
@@ -274,28 +297,19 @@ py::object call_with_arguments(ArgumentPlans& plans, const py::handle& fn,
          holds_default(slots[positional - 1], args[positional - 1])) {
     --positional;
   }
-  ArgumentVector argv;
+  ArgumentVector argv(count);
   for (size_t i = 0; i < positional; ++i) argv.push(to_python(slots[i], args[i]));
-  // The keyword-only arguments passed: a bit each where the plan indexes
-  // their kwnames tuples, else their names.
-  const bool indexed = !plan.names_by_passed.empty();
-  uint64_t passed = 0;
-  c10::SmallVector<PyObject*, 8> passed_names;
-  for (size_t i = plan.keyword_start; i < count; ++i) {
-    if (holds_default(slots[i], args[i])) continue;
-    const size_t k = i - plan.keyword_start;
-    if (indexed) {
-      passed |= uint64_t{1} << k;
-    } else {
-      passed_names.push_back(plan.keyword_names[k]);
-    }
-    argv.push(to_python(slots[i], args[i]));
-  }
   PyObject* names = nullptr;
-  if (passed != 0) {
-    names = plan.names_for(passed);
-  } else if (!passed_names.empty()) {
-    names = keyword_names_tuple(passed_names);
+  if (plan.names_by_passed.empty()) {
+    names = keyword_arguments_by_name(plan, args, argv);
+  } else {
+    uint64_t passed = 0;  // bit k: the k-th keyword-only argument is passed
+    for (size_t i = plan.keyword_start; i < count; ++i) {
+      if (holds_default(slots[i], args[i])) continue;
+      passed |= uint64_t{1} << (i - plan.keyword_start);
+      argv.push(to_python(slots[i], args[i]));
+    }
+    if (passed != 0) names = plan.names_for(passed);
   }
   PyObject* out = PyObject_Vectorcall(fn.ptr(), argv.arguments(),
                                       positional | PY_VECTORCALL_ARGUMENTS_OFFSET, names);

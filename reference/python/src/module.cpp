@@ -66,6 +66,8 @@ class PyRef {
 // in_host_scope_holding_gil.
 thread_local PyThreadState* t_host_scope_state = nullptr;
 
+C10_NOINLINE PyThreadState** host_scope_mark() { return &t_host_scope_state; }
+
 // The thread state that holds the GIL (before 3.12) or this thread's, if it
 // holds the GIL (from 3.12): in both, this thread holds the GIL with `state`
 // when this returns `state`. Reads no thread-specific storage, unlike the
@@ -231,19 +233,48 @@ const DynamoFlag& dynamo_flag() {
   return *flag;
 }
 
+// What torch.compiler's namespace holds as is_dynamo_compiling now
+// (borrowed), or null; the GIL is held. The module's own dict, not getattr:
+// the same answer for a module attribute, for a tenth of the work. Before
+// Python 3.12 a dict's version tag (PEP 509) changes with every change to the
+// dict, so the last lookup's answer stands while the tag does: a patch is
+// seen on the very next call, as with a lookup, at a fraction of its cost
+// (whose probes also vary with the hash seed). From 3.12 the tag is
+// deprecated and every call looks up.
+PyObject* current_dynamo_flag(const DynamoFlag& flag) {
+  PyObject* namespace_ = flag.namespace_.ptr();
+#if PY_VERSION_HEX < 0x030C0000
+  struct Seen {
+    bool valid = false;
+    uint64_t version = 0;
+    PyObject* value = nullptr;
+  };
+  static Seen seen;  // the GIL guards it
+  const uint64_t version = reinterpret_cast<PyDictObject*>(namespace_)->ma_version_tag;
+  if (seen.valid && seen.version == version) return seen.value;
+#endif
+  PyObject* current = PyDict_GetItemWithError(namespace_, flag.name.ptr());
+  if (current == nullptr && PyErr_Occurred()) throw py::error_already_set();
+#if PY_VERSION_HEX < 0x030C0000
+  seen = {true, version, current};
+#endif
+  return current;
+}
+
 // The host scope (see set_host_scope): a router whose chain holds Python
 // conds makes its whole choice holding the GIL once; the conds and the trace
 // shortcut find it held, which costs them next to nothing.
 void with_gil(void (*choose)(void*), void* context) {
   GilForPython gil;
-  PyThreadState*& mark = t_host_scope_state;
-  PyThreadState* const outer = mark;
-  mark = PyThreadState_Get();
-  struct Restore {
-    PyThreadState*& mark;
+  // One look-up of this thread's mark for the three uses (a compiler
+  // recomputes a thread_local's address after every call otherwise).
+  struct Mark {
+    PyThreadState** mark;
     PyThreadState* outer;
-    ~Restore() { mark = outer; }
-  } restore{mark, outer};
+    ~Mark() { *mark = outer; }
+  } mark{host_scope_mark(), nullptr};
+  mark.outer = *mark.mark;
+  *mark.mark = PyThreadState_Get();
   choose(context);
 }
 
@@ -255,11 +286,8 @@ void with_gil(void (*choose)(void*), void* context) {
 bool dynamo_is_tracing() {
   const DynamoFlag& flag = dynamo_flag();
   GilForPython gil;
-  // The module's own dict, not getattr: the same answer for a module
-  // attribute, for a tenth of the work.
-  PyObject* current = PyDict_GetItemWithError(flag.namespace_.ptr(), flag.name.ptr());
+  PyObject* current = current_dynamo_flag(flag);
   if (current == nullptr) {
-    if (PyErr_Occurred()) throw py::error_already_set();
     throw py::attribute_error("module 'torch.compiler' has no attribute 'is_dynamo_compiling'");
   }
   if (current == flag.stock.ptr()) return false;
