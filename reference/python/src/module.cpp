@@ -68,10 +68,10 @@ thread_local PyThreadState* t_host_scope_state = nullptr;
 
 C10_NOINLINE PyThreadState** host_scope_mark() { return &t_host_scope_state; }
 
-// The thread state that holds the GIL (before 3.12) or this thread's, if it
-// holds the GIL (from 3.12): in both, this thread holds the GIL with `state`
-// when this returns `state`. Reads no thread-specific storage, unlike the
-// PyGILState calls.
+// The thread state that holds the GIL, or this thread's while it holds the
+// GIL (CPython versions differ: a global, or a thread-local, possibly null):
+// in both, this thread holds the GIL with `state` when this returns `state`.
+// Cheaper than the PyGILState calls, which read thread-specific storage.
 PyThreadState* gil_holding_state() {
 #if PY_VERSION_HEX >= 0x030D0000
   return PyThreadState_GetUnchecked();
@@ -151,8 +151,8 @@ void push_python_result(const c10::OperatorHandle& op, Stack* stack, const py::o
 // The Python callables of a node, as named functor types, so that the
 // binding can hand the very objects back (Node.cond_fn, ...) from what the
 // core stores: the core is the one record of every node, and Python's node
-// objects are views of it.
-// Each keeps the argument plans of its op's schema (see arguments.h).
+// objects are views of it. Each also keeps the argument plans of its op's
+// schema (see arguments.h).
 struct PythonCond {
   std::shared_ptr<PyRef> fn;
   std::shared_ptr<ArgumentPlans> plans = std::make_shared<ArgumentPlans>();
