@@ -42,7 +42,8 @@ bool is_cow(const c10::IValue& value) {
 bool has_cow_argument(const Stack& stack) {
   for (const c10::IValue& value : stack) {
     if (is_cow(value)) return true;
-    if (value.isTensorList()) {
+    // isTensorList is out of line: not asked of a tensor.
+    if (!value.isTensor() && value.isTensorList()) {
       for (const at::Tensor& tensor : value.toTensorVector()) {
         if (is_cow(c10::IValue(tensor))) return true;
       }

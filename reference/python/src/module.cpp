@@ -15,25 +15,26 @@
 // impl; chains of C++ predicates decline without it. Python references held
 // by C++ objects are dropped under the GIL (PyRef), whatever thread drops them.
 
+#include "arguments.h"
+
 #include <native_registry/native_registry.h>
 #include <native_registry/predicates.h>
 
-#include <torch/csrc/DynamicTypes.h>
 #include <torch/csrc/Dtype.h>
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/jit/python/pybind_utils.h>
-#include <torch/csrc/utils/tensor_memoryformats.h>
 
 #include <pybind11/functional.h>
 #include <pybind11/stl.h>
 
 #include <memory>
 #include <optional>
-#include <unordered_map>
 #include <vector>
 
 namespace py = pybind11;
 using namespace native_registry;
+using native_registry::python::ArgumentPlans;
+using native_registry::python::call_with_arguments;
 namespace P = native_registry::predicates;
 
 namespace {
@@ -58,19 +59,53 @@ class PyRef {
   PyObject* object_;
 };
 
+// The thread state this thread's innermost host scope (with_gil) took the
+// GIL with, or null outside one. Python code run inside the scope may release
+// the GIL (a torch op called from a cond does) and a router reached from there
+// runs with it released, so the mark alone proves nothing: see
+// in_host_scope_holding_gil.
+thread_local PyThreadState* t_host_scope_state = nullptr;
+
+C10_NOINLINE PyThreadState** host_scope_mark() { return &t_host_scope_state; }
+
+// The thread state that holds the GIL, or this thread's while it holds the
+// GIL (CPython versions differ: a global, or a thread-local, possibly null):
+// in both, this thread holds the GIL with `state` when this returns `state`.
+// Cheaper than the PyGILState calls, which read thread-specific storage.
+PyThreadState* gil_holding_state() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return PyThreadState_GetUnchecked();
+#else
+  return _PyThreadState_UncheckedGet();
+#endif
+}
+
+// Whether this thread is inside a host scope and still holds the GIL the
+// scope took, as a Python cond and the trace shortcut usually are.
+bool in_host_scope_holding_gil() {
+  PyThreadState* host = t_host_scope_state;
+  return host != nullptr && host == gil_holding_state();
+}
+
 // Holds the GIL for a scope, through CPython's PyGILState API: it costs half
-// of pybind11's gil_scoped_acquire on the call path, interoperates with it,
-// and is next to free when this thread holds the GIL already (inside the
-// router's host scope, see with_gil), as a Python cond usually does.
+// of pybind11's gil_scoped_acquire on the call path and interoperates with it.
+// Inside the router's host scope, where the GIL is held already, it only
+// checks that (in_host_scope_holding_gil), which costs a tenth of the
+// PyGILState calls it saves.
 class GilForPython {
  public:
-  GilForPython() : state_(PyGILState_Ensure()) {}
-  ~GilForPython() { PyGILState_Release(state_); }
+  GilForPython() : held_(in_host_scope_holding_gil()) {
+    if (!held_) state_ = PyGILState_Ensure();
+  }
+  ~GilForPython() {
+    if (!held_) PyGILState_Release(state_);
+  }
   GilForPython(const GilForPython&) = delete;
   GilForPython& operator=(const GilForPython&) = delete;
 
  private:
-  PyGILState_STATE state_;
+  bool held_;
+  PyGILState_STATE state_{};
 };
 
 // Works with the pybind11 of every PyTorch we build against.
@@ -80,116 +115,6 @@ bool truthy(const py::object& value) {
   const int answer = PyObject_IsTrue(value.ptr());
   if (answer < 0) throw py::error_already_set();
   return answer == 1;
-}
-
-// Whether a schema type is `kind` or Optional[`kind`].
-bool is_kind(const c10::TypePtr& type, c10::TypeKind kind) {
-  if (type->kind() == kind) return true;
-  const auto optional = type->cast<c10::OptionalType>();
-  return optional && optional->getElementType()->kind() == kind;
-}
-
-// One argument as a torch.library Python kernel receives it (and so as
-// upstream's router hands it to a cond): dtype, layout and memory_format,
-// which the boxed stack holds as integer codes, as torch objects; a tensor
-// straight to its Python object, without the IValue copy toPyObject makes;
-// a wrapped number (the 2 of `t * 2`) as a Python number; anything else
-// (devices, generators, lists, scalars) as toPyObject makes it.
-py::object to_python(const c10::Argument& argument, const c10::IValue& value) {
-  if (value.isTensor()) {
-    const at::Tensor& tensor = value.toTensor();
-    if (!tensor.defined() || !tensor.unsafeGetTensorImpl()->is_wrapped_number()) {
-      return py::reinterpret_steal<py::object>(THPVariable_Wrap(tensor));
-    }
-  } else if (value.isInt()) {
-    const c10::TypePtr& type = argument.real_type();
-    const auto code = value.toInt();
-    PyObject* object = nullptr;
-    if (is_kind(type, c10::TypeKind::ScalarTypeType)) {
-      object = reinterpret_cast<PyObject*>(torch::getTHPDtype(static_cast<c10::ScalarType>(code)));
-    } else if (is_kind(type, c10::TypeKind::LayoutType)) {
-      object = reinterpret_cast<PyObject*>(torch::getTHPLayout(static_cast<c10::Layout>(code)));
-    } else if (is_kind(type, c10::TypeKind::MemoryFormatType)) {
-      object = torch::utils::getTHPMemoryFormat(static_cast<c10::MemoryFormat>(code));
-    }
-    if (object != nullptr) return py::reinterpret_borrow<py::object>(object);
-  }
-  return torch::jit::toPyObject(value);
-}
-
-// Whether an argument holds its schema default, by the IValue equality
-// torch.library uses (so alpha=1.0 is not the default 1). The tags defaults
-// have most (None, ints, floats, bools) are compared here as IValue::equals
-// compares them, without the IValue it returns.
-bool holds_default(const c10::Argument& argument, const c10::IValue& value) {
-  const auto& fallback = argument.default_value();
-  if (!fallback.has_value()) return false;
-  const c10::IValue& d = *fallback;
-  if (d.isNone()) return value.isNone();
-  if (d.isInt()) return value.isInt() && d.toInt() == value.toInt();
-  if (d.isDouble()) return value.isDouble() && d.toDouble() == value.toDouble();
-  if (d.isBool()) return value.isBool() && d.toBool() == value.toBool();
-  return d == value;
-}
-
-// A keyword argument's name as an interned Python str, made once per name
-// (the GIL guards the table; the strings live as long as the process).
-PyObject* keyword_name(const std::string& name) {
-  static auto* names = new std::unordered_map<std::string, PyObject*>();
-  auto it = names->find(name);
-  if (it == names->end()) {
-    PyObject* interned = PyUnicode_InternFromString(name.c_str());
-    if (interned == nullptr) throw py::error_already_set();
-    it = names->emplace(name, interned).first;
-  }
-  return it->second;
-}
-
-// Calls `fn` with the boxed call's arguments (the top of the stack) split as
-// torch.library splits them for a Python kernel: positional arguments in
-// order up to the last one that differs from its default (trailing defaults
-// are not passed), keyword-only arguments as keywords unless they hold their
-// default. Through vectorcall, so that no argument tuple or keyword dict is
-// built: this is the whole per-call cost of a Python cond besides the GIL.
-py::object call_with_arguments(const py::handle& fn, const c10::OperatorHandle& op,
-                               const Stack& stack) {
-  const auto& schema_args = op.schema().arguments();
-  const size_t base = stack.size() - schema_args.size();
-  size_t keyword_start = schema_args.size();
-  while (keyword_start > 0 && schema_args[keyword_start - 1].kwarg_only()) --keyword_start;
-  size_t positional = keyword_start;
-  while (positional > 0 &&
-         holds_default(schema_args[positional - 1], stack[base + positional - 1])) {
-    --positional;
-  }
-  // Slot 0 is scratch for PY_VECTORCALL_ARGUMENTS_OFFSET; positional arguments
-  // follow, then keyword values in the order of `keywords`.
-  c10::SmallVector<py::object, 8> values(1);
-  c10::SmallVector<PyObject*, 2> keywords;  // borrowed from keyword_name's table
-  for (size_t i = 0; i < positional; ++i) {
-    values.push_back(to_python(schema_args[i], stack[base + i]));
-  }
-  for (size_t i = keyword_start; i < schema_args.size(); ++i) {
-    const c10::Argument& argument = schema_args[i];
-    const c10::IValue& ivalue = stack[base + i];
-    if (holds_default(argument, ivalue)) continue;
-    keywords.push_back(keyword_name(argument.name()));
-    values.push_back(to_python(argument, ivalue));
-  }
-  c10::SmallVector<PyObject*, 8> argv;
-  for (const py::object& value : values) argv.push_back(value.ptr());
-  py::object names;
-  if (!keywords.empty()) {
-    names = py::reinterpret_steal<py::object>(PyTuple_New(static_cast<Py_ssize_t>(keywords.size())));
-    if (!names) throw py::error_already_set();
-    for (size_t i = 0; i < keywords.size(); ++i) {
-      PyTuple_SET_ITEM(names.ptr(), static_cast<Py_ssize_t>(i), Py_NewRef(keywords[i]));
-    }
-  }
-  PyObject* out = PyObject_Vectorcall(fn.ptr(), argv.data() + 1,
-                                      positional | PY_VECTORCALL_ARGUMENTS_OFFSET, names.ptr());
-  if (out == nullptr) throw py::error_already_set();
-  return py::reinterpret_steal<py::object>(out);
 }
 
 // One returned value as the IValue the schema promises. toIValue would turn
@@ -226,20 +151,23 @@ void push_python_result(const c10::OperatorHandle& op, Stack* stack, const py::o
 // The Python callables of a node, as named functor types, so that the
 // binding can hand the very objects back (Node.cond_fn, ...) from what the
 // core stores: the core is the one record of every node, and Python's node
-// objects are views of it.
+// objects are views of it. Each also keeps the argument plans of its op's
+// schema (see arguments.h).
 struct PythonCond {
   std::shared_ptr<PyRef> fn;
+  std::shared_ptr<ArgumentPlans> plans = std::make_shared<ArgumentPlans>();
   bool operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, const Stack& stack) const {
     GilForPython gil;
-    return truthy(call_with_arguments(fn->get(), op, stack));
+    return truthy(call_with_arguments(*plans, fn->get(), op, stack));
   }
 };
 
 struct PythonImpl {
   std::shared_ptr<PyRef> fn;
+  std::shared_ptr<ArgumentPlans> plans = std::make_shared<ArgumentPlans>();
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, Stack* stack) const {
     GilForPython gil;
-    py::object out = call_with_arguments(fn->get(), op, *stack);
+    py::object out = call_with_arguments(*plans, fn->get(), op, *stack);
     torch::jit::drop(*stack, op.schema().arguments().size());
     push_python_result(op, stack, out);
   }
@@ -305,11 +233,48 @@ const DynamoFlag& dynamo_flag() {
   return *flag;
 }
 
+// What torch.compiler's namespace holds as is_dynamo_compiling now
+// (borrowed), or null; the GIL is held. The module's own dict, not getattr:
+// the same answer for a module attribute, for a tenth of the work. Before
+// Python 3.12 a dict's version tag (PEP 509) changes with every change to the
+// dict, so the last lookup's answer stands while the tag does: a patch is
+// seen on the very next call, as with a lookup, at a fraction of its cost
+// (whose probes also vary with the hash seed). From 3.12 the tag is
+// deprecated and every call looks up.
+PyObject* current_dynamo_flag(const DynamoFlag& flag) {
+  PyObject* namespace_ = flag.namespace_.ptr();
+#if PY_VERSION_HEX < 0x030C0000
+  struct Seen {
+    bool valid = false;
+    uint64_t version = 0;
+    PyObject* value = nullptr;
+  };
+  static Seen seen;  // the GIL guards it
+  const uint64_t version = reinterpret_cast<PyDictObject*>(namespace_)->ma_version_tag;
+  if (seen.valid && seen.version == version) return seen.value;
+#endif
+  PyObject* current = PyDict_GetItemWithError(namespace_, flag.name.ptr());
+  if (current == nullptr && PyErr_Occurred()) throw py::error_already_set();
+#if PY_VERSION_HEX < 0x030C0000
+  seen = {true, version, current};
+#endif
+  return current;
+}
+
 // The host scope (see set_host_scope): a router whose chain holds Python
 // conds makes its whole choice holding the GIL once; the conds and the trace
 // shortcut find it held, which costs them next to nothing.
 void with_gil(void (*choose)(void*), void* context) {
   GilForPython gil;
+  // One look-up of this thread's mark for the three uses (a compiler
+  // recomputes a thread_local's address after every call otherwise).
+  struct Mark {
+    PyThreadState** mark;
+    PyThreadState* outer;
+    ~Mark() { *mark = outer; }
+  } mark{host_scope_mark(), nullptr};
+  mark.outer = *mark.mark;
+  *mark.mark = PyThreadState_Get();
   choose(context);
 }
 
@@ -321,11 +286,8 @@ void with_gil(void (*choose)(void*), void* context) {
 bool dynamo_is_tracing() {
   const DynamoFlag& flag = dynamo_flag();
   GilForPython gil;
-  // The module's own dict, not getattr: the same answer for a module
-  // attribute, for a tenth of the work.
-  PyObject* current = PyDict_GetItemWithError(flag.namespace_.ptr(), flag.name.ptr());
+  PyObject* current = current_dynamo_flag(flag);
   if (current == nullptr) {
-    if (PyErr_Occurred()) throw py::error_already_set();
     throw py::attribute_error("module 'torch.compiler' has no attribute 'is_dynamo_compiling'");
   }
   if (current == flag.stock.ptr()) return false;
@@ -723,6 +685,7 @@ PYBIND11_MODULE(_C, m) {
   });
 
   dynamo_flag();
+  native_registry::python::watch_schema_removals();
   set_host_scope(&with_gil);
   m.def("install_dynamo_shortcut", [] { set_trace_shortcut(&dynamo_is_tracing); });
   m.def("remove_trace_shortcut", [] { set_trace_shortcut(nullptr); });

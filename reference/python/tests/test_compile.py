@@ -104,6 +104,23 @@ def test_a_raising_dynamo_flag_reaches_the_caller_and_changes_nothing(reg):
     assert torch.equal(mul(A, B), STOCK) and calls == [1]
 
 
+def test_a_patched_dynamo_flag_is_seen_from_the_next_call_on(reg):
+    # The binding keeps its last lookup of the flag while torch.compiler's
+    # namespace is unchanged (before Python 3.12): any change there, the
+    # patch, an unrelated name, the unpatch, must be seen by the next call.
+    calls = []
+    install_declining(reg, lambda *a, **k: calls.append(registry._router_active.on) or False)
+    mul(A, B)
+    with patch.object(torch.compiler, "is_dynamo_compiling", return_value=True) as flag:
+        mul(A, B)
+        with patch.object(torch.compiler, "nr_unrelated_name", 1, create=True):
+            mul(A, B)
+        mul(A, B)
+    mul(A, B)
+    assert flag.call_count == 3
+    assert calls == [False, True, True, True, False], "diverted calls consult the cond under the guard"
+
+
 def test_chains_of_cpp_predicates_never_consult_the_shortcut(reg):
     install_declining(reg, P.never())
     with patch.object(torch.compiler, "is_dynamo_compiling", return_value=True) as flag:
