@@ -32,12 +32,11 @@
 #include <native_registry/native_registry.h>
 #include <native_registry/predicates.h>
 
+#include "cpu_impl.h"
 #include "router.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
-#include <ATen/ops/add_cpu_dispatch.h>
-#include <ATen/ops/mul_cpu_dispatch.h>
 #include <benchmark/benchmark.h>
 #include <malloc.h>
 #include <torch/library.h>
@@ -89,24 +88,7 @@ const char* variant_name(Variant v) {
 CondFn declines() { return P::dtype_in({at::kHalf}).as_cond(); }
 CondFn accepts() { return P::dtype_in({at::kFloat}).as_cond(); }
 
-// A C++ impl doing the work the stock CPU kernel does, without dispatching.
-ImplFn cpu_impl(Op op) {
-  if (op == Op::kMul) {
-    return [](const c10::OperatorHandle&, c10::DispatchKeySet, Stack* stack) {
-      const size_t n = stack->size();
-      at::Tensor out = at::cpu::mul((*stack)[n - 2].toTensor(), (*stack)[n - 1].toTensor());
-      torch::jit::drop(*stack, 2);
-      stack->emplace_back(std::move(out));
-    };
-  }
-  return [](const c10::OperatorHandle&, c10::DispatchKeySet, Stack* stack) {
-    const size_t n = stack->size();
-    at::Tensor out = at::cpu::add((*stack)[n - 3].toTensor(), (*stack)[n - 2].toTensor(),
-                                  (*stack)[n - 1].toScalar());
-    torch::jit::drop(*stack, 3);
-    stack->emplace_back(std::move(out));
-  };
-}
+ImplFn cpu_impl(Op op) { return native_registry_bench::cpu_impl(op == Op::kMul); }
 
 std::unique_ptr<Registry> install_chain(Op op, int chain, bool accept_last) {
   auto registry = std::make_unique<Registry>();

@@ -7,8 +7,7 @@
 #include <native_registry/native_registry.h>
 #include <native_registry/predicates.h>
 
-#include <ATen/ops/add_cpu_dispatch.h>
-#include <ATen/ops/mul_cpu_dispatch.h>
+#include "cpu_impl.h"
 
 #include <exception>
 #include <iostream>
@@ -22,23 +21,7 @@ using native_registry::Registry;
 using native_registry::Stack;
 namespace P = native_registry::predicates;
 
-ImplFn cpu_impl(bool mul) {
-  if (mul) {
-    return [](const c10::OperatorHandle&, c10::DispatchKeySet, Stack* stack) {
-      const size_t n = stack->size();
-      at::Tensor out = at::cpu::mul((*stack)[n - 2].toTensor(), (*stack)[n - 1].toTensor());
-      torch::jit::drop(*stack, 2);
-      stack->emplace_back(std::move(out));
-    };
-  }
-  return [](const c10::OperatorHandle&, c10::DispatchKeySet, Stack* stack) {
-    const size_t n = stack->size();
-    at::Tensor out = at::cpu::add((*stack)[n - 3].toTensor(), (*stack)[n - 2].toTensor(),
-                                  (*stack)[n - 1].toScalar());
-    torch::jit::drop(*stack, 3);
-    stack->emplace_back(std::move(out));
-  };
-}
+using native_registry_bench::cpu_impl;
 
 }  // namespace
 
