@@ -320,3 +320,13 @@ def test_disabling_names_no_graph_has_changes_nothing(impl, field):
     assert torch.equal(mul(), torch.tensor([7.0, 7.0]))
     impl.enable(**{field: "never_registered_name"})
     assert torch.equal(mul(), torch.tensor([7.0, 7.0]))
+
+
+# ---- symbols that are no identifiers -------------------------------------------
+
+@behaviour("validation.bad-input-changes-nothing")
+@pytest.mark.parametrize("op_symbol", ["2mul.Tensor", "mul.2Tensor"])
+def test_an_op_symbol_starting_with_a_digit_is_refused_at_registration(impl, op_symbol):
+    with pytest.raises(ValueError, match=op_symbol.replace(".", r"\.")):
+        impl.register("test_dsl", "aten", op_symbol, "CPU", cpe_accept, cpe_fill(1.0))
+    assert impl.graph("aten", op_symbol, "CPU") == []
