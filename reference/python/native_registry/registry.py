@@ -297,7 +297,7 @@ def register_op_override(
     for name, value in (("backend (the node's dsl_name)", backend), ("lib_symbol", lib_symbol),
                         ("op_symbol", op_symbol), ("dispatch_key", dispatch_key)):
         _check_name(name, value)
-    handle = _C.register_op_override(
+    _C.register_op_override(
         backend, lib_symbol, op_symbol, dispatch_key, cond, impl,
         try_initialize_runtime, bool(unconditional_override),
     )

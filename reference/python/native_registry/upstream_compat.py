@@ -51,7 +51,7 @@ _router_active = _reference._router_active
 _always_true = _reference._always_true
 _OverrideNode = _reference._OverrideNode
 UserOrderingFn = _reference.UserOrderingFn
-GraphKey = tuple[str, str, str]
+GraphKey = _reference.GraphKey
 
 
 # ---- nodes ------------------------------------------------------------------------
