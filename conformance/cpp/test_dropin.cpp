@@ -9,6 +9,7 @@
 #include <ATen/core/stack.h>
 
 #include <functional>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -130,6 +131,11 @@ TEST_P(Conformance, FunctionalityKeysAreRefusedNamingUsableKeys) {
     } catch (const InvalidArgument& e) {
       EXPECT_THAT(e.what(), HasSubstr(key));
       EXPECT_THAT(e.what(), HasSubstr(suggestion));
+      // The suggestions are a list: a separator at the start, after a space or
+      // an opening bracket, or before a closing one, stands for an empty entry.
+      EXPECT_FALSE(std::regex_search(std::string(e.what()),
+                                     std::regex(R"((^|[\s(\[{:])[,;]|[,;]\s*($|[)\]};,]))")))
+          << e.what();
     }
     EXPECT_TRUE(adapter().graph({"aten", "mul.Tensor", key}).empty());
   }

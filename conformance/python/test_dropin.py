@@ -5,6 +5,7 @@ the mask against snapshots, torch's own front ends and torch 2.13's forms."""
 
 from __future__ import annotations
 
+import re
 import warnings
 
 import pytest
@@ -242,6 +243,9 @@ def test_a_functionality_key_is_refused_naming_usable_keys(impl, key, suggests):
     with pytest.raises(ValueError) as error:
         impl.register("test_dsl", "aten", "mul.Tensor", key, lambda *a, **k: True, refuses_impl)
     assert key in str(error.value) and suggests in str(error.value)
+    # The suggestions are a list: a separator at the start, after a space or
+    # an opening bracket, or before a closing one, stands for an empty entry.
+    assert not re.search(r"(^|[\s(\[{:])[,;]|[,;]\s*($|[)\]};,])", str(error.value)), str(error.value)
     assert impl.graph("aten", "mul.Tensor", key) == []
 
 

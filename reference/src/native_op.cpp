@@ -92,10 +92,7 @@ NativeOp::NativeOp(const NodePtr& node, const c10::OperatorHandle& target,
   activate(node, target, dispatch_key);
 }
 
-NativeOp::~NativeOp() {
-  retire();
-  keep_definition(std::move(definition_));
-}
+NativeOp::~NativeOp() { keep_definition(std::move(definition_)); }
 
 void NativeOp::activate(const NodePtr& node, const c10::OperatorHandle& target,
                         c10::DispatchKey dispatch_key) {

@@ -34,7 +34,9 @@ class NativeOp {
   // Defines the op and activates it for `node`.
   NativeOp(const NodePtr& node, const c10::OperatorHandle& target,
            c10::DispatchKey dispatch_key);
-  // Retires the op; its definition stays (see above).
+  // Keeps the definition (see above). The owner retires the op first, and
+  // frees the node retire() hands back once it holds no lock; an op destroyed
+  // active would be left defined with no kernel at all.
   ~NativeOp();
   NativeOp(const NativeOp&) = delete;
   NativeOp& operator=(const NativeOp&) = delete;

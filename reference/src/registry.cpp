@@ -392,8 +392,8 @@ std::vector<GraphKey> Registry::reorder_graphs(const OrderingFn& fn, ReorderInst
     for (auto& [key, original] : replaced) state_.graphs[key] = std::move(original);
     throw;
   }
-  // Nodes an ordering function dropped may be held by nothing else.
-  defer_release(std::make_shared<std::map<GraphKey, Graph>>(std::move(replaced)));
+  // Nodes an ordering function dropped are freed with `originals`, which
+  // holds every node `replaced` does and outlives the lock (declared first).
   return changed;
 }
 
