@@ -62,6 +62,9 @@ NOT_MUTATED_PARTS = {
         "self-checks": "Registry::check_invariants and dump_state: debugging aids the reference's own "
                        "stress, fuzz and model tests call after every step; a check fires only when "
                        "another part is wrong, and no implementation's conformance is judged by them",
+        "graph surgery": "replace_graph, erase_graph, uninstall_graph: API beyond upstream's for "
+                         "upstream_compat's view of `_graphs` (run only by --upstream-tests); no adapter "
+                         "calls it",
     },
     "reference/python/native_registry/registry.py": {
         name: "API beyond upstream's that no adapter calls (the reference's own tests cover it), "

@@ -397,6 +397,10 @@ std::vector<GraphKey> Registry::reorder_graphs(const OrderingFn& fn, ReorderInst
   return changed;
 }
 
+// ---- graph surgery ----------------------------------------------------------
+// Beyond upstream's API: whole graphs replaced, erased or uninstalled, for
+// upstream_compat's view of upstream's `_graphs` dict (and C++ users).
+
 void Registry::replace_graph(const GraphKey& key, const Graph& nodes) {
   ControlScope scope(*this);
   std::set<const OverrideNode*> seen;
@@ -436,6 +440,12 @@ void Registry::erase_graph(const GraphKey& key) {
       entry = keys.empty() ? index->erase(entry) : std::next(entry);
     }
   }
+}
+
+void Registry::uninstall_graph(const GraphKey& key) {
+  ControlScope scope(*this);
+  remove_router(key);
+  state_.installed.erase(key);
 }
 
 // ---- installation -----------------------------------------------------------
@@ -480,12 +490,6 @@ Graph Registry::chain_under_current_mask(const GraphKey& key, const Graph& publi
 }
 
 void Registry::retire_native_op(NativeOp& op) { defer_release(op.retire()); }
-
-void Registry::uninstall_graph(const GraphKey& key) {
-  ControlScope scope(*this);
-  remove_router(key);
-  state_.installed.erase(key);
-}
 
 void Registry::remove_router(const GraphKey& key) {
   auto it = routers_.find(key);
