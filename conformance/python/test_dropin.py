@@ -364,6 +364,22 @@ def test_torch_backends_python_native_controls_the_registry(impl):
 
 
 @behaviour("compat.torch-2-13-forms")
+@pytest.mark.parametrize("form", ["four-positional-then-keywords", "keywords-without-lib-symbol"])
+def test_a_node_made_in_torch_2_13s_other_forms(impl, form):
+    cond, body = (lambda a, b: True), (lambda a, b: a)
+    make = impl.module._OverrideNode
+    if form == "four-positional-then-keywords":
+        node = make("test_dsl", "mul.Tensor", "CPU", cond, impl_fn=body, node_id="node_1")
+    else:
+        node = make(dsl_name="test_dsl", op_symbol="mul.Tensor", dispatch_key="CPU", cond_fn=cond,
+                    impl_fn=body, node_id="node_1")
+    assert (node.dsl_name, node.op_symbol, node.dispatch_key, node.node_id) == (
+        "test_dsl", "mul.Tensor", "CPU", "node_1")
+    assert node.cond_fn is cond and node.impl_fn is body
+    assert getattr(node, "lib_symbol", "aten") == "aten"  # 2.13's node has none: aten only
+
+
+@behaviour("compat.torch-2-13-forms")
 def test_code_written_for_torch_2_13_runs(impl):
     module = impl.module
     module.register_op_override(backend="test_dsl", lib_symbol="aten", op_symbol="mul.Tensor",

@@ -30,6 +30,22 @@ def test_node_fields_and_defaults(impl):
     assert node.active is False
 
 
+@behaviour("nodes.fields-and-defaults")
+@pytest.mark.parametrize("form", ["two-positional-then-keywords", "every-field-positional"])
+def test_node_fields_in_mains_other_forms(impl, form):
+    make = impl.module._OverrideNode
+    if form == "two-positional-then-keywords":
+        node = make("test_dsl", "aten", op_symbol="add.Tensor", dispatch_key="CPU", cond_fn=accept,
+                    impl_fn=first, node_id="test_node")
+    else:
+        node = make("test_dsl", "aten", "add.Tensor", "CPU", accept, first, "test_node", True, False, None)
+    assert (node.dsl_name, node.lib_symbol, node.op_symbol, node.dispatch_key, node.node_id) == (
+        "test_dsl", "aten", "add.Tensor", "CPU", "test_node")
+    assert node.cond_fn is accept and node.impl_fn is first
+    if form == "every-field-positional":
+        assert (node.unconditional_override, node.active, node.try_initialize_runtime) == (True, False, None)
+
+
 @behaviour("registration.appends-in-order")
 def test_registration_appends_in_order_and_installs_nothing(impl):
     impl.register("backend_z", "aten", "mul.Tensor", "CPU", accept, lambda a, b: a + 1)
