@@ -10,7 +10,8 @@ cpp-run-2.log: `harness/gpu/mutants-on-device`); cpp-survivors-rerun.jsonl,
 python-sample-100-seed-1.jsonl, `--mutants auto --mutate python --sample 100
 --seed 1 --jobs 2` at commit feeb34e on the 2-core machine;
 python-survivors-rerun.jsonl, `--only @python-survivors.txt` after the node
-forms were tested. Each C++ mutant
+forms were tested; python-fresh-run.jsonl, the same command again from
+scratch at commit e2f9564. Each C++ mutant
 of the sample is put in one class, from the verdicts and from today's tree:
 the parts left out (auto_mutants.NOT_MUTATED_PARTS, in today's source or in
 d6d6b9d's), the reviewed equivalents, and mutants whose line is gone.
@@ -92,6 +93,9 @@ def main() -> None:
     for o in final:
         if o.verdict == "survived":
             print(f"  survived: {o.where} {o.kind}: {o.change}")
+    fresh = auto_mutants.figures(outcomes("python-fresh-run.jsonl"), equivalents)
+    print(f"fresh run: {fresh['killed']} killed, {fresh['survived']} survived; kill rate without equivalents "
+          f"{auto_mutants.percent(fresh['kill_rate_without_equivalents'])}")
 
 
 if __name__ == "__main__":
