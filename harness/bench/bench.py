@@ -17,6 +17,14 @@ thread, under each of:
   upstream_decline_py  upstream's router (torch._native.registry), every cond
                        the same ``never``; skipped when the installed PyTorch
                        has no torch._native.registry
+  accepted_cpp_cond    the reference router, one node (chain 1 only: what an
+                       accepted call costs does not depend on what follows)
+                       whose C++ predicate accepts and whose Python impl
+                       ``prepared`` returns a tensor made beforehand
+  accepted_py_cond     the same with the Python cond ``always``
+  direct_impl          no router: ``prepared`` called directly, the baseline
+                       the two accepted rows are compared against (issue 21,
+                       item 5: the accepted call's cost over calling the impl)
 
 Each variant is installed, timed and torn down in turn, in a shuffled order,
 ``--rounds`` times; the dispatch table of the op is checked to be back to
@@ -84,6 +92,25 @@ def forbidden_impl(*args: Any, **kwargs: Any) -> Any:
     raise AssertionError("a benchmark that declines ran an impl")
 
 
+def always(*args: Any, **kwargs: Any) -> bool:
+    """The Python cond of accepted_py_cond."""
+    return True
+
+
+# What `prepared` returns: the op's result on the timed inputs, made before
+# timing, so that the accepted rows price the route, not a kernel.
+PREPARED: list[torch.Tensor] = []
+
+
+def prepared(*args: Any, **kwargs: Any) -> torch.Tensor:
+    """The Python impl of the accepted rows (and the call of direct_impl)."""
+    return PREPARED[0]
+
+
+# Variants timed with one node only, and the one that calls the impl itself.
+ONE_NODE = frozenset({"accepted_cpp_cond", "accepted_py_cond", "direct_impl"})
+
+
 # ---- the variants ----------------------------------------------------------------
 
 
@@ -92,13 +119,13 @@ def stock(op_symbol: str, chain: int) -> Iterator[None]:
     yield
 
 
-def reference(cond: Any) -> Callable[[str, int], contextlib.AbstractContextManager]:
+def reference(cond: Any, impl: Callable[..., Any] = forbidden_impl
+              ) -> Callable[[str, int], contextlib.AbstractContextManager]:
     @contextlib.contextmanager
     def install(op_symbol: str, chain: int) -> Iterator[None]:
         with registry.scoped():
             for i in range(chain):
-                registry.register_op_override(f"bench{i}", "aten", op_symbol, "CPU", cond,
-                                              forbidden_impl)
+                registry.register_op_override(f"bench{i}", "aten", op_symbol, "CPU", cond, impl)
             registry.register_all_overrides()
             yield
 
@@ -197,6 +224,9 @@ def main() -> int:
         "decline_cpp": reference(P.dtype_in(torch.float16)),
         "accept_cpp": helper_accept(helper),
         "decline_py": reference(never),
+        "accepted_cpp_cond": reference(P.dtype_in(torch.float32), prepared),
+        "accepted_py_cond": reference(always, prepared),
+        "direct_impl": stock,
     }
     if upstream is not None:
         variants["upstream_decline_py"] = upstream_router(upstream)
@@ -215,7 +245,9 @@ def main() -> int:
         for numel in (int(n) for n in args.sizes.split(",")):
             a, b = torch.rand(numel), torch.rand(numel)
             expected = op(a, b)
-            cases = [("stock", 0)] + [(v, c) for v in applicable(variants, binary) for c in chains]
+            PREPARED[:] = [expected]
+            cases = [("stock", 0)] + [(v, c) for v in applicable(variants, binary)
+                                      for c in chains_of(v, chains)]
             blocks: dict[tuple[str, int], list[float]] = {case: [] for case in cases}
             for _ in range(args.rounds):
                 rng.shuffle(cases)
@@ -225,8 +257,10 @@ def main() -> int:
                         # Not a timing check: the variant must compute what stock does.
                         if not torch.equal(op(a, b), expected):
                             raise AssertionError(f"{variant}/{chain} computes another result")
-                        timer = benchmark.Timer(stmt=stmt, globals={"op": overload, "torch": torch,
-                                                                         "a": a, "b": b},
+                        timed = stmt.replace("op(", "prepared(") if variant == "direct_impl" else stmt
+                        timer = benchmark.Timer(stmt=timed, globals={"op": overload, "torch": torch,
+                                                                          "a": a, "b": b,
+                                                                          "prepared": prepared},
                                                 timer=time.thread_time, num_threads=1)
                         measurement = timer.blocked_autorange(min_run_time=args.min_run_time)
                         blocks[(variant, chain)].extend(measurement.times)
@@ -246,6 +280,10 @@ def main() -> int:
                                "rounds": args.rounds, "min_run_time": args.min_run_time},
                    "rows": rows}, out, indent=1)
     return 0
+
+
+def chains_of(variant: str, chains: list[int]) -> list[int]:
+    return [1] if variant in ONE_NODE else chains
 
 
 def applicable(variants: dict, binary: bool) -> list[str]:
@@ -269,15 +307,17 @@ def count_instructions(args: argparse.Namespace, variants: dict, chains: list[in
         op_symbol, _, _, op, binary = op_call(op_name)
         for numel in (int(n) for n in args.sizes.split(",")):
             a, b = torch.rand(numel), torch.rand(numel)
+            PREPARED[:] = [op(a, b)]
             for variant, chain in [("stock", 0)] + [(v, c) for v in applicable(variants, binary)
-                                                    for c in chains]:
+                                                    for c in chains_of(v, chains)]:
                 install = stock if variant == "stock" else variants[variant]
+                call = (lambda a, b: prepared(a, b)) if variant == "direct_impl" else op
                 with install(op_symbol, chain):
                     for _ in range(10):
-                        op(a, b)
+                        call(a, b)
                     toggle()
                     for _ in range(calls):
-                        op(a, b)
+                        call(a, b)
                     dump()
                 order.append({"lang": "python", "op": op_name, "variant": variant,
                               "numel": numel, "chain": chain, "calls": calls})

@@ -11,6 +11,7 @@ in one run: ``torch.ops.aten.mul.Tensor(a, b)`` on float16 CUDA tensors of
   decline_py     the router, its cond a Python function that declines
   accept_triton  the router, its cond the C++ predicate dtype_in(float16),
                  its impl the Triton mul of fixtures/python/triton_mul.py
+  accept_triton_py  the same with a Python cond that accepts (``always``)
   triton_direct  the same Triton mul called directly, with no router (what
                  accept_triton costs without routing)
 
@@ -51,12 +52,17 @@ from triton_mul import TritonMul, triton  # noqa: E402
 
 warnings.filterwarnings("ignore", message=".*Overriding a previously registered kernel.*")
 
-VARIANTS = ("stock", "dormant", "decline_cpp", "decline_py", "accept_triton", "triton_direct")
-TRITON_VARIANTS = ("accept_triton", "triton_direct")
+VARIANTS = ("stock", "dormant", "decline_cpp", "decline_py", "accept_triton", "accept_triton_py",
+            "triton_direct")
+TRITON_VARIANTS = ("accept_triton", "accept_triton_py", "triton_direct")
 
 
 def never(*args, **kwargs) -> bool:
     return False
+
+
+def always(*args, **kwargs) -> bool:
+    return True
 
 
 def forbidden(*args, **kwargs):
@@ -77,6 +83,7 @@ def variant(name: str, key: tuple[str, str, str], registry,
                 "decline_cpp": (predicates.dtype_in(torch.float32), forbidden),
                 "decline_py": (never, forbidden),
                 "accept_triton": (predicates.dtype_in(torch.float16), TritonMul()),
+                "accept_triton_py": (always, TritonMul()),
             }[name]
             registry.register_op_override(f"bench_{name}", *key, cond, impl)
             registry.register_all_overrides()
@@ -151,7 +158,7 @@ def main() -> int:
                    "median_ns": median * 1e9, "p25_ns": p25 * 1e9, "p75_ns": p75 * 1e9,
                    "samples": len(blocks[name]), "added_ns": (median - stock) * 1e9,
                    "ratio_to_stock": median / stock}
-            if name == "accept_triton":
+            if name in ("accept_triton", "accept_triton_py"):
                 row["added_over_triton_direct_ns"] = (median - statistics.median(blocks["triton_direct"])) * 1e9
             rows.append(row)
             print(f"{args.device} mul n={numel:<8d} {name:14s} {median * 1e9:9.0f} ns  "

@@ -31,21 +31,23 @@ class CallTarget final : public c10::OperatorKernel {
 // program computes what eager would.
 class CallImpl final : public c10::OperatorKernel {
  public:
-  CallImpl(NodePtr node, c10::OperatorHandle target)
-      : node_(std::move(node)), target_(std::move(target)) {}
+  CallImpl(std::shared_ptr<NativeOp::Binding> binding, c10::OperatorHandle target)
+      : binding_(std::move(binding)), target_(std::move(target)) {}
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
                   Stack* stack) {
-    // Held for the call: the impl may retire this op, and this functor with it.
-    const NodePtr pinned = node_;
-    if (!pinned->ensure_runtime()) {
+    // Held for the call: the impl may retire this op, and this functor with
+    // it; the binding keeps every node it ever held.
+    const std::shared_ptr<NativeOp::Binding> pinned = binding_;
+    const OverrideNode* node = pinned->current.load(std::memory_order_acquire);
+    if (!node->ensure_runtime()) {
       target_.callBoxed(stack);
       return;
     }
-    pinned->run_impl(op, keys, stack);
+    node->run_impl(op, keys, stack);
   }
 
  private:
-  NodePtr node_;
+  std::shared_ptr<NativeOp::Binding> binding_;
   c10::OperatorHandle target_;
 };
 
@@ -99,6 +101,9 @@ void NativeOp::activate(const NodePtr& node, const c10::OperatorHandle& target,
   if (active()) return;
   QuietOverrideWarning quiet;
   retired_.reset();
+  binding_ = std::make_shared<Binding>();
+  binding_->kept.push_back(node);
+  binding_->current.store(node.get(), std::memory_order_release);
   kernels_ = std::make_unique<torch::Library>(
       torch::Library::IMPL, kNativeNamespace, std::nullopt, __FILE__, __LINE__);
   kernels_->impl(name_.c_str(),
@@ -107,11 +112,19 @@ void NativeOp::activate(const NodePtr& node, const c10::OperatorHandle& target,
                                      std::make_unique<CallTarget>(target))));
   kernels_->impl(name_.c_str(),
                  torch::dispatch(dispatch_key, torch::CppFunction::makeFromBoxedFunctor(
-                                                   std::make_unique<CallImpl>(node, target))));
+                                                   std::make_unique<CallImpl>(binding_, target))));
   node_ = node;
 }
 
-NodePtr NativeOp::retire() {
+void NativeOp::rebind(const NodePtr& node) {
+  TORCH_INTERNAL_ASSERT(active() && node && node->node_id == node_->node_id);
+  if (node == node_) return;
+  binding_->kept.push_back(node);
+  binding_->current.store(node.get(), std::memory_order_release);
+  node_ = node;
+}
+
+std::shared_ptr<const void> NativeOp::retire() {
   if (!active()) return nullptr;
   QuietOverrideWarning quiet;
   kernels_.reset();
@@ -126,7 +139,8 @@ NodePtr NativeOp::retire() {
                           "destruction) removed it after this op was recorded, e.g. by "
                           "torch.export or torch.compile; rebuild the program with the "
                           "override installed, or without it"))));
-  return std::move(node_);
+  node_.reset();
+  return std::move(binding_);
 }
 
 }  // namespace native_registry::detail

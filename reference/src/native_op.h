@@ -19,13 +19,20 @@
 //
 // A call of the active impl holds a reference to the node for its whole
 // length, so an impl that retires its own op (restore() from inside) finishes.
+//
+// A node given new callables (Registry::replace_node_callables) is a new
+// node with the same node_id; rebind() points the active op's kernel at it
+// with one atomic store, without touching the dispatcher, so it is as safe
+// while other threads call the op as a router's publish.
 
 #include <native_registry/types.h>
 
 #include <torch/library.h>
 
+#include <atomic>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace native_registry::detail {
 
@@ -48,10 +55,23 @@ class NativeOp {
   // while it was active). No-op when active.
   void activate(const NodePtr& node, const c10::OperatorHandle& target,
                 c10::DispatchKey dispatch_key);
-  // Swaps the kernels for the one that raises, and hands back the node,
-  // which the caller frees once it holds no lock (a node may own host
-  // objects whose release enters the host runtime). No-op (null) when retired.
-  NodePtr retire();
+  // Points the active op at `node`, a node of the same node_id with other
+  // callables (see above). The op must be active.
+  void rebind(const NodePtr& node);
+  // Swaps the kernels for the one that raises, and hands back what held the
+  // node(s), which the caller frees once it holds no lock (a node may own
+  // host objects whose release enters the host runtime). No-op (null) when
+  // retired.
+  std::shared_ptr<const void> retire();
+
+  // The node the active op's kernel runs, and every node it ran since it
+  // was activated: a call may still be inside one it loaded before a
+  // rebind, so all stay alive until the op is retired. Shared with the
+  // kernel, which holds it for each call.
+  struct Binding {
+    std::atomic<const OverrideNode*> current{nullptr};
+    std::vector<NodePtr> kept;  // changed under the registry's lock only
+  };
 
   bool active() const { return node_ != nullptr; }
   const NodePtr& node() const { return node_; }  // null when retired
@@ -59,7 +79,8 @@ class NativeOp {
  private:
   std::string name_;         // "_native::<node_id>"
   std::string description_;  // which override, for the retired op's error
-  NodePtr node_;
+  NodePtr node_;  // the bound node, null when retired
+  std::shared_ptr<Binding> binding_;  // while active
   std::unique_ptr<torch::Library> definition_;
   std::unique_ptr<torch::Library> kernels_;  // while active
   std::unique_ptr<torch::Library> retired_;  // while retired

@@ -35,6 +35,30 @@ Snapshot::~Snapshot() = default;
 Snapshot::Snapshot(const Snapshot&) = default;
 Snapshot& Snapshot::operator=(const Snapshot&) = default;
 
+void Snapshot::visit_nodes_held_only_here(
+    const std::function<void(const OverrideNode&)>& visit) const {
+  if (!state_ || state_.use_count() != 1) return;
+  // How many of the node's owners are in this state; a node all of whose
+  // owners are is held only here.
+  std::map<const OverrideNode*, std::pair<const NodePtr*, long>> held;
+  auto count = [&held](const NodePtr& node) {
+    if (!node) return;
+    auto& entry = held[node.get()];
+    entry.first = &node;
+    ++entry.second;
+  };
+  for (const auto& [key, graph] : state_->control.graphs) {
+    for (const NodePtr& node : graph) count(node);
+  }
+  for (const auto& [key, record] : state_->routers) {
+    for (const NodePtr& node : record.chain) count(node);
+  }
+  for (const auto& [id, node] : state_->native_nodes) count(node);
+  for (const auto& [raw, entry] : held) {
+    if (entry.first->use_count() == entry.second) visit(*raw);
+  }
+}
+
 // ---- helpers ----------------------------------------------------------------
 
 namespace {
@@ -181,16 +205,11 @@ void Registry::log_unlocked(LogLevel level, const std::string& message) const {
 
 // ---- registration -----------------------------------------------------------
 
-NodePtr Registry::register_op_override(const std::string& dsl_name,
-                                       const std::string& lib_symbol,
-                                       const std::string& op_symbol,
-                                       const std::string& dispatch_key, CondFn cond,
-                                       ImplFn impl, OverrideOptions options) {
-  detail::check_not_blank("dsl_name", dsl_name);
-  detail::check_lib_symbol(lib_symbol);
-  detail::check_op_symbol(op_symbol);
-  const c10::DispatchKey key = detail::parse_override_dispatch_key(dispatch_key);
-  detail::check_keeps_autograd({lib_symbol, op_symbol, dispatch_key}, key);
+namespace {
+
+// Checks a node's callables as registration takes them, and gives an
+// unconditional node without a cond its always-true one.
+void check_callables(CondFn& cond, const ImplFn& impl, const OverrideOptions& options) {
   if (!impl) throw InvalidArgumentError("impl must be provided");
   if (options.unconditional_override) {
     if (options.try_initialize_runtime) {
@@ -207,6 +226,21 @@ NodePtr Registry::register_op_override(const std::string& dsl_name,
   } else if (!cond) {
     throw InvalidArgumentError("cond must be provided unless unconditional_override=True");
   }
+}
+
+}  // namespace
+
+NodePtr Registry::register_op_override(const std::string& dsl_name,
+                                       const std::string& lib_symbol,
+                                       const std::string& op_symbol,
+                                       const std::string& dispatch_key, CondFn cond,
+                                       ImplFn impl, OverrideOptions options) {
+  detail::check_not_blank("dsl_name", dsl_name);
+  detail::check_lib_symbol(lib_symbol);
+  detail::check_op_symbol(op_symbol);
+  const c10::DispatchKey key = detail::parse_override_dispatch_key(dispatch_key);
+  detail::check_keeps_autograd({lib_symbol, op_symbol, dispatch_key}, key);
+  check_callables(cond, impl, options);
 
   auto node = std::make_shared<OverrideNode>();
   node->dsl_name = dsl_name;
@@ -233,6 +267,36 @@ NodePtr Registry::register_op_override(const std::string& dsl_name,
   append_once(state_.by_op_symbol[op_symbol], graph_key);
   append_once(state_.by_dispatch_key[graph_key.dispatch_key], graph_key);
   return node;
+}
+
+NodePtr Registry::replace_node_callables(const OverrideNode& node, CondFn cond, ImplFn impl,
+                                         OverrideOptions options) {
+  if (options.unconditional_override != node.options.unconditional_override) {
+    throw InvalidArgumentError("replace_node_callables: node " + node.node_id +
+                               " cannot change unconditional_override");
+  }
+  check_callables(cond, impl, options);
+  auto replacement = std::make_shared<OverrideNode>(node);
+  replacement->cond = std::move(cond);
+  replacement->impl = std::move(impl);
+  replacement->options = std::move(options);
+
+  ControlScope scope(*this);
+  auto graph = state_.graphs.find(node.key);
+  auto found = graph == state_.graphs.end()
+                   ? Graph::iterator{}
+                   : std::find_if(graph->second.begin(), graph->second.end(),
+                                  [&](const NodePtr& n) { return n->node_id == node.node_id; });
+  if (graph == state_.graphs.end() || found == graph->second.end() ||
+      (*found)->registry_serial != serial_) {
+    defer_release(std::move(replacement));  // it holds the new callables
+    throw InvalidArgumentError("node " + node.node_id + " is not in the graph of " +
+                               node.key.to_string() + " (reordered out or erased): there is "
+                               "no registered node whose callables could change");
+  }
+  // The node replaced may be held by nothing else once it leaves the graph.
+  defer_release(std::exchange(*found, replacement));
+  return replacement;
 }
 
 // ---- filters ----------------------------------------------------------------
@@ -466,7 +530,11 @@ c10::OperatorHandle Registry::resolve(const GraphKey& key) const {
 void Registry::ensure_native_ops(const Graph& chain) {
   for (const NodePtr& node : chain) {
     auto it = native_ops_.find(node->node_id);
-    if (it != native_ops_.end() && it->second->active()) continue;  // the common case
+    if (it != native_ops_.end() && it->second->active()) {
+      // The common case, unless the node was given new callables since.
+      if (it->second->node() != node) it->second->rebind(node);
+      continue;
+    }
     const c10::DispatchKey key = detail::parse_override_dispatch_key(node->key.dispatch_key);
     if (it != native_ops_.end()) {
       it->second->activate(node, resolve(node->key), key);

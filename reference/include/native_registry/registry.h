@@ -71,6 +71,15 @@ class Snapshot {
   Snapshot(const Snapshot&);
   Snapshot& operator=(const Snapshot&);
 
+  // For a host runtime's cycle collector (Python's tp_traverse): calls
+  // `visit` with each node that only this snapshot holds (no copy of the
+  // snapshot shares its state, and nothing outside that state holds the
+  // node), so that a reference cycle through the snapshot and the host
+  // objects such a node owns (a cond whose closure holds the snapshot) can
+  // be found and collected. A node held elsewhere too is not visited: it is
+  // kept alive from there anyway. Reads the snapshot only; takes no lock.
+  void visit_nodes_held_only_here(const std::function<void(const OverrideNode&)>& visit) const;
+
  private:
   friend class Registry;
   struct State;
@@ -111,6 +120,21 @@ class Registry {
                                const std::string& op_symbol,
                                const std::string& dispatch_key, CondFn cond,
                                ImplFn impl, OverrideOptions options = {});
+
+  // Gives a registered node new callables, as writing cond_fn, impl_fn or
+  // try_initialize_runtime on upstream's node does, and returns the node that
+  // now stands in its graph: a copy of it (same node_id, dsl, key) holding
+  // `cond`, `impl` and `options`. Nodes stay immutable, so a running call, a
+  // published chain and a snapshot keep the node they hold (restore() brings
+  // the old callables back). As upstream's routers take a node's callables
+  // when they are built, an installed router and the node's `_native` op
+  // switch to the new ones at the graph's next install or republish (a
+  // filter change naming it, a reorder with reinstall), with one atomic
+  // store each. Checked as register_op_override checks them; the
+  // unconditional_override flag cannot change. Throws InvalidArgumentError,
+  // changing nothing, if no node of that node_id is in `node`'s graph.
+  NodePtr replace_node_callables(const OverrideNode& node, CondFn cond, ImplFn impl,
+                                 OverrideOptions options);
 
   // ---- filters -----------------------------------------------------------
 

@@ -97,39 +97,100 @@ def _node_fields(args: tuple, kwargs: dict) -> dict[str, Any]:
     return fields
 
 
-class _OverrideNode:
-    """One override, with upstream main's fields, positional order and
-    defaults; torch 2.13's form (no lib_symbol) builds an aten node.
+class _NodeField:
+    """One field of :class:`_OverrideNode`, a dataclass field as upstream's.
 
-    Nodes made by :func:`register_op_override` are bound to the C++ node they
-    describe: ``active`` then reports whether the filters leave it enabled.
-    A node built by hand (as upstream's tests do) is a plain record.
-    """
+    A node built by hand is a plain record: the field reads and writes the
+    node's own slot. A node bound to a C++ node (made by
+    :func:`register_op_override`, or registered by the compatibility layer)
+    reads it from the C++ node, the one record of it. There a write of a
+    callable (cond_fn, impl_fn, try_initialize_runtime) gives the C++ node
+    that callable, which routing takes at the graph's next install, as
+    upstream's routers take a node's callables when they are built; a write
+    of any other field is refused, since the node's identity (its graph, its
+    `_native` op, what the filters match) was fixed at registration."""
 
-    __slots__ = tuple(f for f in _NODE_FIELDS if f != "active") + ("_active", "_handle",
-                                                                   "__weakref__")
+    _CALLABLES = ("cond_fn", "impl_fn", "try_initialize_runtime")
+    _MISSING = object()
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        fields = _node_fields(args, kwargs)
-        self._active = fields.pop("active")
-        for name, value in fields.items():
-            setattr(self, name, value)
-        self._handle: _C.Node | None = None
+    def __init__(self, default: object = _MISSING) -> None:
+        self.default = default
 
-    @property
-    def active(self) -> bool:
-        if self._handle is not None:
-            return _C.is_enabled(self._handle)
-        return self._active
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+        self.slot = "_" + name
 
-    @active.setter
-    def active(self, value: bool) -> None:
-        if self._handle is not None:
+    def __get__(self, node: _OverrideNode | None, owner: type | None = None) -> Any:
+        if node is None:
+            # Dataclasses read a field's default here; AttributeError: none.
+            if self.default is self._MISSING:
+                raise AttributeError(self.name)
+            return self.default
+        handle = node._handle
+        if handle is None:
+            return getattr(node, self.slot)
+        return _bound_field(handle, self.name)
+
+    def __set__(self, node: _OverrideNode, value: Any) -> None:
+        handle = node._handle
+        if handle is None:
+            object.__setattr__(node, self.slot, value)
+        elif self.name in self._CALLABLES:
+            node._handle = _C.replace_callable(handle, self.name, value)
+        elif self.name == "active":
             raise AttributeError(
                 "active of a registered node follows the filters; use "
-                "deregister_op_overrides / reenable_op_overrides"
-            )
-        self._active = value
+                "deregister_op_overrides / reenable_op_overrides")
+        else:
+            raise AttributeError(
+                f"{self.name} of a registered node is fixed at registration (it names "
+                "the node's graph, its _native op and what the filters match); "
+                "register a new override, or dataclasses.replace() the node for an "
+                "unregistered copy")
+
+
+def _bound_field(handle: _C.Node, name: str) -> Any:
+    """A field of a node as the C++ node `handle` holds it."""
+    if name == "active":
+        return _C.is_enabled(handle)
+    value = getattr(handle, name)
+    if name == "cond_fn" and value is None:
+        return _always_true  # an unconditional node's always-true cond (C++)
+    return value
+
+
+@dataclass(init=False, repr=False)
+class _OverrideNode:
+    """One override, with upstream main's fields, positional order and
+    defaults (a dataclass, as upstream's: ``dataclasses.fields``, ``asdict``
+    and ``replace`` work; ``replace`` gives an unregistered copy); torch
+    2.13's form (no lib_symbol) builds an aten node.
+
+    Nodes made by :func:`register_op_override` are views of the C++ node
+    they describe (see :class:`_NodeField`): ``active`` then reports whether
+    the filters leave it enabled, and writing ``cond_fn``, ``impl_fn`` or
+    ``try_initialize_runtime`` gives the C++ node the new callable, which
+    routing takes at the graph's next install. A node built by hand (as
+    upstream's tests do) is a plain record.
+    """
+
+    dsl_name: str = _NodeField()
+    lib_symbol: str = _NodeField()
+    op_symbol: str = _NodeField()
+    dispatch_key: str = _NodeField()
+    cond_fn: Callable[..., bool] = _NodeField()
+    impl_fn: Callable[..., Any] = _NodeField()
+    node_id: str = _NodeField()
+    unconditional_override: bool = _NodeField(False)
+    active: bool = _NodeField(True)
+    try_initialize_runtime: Callable[[], bool] | None = _NodeField(None)
+
+    __slots__ = tuple("_" + f for f in _NODE_FIELDS) + ("_handle", "__weakref__")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._handle: _C.Node | None = None
+        for name, value in _node_fields(args, kwargs).items():
+            setattr(self, name, value)
 
     def __repr__(self) -> str:
         return (
@@ -148,23 +209,17 @@ _views: weakref.WeakValueDictionary[str, _OverrideNode] = weakref.WeakValueDicti
 
 
 def _node_of(handle: _C.Node) -> _OverrideNode:
-    """The node object users see for a C++ node, registered from Python or C++."""
+    """The node object users see for a C++ node, registered from Python or C++.
+    Its fields are read from the C++ node whenever they are read."""
     node = _views.get(handle.node_id)
     if node is None:
-        cond = handle.cond_fn
-        node = _OverrideNode(
-            dsl_name=handle.dsl_name,
-            lib_symbol=handle.lib_symbol,
-            op_symbol=handle.op_symbol,
-            dispatch_key=handle.dispatch_key,
-            cond_fn=cond if cond is not None else _always_true,
-            impl_fn=handle.impl_fn,
-            node_id=handle.node_id,
-            try_initialize_runtime=handle.try_initialize_runtime,
-            unconditional_override=handle.unconditional_override,
-        )
+        node = _OverrideNode.__new__(_OverrideNode)
         node._handle = handle
         _views[handle.node_id] = node
+    else:
+        # The graph's node of this id: a write of a callable replaced it (or
+        # a restore brought back the one before).
+        node._handle = handle
     return node
 
 
@@ -230,13 +285,33 @@ def _reaches_key(dispatch_key: str, args: tuple, kwargs: dict) -> bool:
     return key is None or not tensors or any(torch._C._dispatch_keys(t).has(key) for t in tensors)
 
 
-def _make_compile_router(chain: list[_OverrideNode]) -> Callable[..., Any]:
+def _compile_cond(handle: _C.Node, overload: torch._ops.OpOverload) -> Callable[..., Any]:
+    """The cond of a published node as the compile router calls it. A C++
+    predicate is evaluated on the boxed stack the call makes, keywords and
+    defaults in their schema places, as the eager router evaluates it; a
+    Python cond gets the call's own arguments, as in eager."""
+    cond = _bound_field(handle, "cond_fn")
+    if not isinstance(cond, _C.predicates.Predicate):
+        return cond
+    name, overload_name = overload._schema.name, overload._schema.overload_name
+
+    def predicate_cond(*args: Any, **kwargs: Any) -> bool:
+        return cond.evaluate_on_call(name, overload_name, args, kwargs)
+
+    return predicate_cond
+
+
+def _make_compile_router(chain: list[_C.Node], overload: torch._ops.OpOverload) -> Callable[..., Any]:
     """First match wins, as in eager; a cond that raises counts as no match
     (some predicates are undefined on fake tensors); no match, or a call that
     would not reach the graph's dispatch key, returns NotImplemented so the
     default decomposition or lowering applies. The runtime is not initialised
-    here (this runs while tracing): the `_native` op asks it at run time."""
-    entries = [(node.cond_fn, getattr(torch.ops._native, node.node_id).default) for node in chain]
+    here (this runs while tracing): the `_native` op asks it at run time.
+    Built from the chain the eager router routes through now, so both take
+    the same callables (a node given a new one since takes it at its next
+    install in both)."""
+    entries = [(_compile_cond(handle, overload), getattr(torch.ops._native, handle.node_id).default)
+               for handle in chain]
     dispatch_key = chain[0].dispatch_key
 
     def compile_router(*args: Any, **kwargs: Any) -> Any:
@@ -259,10 +334,10 @@ def _decomp_overrides() -> dict[object, Callable[..., Any]]:
     derived from the C++ registry now."""
     table: dict[object, Callable[..., Any]] = {}
     for key in _C.router_keys():
-        chain = [_node_of(handle) for handle in _C.published_chain(key)]
+        chain = list(_C.published_chain(key))
         overload = _resolve_overload(key)
         if chain and overload is not None:
-            table[overload] = _make_compile_router(chain)
+            table[overload] = _make_compile_router(chain, overload)
     return table
 
 

@@ -65,10 +65,11 @@ def _handle_of(node: _OverrideNode) -> _C.Node:
         handle = _C.register_op_override(
             node.dsl_name, node.lib_symbol, node.op_symbol, node.dispatch_key,
             node.cond_fn, node.impl_fn, node.try_initialize_runtime, node.unconditional_override)
-        node._handle = handle
         # The core names the node (and its `_native` op); later reads of
-        # this core node give back this very object.
+        # this core node give back this very object. Named before it is
+        # bound: a bound node's node_id is the core's and cannot be written.
         node.node_id = handle.node_id
+        node._handle = handle
         _reference._views[handle.node_id] = node
     return node._handle
 

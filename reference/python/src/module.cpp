@@ -137,14 +137,25 @@ void push_python_result(const c10::OperatorHandle& op, Stack* stack, const py::o
     stack->push_back(returned_value(op, returns[0], out));
     return;
   }
-  if (!py::isinstance<py::tuple>(out) || py::len(out) != returns.size()) {
-    throw py::type_error("the impl of " + c10::toString(op.operator_name()) +
-                         " must return a tuple of " + std::to_string(returns.size()) +
-                         " values, got " + type_name(out));
+  // Any sequence, as torch.library takes a Python kernel's results (and so
+  // upstream's router): a tuple, a torch.return_types tuple, a list. Not a
+  // str, bytes or a mapping; and of exactly the schema's length, where
+  // torch.library drops extra values without a word.
+  const bool sequence = PySequence_Check(out.ptr()) && !PyUnicode_Check(out.ptr()) &&
+                        !PyBytes_Check(out.ptr()) && !PyByteArray_Check(out.ptr());
+  const Py_ssize_t length = sequence ? PySequence_Size(out.ptr()) : -1;
+  if (length < 0) PyErr_Clear();  // a sequence whose len() raised: reported below
+  if (length != static_cast<Py_ssize_t>(returns.size())) {
+    throw py::type_error(
+        "the impl of " + c10::toString(op.operator_name()) + " must return a tuple or list of " +
+        std::to_string(returns.size()) + " values, got " + type_name(out) +
+        (length >= 0 ? " of " + std::to_string(length) + " values" : std::string()));
   }
-  const py::tuple values = out;
   for (size_t i = 0; i < returns.size(); ++i) {
-    stack->push_back(returned_value(op, returns[i], values[i]));
+    auto value = py::reinterpret_steal<py::object>(
+        PySequence_GetItem(out.ptr(), static_cast<Py_ssize_t>(i)));
+    if (!value) throw py::error_already_set();
+    stack->push_back(returned_value(op, returns[i], value));
   }
 }
 
@@ -196,6 +207,69 @@ py::object cond_object(const OverrideNode& node) {
   if (const auto* predicate = node.cond.target<P::Predicate>()) return py::cast(*predicate);
   return python_object_of<PythonCond>(node.cond);
 }
+
+using MutableNode = std::shared_ptr<OverrideNode>;
+
+// ---- cycles through C++ ----------------------------------------------------------
+// A cond whose closure holds its own node's view, or a snapshot taken after
+// its registration, makes a reference cycle that runs through C++ objects
+// (the node, the snapshot's state) which Python's collector cannot see into.
+// The binding's Node and Snapshot types therefore take part in collection:
+// their tp_traverse visits the Python callables of the nodes that only they
+// hold, each callable only while one node owns it (its PyRef unshared), so
+// every reference visited is one the collector may account for; anything
+// held elsewhere as well (a registered node, a node two snapshots share)
+// stays alive from there and is not visited. Breaking such a cycle needs no
+// tp_clear here: the collector clears the Python objects in it (the
+// function, its closure cells), which drops the references to the views.
+
+int visit_callable(const std::shared_ptr<PyRef>* ref, visitproc visit, void* arg) {
+  if (ref != nullptr && ref->use_count() == 1) Py_VISIT((*ref)->get().ptr());
+  return 0;
+}
+
+int visit_python_callables(const OverrideNode& node, visitproc visit, void* arg) {
+  const auto* cond = node.cond.target<PythonCond>();
+  const auto* impl = node.impl.target<PythonImpl>();
+  const auto* init = node.options.try_initialize_runtime.target<PythonTryInitialize>();
+  if (int error = visit_callable(cond ? &cond->fn : nullptr, visit, arg)) return error;
+  if (int error = visit_callable(impl ? &impl->fn : nullptr, visit, arg)) return error;
+  return visit_callable(init ? &init->fn : nullptr, visit, arg);
+}
+
+// Makes a pybind11 type collectable, with `traverse` visiting what one of its
+// instances holds (called once its C++ value is constructed).
+template <class Traverse>
+py::custom_type_setup collectable(Traverse) {
+  return py::custom_type_setup([](PyHeapTypeObject* heap_type) {
+    auto* type = &heap_type->ht_type;
+    type->tp_flags |= Py_TPFLAGS_HAVE_GC;
+    type->tp_traverse = [](PyObject* self, visitproc visit, void* arg) -> int {
+      Py_VISIT(Py_TYPE(self));  // a heap type's instances own a reference to it
+      if (!py::detail::is_holder_constructed(self)) return 0;
+      return Traverse{}(py::handle(self), visit, arg);
+    };
+  });
+}
+
+struct TraverseNode {
+  int operator()(py::handle self, visitproc visit, void* arg) const {
+    auto* instance = reinterpret_cast<py::detail::instance*>(self.ptr());
+    const MutableNode& holder = instance->get_value_and_holder().holder<MutableNode>();
+    if (!holder || holder.use_count() != 1) return 0;  // held elsewhere too
+    return visit_python_callables(*holder, visit, arg);
+  }
+};
+
+struct TraverseSnapshot {
+  int operator()(py::handle self, visitproc visit, void* arg) const {
+    int error = 0;
+    py::cast<const Snapshot&>(self).visit_nodes_held_only_here([&](const OverrideNode& node) {
+      if (error == 0) error = visit_python_callables(node, visit, arg);
+    });
+    return error;
+  }
+};
 
 // Runs `work` with the GIL released: see "GIL rules" at the top.
 template <class Work>
@@ -302,7 +376,6 @@ py::tuple from_key(const GraphKey& key) {
   return py::make_tuple(key.lib_symbol, key.op_symbol, key.dispatch_key);
 }
 
-using MutableNode = std::shared_ptr<OverrideNode>;
 MutableNode mutable_node(const NodePtr& node) { return std::const_pointer_cast<OverrideNode>(node); }
 
 py::list nodes_to_list(const Graph& graph) {
@@ -329,11 +402,69 @@ std::vector<std::unique_ptr<Registry::UnconditionalMask>>& masks() {
   return stack;
 }
 
+// A node's callables from Python, as registration and a write of cond_fn,
+// impl_fn or try_initialize_runtime take them.
+struct Callables {
+  CondFn cond;
+  ImplFn impl;
+  OverrideOptions options;
+};
+
+Callables python_callables(const py::object& cond, const py::object& impl,
+                           const py::object& try_initialize_runtime, bool unconditional_override) {
+  Callables out;
+  out.options.unconditional_override = unconditional_override;
+  if (py::isinstance<P::Predicate>(cond)) {
+    out.cond = cond.cast<P::Predicate>();
+  } else if (!cond.is_none()) {
+    require_callable("cond", cond);
+    out.cond = PythonCond{hold(cond)};
+  }
+  require_callable("impl", impl);
+  if (!try_initialize_runtime.is_none()) {
+    require_callable("try_initialize_runtime", try_initialize_runtime);
+    out.options.try_initialize_runtime = PythonTryInitialize{hold(try_initialize_runtime)};
+  }
+  // A Python cond or runtime check runs on every call the router sees,
+  // so a tracer must be able to divert those calls first. Chains whose
+  // conds are all C++ predicates decline without touching Python.
+  out.options.divert_when_tracing =
+      static_cast<bool>(out.cond) && !py::isinstance<P::Predicate>(cond);
+  out.options.divert_when_tracing |= !try_initialize_runtime.is_none();
+  out.options.divert_when_tracing |= cond.is_none();  // unconditional: the impl runs
+  // The same nodes need the GIL to choose (a Python cond or runtime
+  // check, or the shortcut): the router takes it once for all of them.
+  out.options.needs_host_scope = out.options.divert_when_tracing;
+  out.impl = PythonImpl{hold(impl)};
+  return out;
+}
+
 // ---- predicates from Python ---------------------------------------------------
+
+// An integer argument of a predicate factory, named `what` in its errors as
+// every other bad value is: an int (or an object with __index__; not a
+// bool) that fits in int64, else TypeError or OverflowError.
+int64_t int_argument(const char* what, const py::handle& value) {
+  if (PyBool_Check(value.ptr()) || !PyIndex_Check(value.ptr())) {
+    throw py::type_error(std::string(what) + " must be an int, got " + type_name(value));
+  }
+  auto index = py::reinterpret_steal<py::object>(PyNumber_Index(value.ptr()));
+  if (!index) throw py::error_already_set();
+  int overflow = 0;
+  const long long out = PyLong_AsLongLongAndOverflow(index.ptr(), &overflow);
+  if (overflow != 0) {
+    PyErr_SetString(PyExc_OverflowError,
+                    (std::string(what) + " must fit in a signed 64-bit integer, got " +
+                     py::repr(index).cast<std::string>()).c_str());
+    throw py::error_already_set();
+  }
+  if (out == -1 && PyErr_Occurred()) throw py::error_already_set();
+  return out;
+}
 
 std::optional<size_t> arg_index(const py::object& arg) {
   if (arg.is_none()) return std::nullopt;
-  const auto index = arg.cast<int64_t>();
+  const int64_t index = int_argument("arg", arg);
   if (index < 0) throw py::value_error("arg must be a non-negative index, got " + std::to_string(index));
   return static_cast<size_t>(index);
 }
@@ -370,6 +501,23 @@ void bind_predicates(py::module_& m) {
            [](const P::Predicate& self, const py::args& args, const py::kwargs&) {
              return self(predicate_stack(args));
            })
+      // As a cond of `lib::op.overload` called with (args, kwargs): on the
+      // boxed stack that call makes (keywords in their schema places,
+      // defaults filled in), which is what the eager router evaluates it
+      // on, so the compile/export router asks the very same question.
+      .def("evaluate_on_call",
+           [](const P::Predicate& self, const std::string& name, const std::string& overload,
+              const py::tuple& args, const py::dict& kwargs) {
+             auto op = c10::Dispatcher::singleton().findSchema({name, overload});
+             if (!op) throw py::value_error("evaluate_on_call: no op " + name + "." + overload);
+             const Stack stack = torch::jit::createStackForSchema(
+                 op->schema(), args, py::reinterpret_borrow<py::kwargs>(kwargs), std::nullopt);
+             return self(*op, c10::DispatchKeySet(), stack);
+           })
+      // Immutable: a copy may share the expression (dataclasses.asdict of a
+      // node deep-copies its cond).
+      .def("__copy__", [](const P::Predicate& self) { return self; })
+      .def("__deepcopy__", [](const P::Predicate& self, const py::object&) { return self; })
       .def("__and__", [](const P::Predicate& a, const P::Predicate& b) { return a && b; })
       .def("__or__", [](const P::Predicate& a, const P::Predicate& b) { return a || b; })
       .def("__invert__", [](const P::Predicate& a) { return !a; })
@@ -394,8 +542,19 @@ void bind_predicates(py::module_& m) {
       py::kw_only(), py::arg("arg") = py::none());
   p.def(
       "device_type",
-      [](const std::string& type, const py::object& arg) {
-        return P::device_type_is(c10::Device(type).type(), arg_index(arg));
+      [](const py::object& type, const py::object& arg) {
+        if (!py::isinstance<py::str>(type)) {
+          throw py::type_error("device_type takes a device type name (str), got " +
+                               type_name(type));
+        }
+        const auto name = type.cast<std::string>();
+        c10::DeviceType parsed;
+        try {
+          parsed = c10::Device(name).type();
+        } catch (const c10::Error&) {
+          throw py::value_error("device_type: '" + name + "' is not a device type");
+        }
+        return P::device_type_is(parsed, arg_index(arg));
       },
       py::arg("type"), py::kw_only(), py::arg("arg") = py::none());
   p.def("contiguous", [](const py::object& arg) { return P::contiguous(arg_index(arg)); },
@@ -403,7 +562,9 @@ void bind_predicates(py::module_& m) {
   auto bound = [&p](const char* name, P::Predicate (*make)(int64_t, std::optional<size_t>)) {
     p.def(
         name,
-        [make](int64_t limit, const py::object& arg) { return make(limit, arg_index(arg)); },
+        [make](const py::object& limit, const py::object& arg) {
+          return make(int_argument("limit", limit), arg_index(arg));
+        },
         py::arg("limit"), py::kw_only(), py::arg("arg") = py::none());
   };
   bound("min_rank", &P::min_rank);
@@ -412,8 +573,8 @@ void bind_predicates(py::module_& m) {
   bound("max_numel", &P::max_numel);
   p.def(
       "max_size",
-      [](int64_t dim, int64_t size, const py::object& arg) {
-        return P::max_size(dim, size, arg_index(arg));
+      [](const py::object& dim, const py::object& size, const py::object& arg) {
+        return P::max_size(int_argument("dim", dim), int_argument("size", size), arg_index(arg));
       },
       py::arg("dim"), py::arg("size"), py::kw_only(), py::arg("arg") = py::none());
   p.def("not_cow", &P::not_cow);
@@ -435,7 +596,7 @@ PYBIND11_MODULE(_C, m) {
     }
   });
 
-  py::class_<OverrideNode, MutableNode>(m, "Node")
+  py::class_<OverrideNode, MutableNode>(m, "Node", collectable(TraverseNode{}))
       .def_readonly("dsl_name", &OverrideNode::dsl_name)
       .def_property_readonly("lib_symbol", [](const OverrideNode& n) { return n.key.lib_symbol; })
       .def_property_readonly("op_symbol", [](const OverrideNode& n) { return n.key.op_symbol; })
@@ -456,47 +617,68 @@ PYBIND11_MODULE(_C, m) {
                              })
       .def_property_readonly("key", [](const OverrideNode& n) { return from_key(n.key); });
 
-  py::class_<Snapshot>(m, "Snapshot");
+  py::class_<Snapshot>(m, "Snapshot", collectable(TraverseSnapshot{}));
 
   m.def(
       "register_op_override",
       [](const std::string& dsl_name, const std::string& lib_symbol,
          const std::string& op_symbol, const std::string& dispatch_key, py::object cond,
          py::object impl, py::object try_initialize_runtime, bool unconditional_override) {
-        OverrideOptions options;
-        options.unconditional_override = unconditional_override;
-        CondFn cond_fn;
-        if (py::isinstance<P::Predicate>(cond)) {
-          cond_fn = cond.cast<P::Predicate>();
-        } else if (!cond.is_none()) {
-          require_callable("cond", cond);
-          cond_fn = PythonCond{hold(cond)};
-        }
-        require_callable("impl", impl);
-        if (!try_initialize_runtime.is_none()) {
-          require_callable("try_initialize_runtime", try_initialize_runtime);
-          options.try_initialize_runtime = PythonTryInitialize{hold(try_initialize_runtime)};
-        }
-        // A Python cond or runtime check runs on every call the router sees,
-        // so a tracer must be able to divert those calls first. Chains whose
-        // conds are all C++ predicates decline without touching Python.
-        options.divert_when_tracing =
-            static_cast<bool>(cond_fn) && !py::isinstance<P::Predicate>(cond);
-        options.divert_when_tracing |= !try_initialize_runtime.is_none();
-        options.divert_when_tracing |= cond.is_none();  // unconditional: the impl runs
-        // The same nodes need the GIL to choose (a Python cond or runtime
-        // check, or the shortcut): the router takes it once for all of them.
-        options.needs_host_scope = options.divert_when_tracing;
-        ImplFn impl_fn = PythonImpl{hold(impl)};
+        Callables made = python_callables(cond, impl, try_initialize_runtime,
+                                          unconditional_override);
         return mutable_node(without_gil([&] {
           return registry().register_op_override(dsl_name, lib_symbol, op_symbol, dispatch_key,
-                                                 std::move(cond_fn), std::move(impl_fn),
-                                                 std::move(options));
+                                                 std::move(made.cond), std::move(made.impl),
+                                                 std::move(made.options));
         }));
       },
       py::arg("dsl_name"), py::arg("lib_symbol"), py::arg("op_symbol"),
       py::arg("dispatch_key"), py::arg("cond"), py::arg("impl"),
       py::arg("try_initialize_runtime"), py::arg("unconditional_override"));
+
+  // Gives a registered node a new cond_fn, impl_fn or try_initialize_runtime
+  // (a write of that field on its Python view); returns the node that now
+  // stands in its graph (see Registry::replace_node_callables: routers and
+  // the `_native` op take it at the graph's next install). The node's other
+  // callables are kept as they are, C++ ones included. A Python callable
+  // makes the node consult the trace shortcut and the host scope, as at
+  // registration; the flags are never lowered (a node that diverts without
+  // needing to is only slower while Dynamo traces).
+  m.def("replace_callable", [](const MutableNode& node, const std::string& field,
+                               py::object value) {
+    CondFn cond = node->cond;
+    ImplFn impl = node->impl;
+    OverrideOptions options = node->options;
+    bool python = false;
+    if (field == "cond_fn") {
+      if (py::isinstance<P::Predicate>(value)) {
+        cond = value.cast<P::Predicate>();
+      } else {
+        require_callable("cond_fn", value);
+        cond = PythonCond{hold(value)};
+        python = true;
+      }
+    } else if (field == "impl_fn") {
+      require_callable("impl_fn", value);
+      impl = PythonImpl{hold(value)};
+    } else if (field == "try_initialize_runtime") {
+      if (value.is_none()) {
+        options.try_initialize_runtime = nullptr;
+      } else {
+        require_callable("try_initialize_runtime", value);
+        options.try_initialize_runtime = PythonTryInitialize{hold(value)};
+        python = true;
+      }
+    } else {
+      throw py::value_error("replace_callable: no callable field '" + field + "'");
+    }
+    options.divert_when_tracing |= python;
+    options.needs_host_scope |= python;
+    return mutable_node(without_gil([&] {
+      return registry().replace_node_callables(*node, std::move(cond), std::move(impl),
+                                               std::move(options));
+    }));
+  });
 
   m.def("deregister_op_overrides",
         [](std::vector<std::string> dsl, std::vector<std::string> ops,

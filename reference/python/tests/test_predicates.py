@@ -68,7 +68,7 @@ def test_bad_predicate_arguments():
         P.dtype_in()
     with pytest.raises(ValueError, match="non-negative index"):
         P.contiguous(arg=-1)
-    with pytest.raises(RuntimeError):
+    with pytest.raises(ValueError, match="'not-a-device' is not a device type"):
         P.device_type("not-a-device")
 
 

@@ -324,7 +324,9 @@ class NodeList(list):
 
 @pytest.mark.parametrize("make, reason", [
     (lambda g, other, stale: (n for n in g), "expected a list"),
-    (lambda g, other, stale: dict.fromkeys(g), "expected a list"),
+    (lambda g, other, stale: dict(enumerate(g)), "expected a list"),
+    # Nodes are dataclasses with upstream's field equality, so unhashable, as upstream's.
+    (lambda g, other, stale: dict.fromkeys(g), "unhashable type: '_OverrideNode'"),
     (lambda g, other, stale: [None], "not a registered node"),
     (lambda g, other, stale: [*g, 3], "not a registered node"),
     (lambda g, other, stale: [registry._OverrideNode("x", "aten", "mul.Tensor", "CPU",
@@ -436,10 +438,12 @@ VALUES, INDICES = torch.zeros(2), torch.zeros(2, dtype=torch.long)
 
 
 @pytest.mark.parametrize("result, message", [
-    (VALUES, "must return a tuple of 2 values, got Tensor"),
-    ((VALUES,), "must return a tuple of 2 values, got tuple"),
-    ((VALUES, INDICES, VALUES), "must return a tuple of 2 values, got tuple"),
-    ([VALUES, INDICES], "must return a tuple of 2 values, got list"),
+    (VALUES, "must return a tuple or list of 2 values, got Tensor"),
+    ((VALUES,), "must return a tuple or list of 2 values, got tuple of 1 values"),
+    ((VALUES, INDICES, VALUES), "must return a tuple or list of 2 values, got tuple of 3 values"),
+    ([VALUES, INDICES, VALUES], "must return a tuple or list of 2 values, got list of 3 values"),
+    ({0: VALUES, 1: INDICES}, "must return a tuple or list of 2 values, got dict"),
+    ("ab", "must return a tuple or list of 2 values, got str"),
     ((VALUES, "indices"), "returned str where the schema promises a Tensor"),
     ((None, INDICES), "returned NoneType where the schema promises a Tensor"),
 ])

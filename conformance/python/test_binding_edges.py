@@ -1,0 +1,179 @@
+"""Where a registry's Python surface meets what users do with it: writing a
+registered node's callables, nodes as dataclasses, multi-result impls that
+return a list, keyword arguments a cond sees under export, and reference
+cycles through the registry that the garbage collector must still free."""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import weakref
+
+import torch
+
+from conftest import behaviour
+
+from torch_fixtures import A, B, STOCK, mul
+from torch_fixtures import MUL_CPU as KEY
+
+SEVEN = torch.tensor([7.0, 7.0])
+NINE = torch.tensor([9.0, 9.0])
+UPSTREAM_FIELDS = ("dsl_name", "op_symbol", "dispatch_key", "cond_fn", "impl_fn", "node_id",
+                   "unconditional_override", "active")
+
+
+def always(*args, **kwargs):
+    return True
+
+
+def seven(a, *rest):
+    return torch.full_like(a, 7.0)
+
+
+def nine(a, *rest):
+    return torch.full_like(a, 9.0)
+
+
+# ---- writes of a registered node's callables ------------------------------------------
+
+@behaviour("binding.node-callable-writes-route")
+def test_a_cond_written_on_a_registered_node_routes_from_the_next_install(impl):
+    impl.register("test_dsl", *KEY, always, seven)
+    impl.install(*KEY)
+    assert torch.equal(mul(), SEVEN)
+    node = impl.graph(*KEY)[0]
+    node.cond_fn = lambda *args, **kwargs: False
+    impl.install_all()
+    assert torch.equal(mul(), STOCK), "the written cond was ignored"
+    assert impl.graph(*KEY)[0].cond_fn is node.cond_fn
+
+
+@behaviour("binding.node-callable-writes-route")
+def test_an_impl_written_on_a_registered_node_routes_from_the_next_install(impl):
+    impl.register("test_dsl", *KEY, always, seven)
+    impl.install(*KEY)
+    node = impl.graph(*KEY)[0]
+    node.impl_fn = nine
+    impl.install_all()
+    assert torch.equal(mul(), NINE), "the written impl was ignored"
+
+
+@behaviour("binding.node-callable-writes-route")
+def test_a_node_written_before_its_first_install_routes_by_what_was_written(impl):
+    impl.register("test_dsl", *KEY, lambda *a, **k: False, seven)
+    node = impl.graph(*KEY)[0]
+    node.cond_fn = always
+    node.impl_fn = nine
+    impl.install(*KEY)
+    assert torch.equal(mul(), NINE)
+
+
+# ---- nodes are dataclasses ---------------------------------------------------------------
+
+@behaviour("binding.node-is-a-dataclass")
+def test_a_registered_node_is_a_dataclass_with_upstreams_fields(impl):
+    impl.register("test_dsl", *KEY, always, seven)
+    node = impl.graph(*KEY)[0]
+    assert dataclasses.is_dataclass(node)
+    names = [f.name for f in dataclasses.fields(node)]
+    assert set(UPSTREAM_FIELDS) <= set(names)
+    record = dataclasses.asdict(node)
+    assert record["dsl_name"] == "test_dsl" and record["op_symbol"] == "mul.Tensor"
+    assert record["node_id"] == node.node_id and record["active"] is True
+    assert record["impl_fn"] is seven
+
+
+@behaviour("binding.node-is-a-dataclass")
+def test_replacing_a_field_of_a_registered_node_gives_an_unregistered_copy(impl):
+    impl.register("test_dsl", *KEY, always, seven)
+    impl.install(*KEY)
+    node = impl.graph(*KEY)[0]
+    copy = dataclasses.replace(node, impl_fn=nine)
+    assert copy is not node and copy.impl_fn is nine and copy.node_id == node.node_id
+    assert node.impl_fn is seven
+    assert impl.graph(*KEY)[0].impl_fn is seven
+    impl.install_all()
+    assert torch.equal(mul(), SEVEN), "replace() changed the registered node"
+
+
+# ---- multi-result impls ---------------------------------------------------------------
+
+TOPK = ("aten", "topk", "CPU")
+X = torch.tensor([3.0, 1.0, 2.0])
+VALUES, INDICES = torch.tensor([30.0, 20.0]), torch.tensor([0, 2])
+
+
+@behaviour("binding.multi-result-impl-returns-a-sequence")
+def test_an_impl_of_topk_may_return_a_list(impl):
+    impl.register("test_dsl", *TOPK, always, lambda *args, **kwargs: [VALUES, INDICES])
+    impl.install(*TOPK)
+    values, indices = torch.topk(X, 2)
+    assert torch.equal(values, VALUES) and torch.equal(indices, INDICES)
+
+
+@behaviour("binding.multi-result-impl-returns-a-sequence")
+def test_an_impl_of_topk_may_return_a_tuple_or_torch_return_type(impl):
+    results = [(VALUES, INDICES), torch.return_types.topk((VALUES, INDICES))]
+    impl.register("test_dsl", *TOPK, always, lambda *args, **kwargs: results.pop(0))
+    impl.install(*TOPK)
+    for _ in range(2):
+        values, indices = torch.topk(X, 2)
+        assert torch.equal(values, VALUES) and torch.equal(indices, INDICES)
+
+
+# ---- keyword arguments under export ------------------------------------------------------
+
+SEARCHSORTED = ("aten", "searchsorted.Tensor", "CPU")
+SORTED = torch.tensor([1.0, 2.0, 3.0])
+PROBES = torch.tensor([2.5])
+SORTER = torch.tensor([0, 1, 2])
+
+
+class SearchWithSorter(torch.nn.Module):
+    def forward(self, s, v, sorter):
+        return torch.searchsorted(s, v, sorter=sorter)
+
+
+def only_float_tensors(*args, **kwargs):
+    tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
+    return all(t.dtype == torch.float32 for t in tensors)
+
+
+@behaviour("binding.compile-router-sees-keywords")
+def test_export_declines_where_eager_declines_on_a_keyword_tensor(impl):
+    impl.register("test_dsl", *SEARCHSORTED, only_float_tensors,
+                  lambda s, v, **kwargs: torch.full(v.shape, 99, dtype=torch.long))
+    impl.install(*SEARCHSORTED)
+    eager = torch.searchsorted(SORTED, PROBES, sorter=SORTER)
+    assert torch.equal(eager, torch.tensor([2])), "eager took the override"
+    ep = torch.export.export(SearchWithSorter(), (SORTED, PROBES, SORTER))
+    ep = ep.run_decompositions(impl.decomp_table())
+    assert torch.equal(ep.module()(SORTED, PROBES, SORTER), eager)
+    assert not any("_native" in str(n.target) for n in ep.graph.nodes if n.op == "call_function")
+
+
+# ---- cycles through the registry ---------------------------------------------------------
+
+def assert_collected(ref: weakref.ref, what: str) -> None:
+    gc.collect()
+    assert ref() is None, f"{what} is still alive after its scope and gc.collect()"
+
+
+@behaviour("binding.cycles-through-the-registry-collected")
+def test_a_cond_holding_its_own_node_is_collected_after_its_scope(impl):
+    def register_self_referencing():
+        holder = {}
+
+        def cond(*args, **kwargs):
+            return holder["node"] is not None
+
+        impl.register("test_dsl", *KEY, cond, seven)
+        impl.install(*KEY)
+        holder["node"] = impl.graph(*KEY)[0]
+        assert torch.equal(mul(), SEVEN)
+        return weakref.ref(cond)
+
+    with impl.scope():
+        ref = register_self_referencing()
+    assert torch.equal(mul(), STOCK)
+    assert_collected(ref, "a cond whose closure holds its node")
