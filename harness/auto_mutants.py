@@ -241,7 +241,7 @@ def evaluate(mutant: mutagen.Mutant, target: Target, ws: Workspace, out: pathlib
                        lambda: mutants.cpp_suite(out, timeouts["c++"], fail_fast=True, ws=ws)))
     suites.append(("python conformance",
                    lambda: mutants.python_suite(out, timeouts["python"], target.impl, target.env,
-                                                target.suites_from, ws)))
+                                                target.suites_from, ws, baseline.get("deselect", []))))
     for name, suite in suites:
         began = time.monotonic()
         failed, output = suite()
@@ -319,7 +319,7 @@ def run(args) -> int:
     print("== baseline: the suites on the unmutated implementation", flush=True)
     timeouts, baseline = {"build": 900.0}, {}
     suites = [("python conformance", lambda t: mutants.python_suite(out, t, target.impl, target.env,
-                                                                    target.suites_from))]
+                                                                    target.suites_from, fail_fast=False))]
     if target.layer == "cpp":
         suites.insert(0, ("c++ conformance", lambda t: mutants.cpp_suite(out, t)))
     for name, suite in suites:
@@ -332,6 +332,8 @@ def run(args) -> int:
         if failed:
             print(f"  note: {name} fails before any mutant, so these kill nothing: {failed}")
         baseline[name] = failed
+        if name == "python conformance":
+            baseline["deselect"] = mutants.baseline_deselect(out)
         # A mutant's run may be slower (a loaded machine, other workspaces'
         # runs beside it) but not three times slower, unless it hangs.
         limit = timeouts[name.split()[0]] = max(60.0, 3 * took + 30)

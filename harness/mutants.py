@@ -181,12 +181,20 @@ def cpp_suite(out: pathlib.Path, timeout: float = TIMEOUT_S, fail_fast: bool = F
     return failed, output
 
 
+# Set for every suite a mutant run starts: a failure of any level fails
+# (conformance/python/conftest.py), so a mutant only a recommended test sees
+# is killed, and -x stops at it.
+ANY_FAILURE_FAILS = {"NR_CONFORMANCE_ANY_FAILURE_FAILS": "1"}
+
+
 def python_suite(out: pathlib.Path, timeout: float = TIMEOUT_S, impl: str = "adapters.reference:make",
-                 env: dict | None = None, tree: pathlib.Path | None = None, ws: Workspace = FIRST
-                 ) -> tuple[list[str], str]:
+                 env: dict | None = None, tree: pathlib.Path | None = None, ws: Workspace = FIRST,
+                 deselect: list[str] = (), fail_fast: bool = True) -> tuple[list[str], str]:
     """The Python conformance suite of `tree` (the workspace's copy by
-    default), stopping at the first failure, against `impl`, the reference
-    importing the workspace build's package by default: (failing tests, output)."""
+    default), stopping at the first failure of any level, against `impl`,
+    the reference importing the workspace build's package by default:
+    (failing tests, output). `deselect`: node ids not run (the baseline's
+    failures, which would otherwise stop the suite at once)."""
     tree = ws.src if tree is None else tree
     if env is None:
         env = staging.environment_for(staging.stage_package(
@@ -195,27 +203,42 @@ def python_suite(out: pathlib.Path, timeout: float = TIMEOUT_S, impl: str = "ada
     xml.unlink(missing_ok=True)
     report.unlink(missing_ok=True)
     status, output = run_killable(
-        [sys.executable, "-m", "pytest", "conformance/python", "-q", "-x", "-p", "no:cacheprovider",
-         f"--impl={impl}", f"--junitxml={xml}", f"--conformance-report={report}"],
-        timeout, cwd=tree, env={**env, **FREED_MEMORY_FILLED})
+        [sys.executable, "-m", "pytest", "conformance/python", "-q", *(["-x"] if fail_fast else []),
+         "-p", "no:cacheprovider", f"--impl={impl}", f"--junitxml={xml}", f"--conformance-report={report}",
+         *(f"--deselect={nodeid}" for nodeid in deselect)],
+        timeout, cwd=tree, env={**env, **FREED_MEMORY_FILLED, **ANY_FAILURE_FAILS})
     if status is None:
         return ["<timeout>"], output
-    # A miss of a recommended behaviour is no failure of the run, but it
-    # kills a fault all the same: the report rows say "fail".
-    missed = [r["test"] for r in map(json.loads, report.read_text().splitlines())
-              if r["outcome"] == "fail"] if report.exists() else []
+    # The report's rows say "fail" for a failure of any level (another
+    # implementation's adapter may run its own conftest): both count.
+    missed = [r["test"] for r in failing_rows(report)]
     failed = (sorted(set(failing_gtests(xml)) | set(missed))
               or ([f"<exit {status}>"] if status else []))
     return failed, output
 
 
-def run_suites(out: pathlib.Path) -> dict[str, list[str]]:
-    """Suite -> failing tests ('<crashed>'/'<timeout>' when a suite died)."""
+def failing_rows(report: pathlib.Path) -> list[dict]:
+    """The rows of a --conformance-report whose outcome is fail."""
+    if not report.exists():
+        return []
+    return [r for r in map(json.loads, report.read_text().splitlines()) if r["outcome"] == "fail"]
+
+
+def baseline_deselect(out: pathlib.Path) -> list[str]:
+    """The node ids the last python_suite in `out` saw fail: a baseline's
+    failures, deselected from the mutants' runs."""
+    return [r["nodeid"] for r in failing_rows(out / "python.jsonl") if "nodeid" in r]
+
+
+def run_suites(out: pathlib.Path, deselect: list[str] | None = None) -> dict[str, list[str]]:
+    """Suite -> failing tests ('<crashed>'/'<timeout>' when a suite died).
+    deselect None: the baseline (the whole Python suite, not stopping at a
+    failure); else the baseline's Python failures, not run."""
     killed: dict[str, list[str]] = {}
     failed, _ = cpp_suite(out)
     if failed:
         killed["c++ conformance"] = failed
-    failed, _ = python_suite(out)
+    failed, _ = python_suite(out, deselect=deselect or (), fail_fast=deselect is not None)
     if failed:
         killed["python conformance"] = failed
     return killed
@@ -237,6 +260,7 @@ def run(args) -> int:
         return 1
     print(f"  baseline built in {duration(time.monotonic() - begin)}; running the suites on it", flush=True)
     baseline = run_suites(out)
+    deselect = baseline_deselect(out)
     if any(t.startswith("<") for tests in baseline.values() for t in tests):
         print(f"baseline crashed: {baseline}")
         return 1
@@ -262,7 +286,7 @@ def run(args) -> int:
                 verdict, detail = "BROKEN", "the faulty variant does not compile"
             else:
                 killed = {suite: [t for t in tests if t not in baseline.get(suite, [])]
-                          for suite, tests in run_suites(out).items()}
+                          for suite, tests in run_suites(out, deselect).items()}
                 killed = {suite: tests for suite, tests in killed.items() if tests}
                 verdict = "killed" if killed else "SURVIVED"
                 detail = "; ".join(f"{suite}: {len(tests)} ({', '.join(tests[:3])}{', ...' if len(tests) > 3 else ''})"
