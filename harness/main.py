@@ -167,8 +167,8 @@ def resolve_paths(args) -> None:
     if args.only and not args.mutants:
         raise UsageError("--only goes with --mutants")
     if args.mutants != "auto" and (args.sample is not None or args.mutate != "cpp" or args.seed != 1
-                                   or args.jobs != 1 or args.resume):
-        raise UsageError("--sample, --seed, --mutate, --jobs and --resume go with --mutants auto")
+                                   or args.resume or args.own_tests):
+        raise UsageError("--sample, --seed, --mutate, --resume and --own-tests go with --mutants auto")
     if args.jobs < 1:
         raise UsageError(f"--jobs {args.jobs}: give a positive number of workspaces")
     if args.mutants == "auto" and len(args.implementations) != 1:
@@ -463,10 +463,11 @@ def parser() -> argparse.ArgumentParser:
                    help="with --mutants: only these comma-separated fault names; with --mutants auto: "
                         "only these mutant keys or file:line places, comma-separated, or @FILE with one "
                         "per line (whether the sample drew them or not)")
-    p.add_argument("--mutate", default="cpp", choices=["cpp", "python"],
-                   help="with --mutants auto: the reference's C++ core (reference/src/*.cpp) or its Python "
-                        "layer (reference/python/native_registry/*.py); with --impl module:factory, python "
-                        "mutates the adapter's registry module (its `module`). Default: cpp")
+    p.add_argument("--mutate", default="cpp", choices=["cpp", "binding", "python"],
+                   help="with --mutants auto: the reference's C++ core (reference/src/*.cpp), its binding "
+                        "(reference/python/src/*.cpp) or its Python layer (reference/python/native_registry/"
+                        "*.py); with --impl module:factory, python mutates the adapter's registry module (its "
+                        "`module`). Default: cpp")
     p.add_argument("--sample", type=int, default=None, metavar="N",
                    help="with --mutants auto: a reproducible random sample of N mutants (default: all)")
     p.add_argument("--seed", type=int, default=1, metavar="S",
@@ -475,6 +476,10 @@ def parser() -> argparse.ArgumentParser:
                    help="with --mutants auto: N workspaces (copies of the tree, each with its own build: "
                         "build-mutants and build-mutants/job-K) running mutants side by side; each C++ "
                         "workspace costs a full build first. Default: 1")
+    p.add_argument("--own-tests", action="store_true",
+                   help="with --mutants auto: run each mutant the conformance suites leave alive against the "
+                        "reference's own tests too (reference/tests, reference/python/tests), and record "
+                        "which kill it: the kill rate of the conformance suites alone and with them")
     p.add_argument("--resume", action="store_true",
                    help="with --mutants auto: keep the verdicts an interrupted run of the same sample recorded "
                         "(results/mutants/auto-<layer>.jsonl) and run only the mutants it did not reach")
@@ -521,9 +526,9 @@ def main(argv: list[str] | None = None) -> int:
 
         return auto_mutants.run(args)
     if args.mutants:
-        import mutants
+        import seeded_faults
 
-        return mutants.run(args)
+        return seeded_faults.run(args)
     if args.upstream_tests:
         import upstream_tests
 
