@@ -87,15 +87,16 @@ def choose_target(args, ws: Workspace) -> Target:
     left_out = {rel: why for rel, why in NOT_MUTATED.items() if fnmatch.fnmatch(rel, LAYERS[args.mutate])}
     if args.mutate in BUILT_LAYERS:
         return Target(args.mutate, files, {rel: ws.src / rel for rel in files}, left_out=left_out)
-    return python_layer_target(files, left_out, ws)
+    return python_layer_target(files, left_out, ws, args.build)
 
 
-def python_layer_target(files: list[str], left_out: dict[str, str], ws: Workspace) -> Target:
+def python_layer_target(files: list[str], left_out: dict[str, str], ws: Workspace,
+                        build: pathlib.Path) -> Target:
     """The reference's Python layer, mutated in a package of the workspace's
-    own (python-layer: the pristine sources and the first workspace's built
-    extension, which every Python workspace shares), so a C++ run may use the
-    copy and its build meanwhile."""
-    staged = staging.stage_package(FIRST.build, ws.root / "python-layer",
+    own (python-layer: the pristine sources and the extension built in
+    `build` (--build), which every Python workspace shares), so a C++ run may
+    use the copy and its build meanwhile."""
+    staged = staging.stage_package(build, ws.root / "python-layer",
                                    sources=ROOT / "reference" / "python" / "native_registry")
     place = {rel: staged / "native_registry" / pathlib.Path(rel).name for rel in files}
     return Target("python", files, place, env=staging.environment_for(staged), needs_build=False,
@@ -131,20 +132,19 @@ def run(args) -> int:
     equivalents = load_equivalents()
     reference = args.implementations[0].python == "adapters.reference:make"
     spaces = mutants.workspaces(args.jobs)
-    # Each workspace of a C++ run builds the core; Python-layer workspaces
-    # share the first one's build; another implementation's module needs none.
-    built_spaces = spaces if reference and args.mutate in BUILT_LAYERS else [FIRST] if reference else []
+    # Each workspace of a C++ or binding run builds the core and the
+    # extension; Python-layer workspaces share the extension of --build;
+    # another implementation's module needs none.
+    built_spaces = spaces if reference and args.mutate in BUILT_LAYERS else []
     jobs_each = max(1, (os.cpu_count() or 2) // len(built_spaces)) if built_spaces else 1
     if args.own_tests and not reference:
         raise SystemExit("harness/run: error: --own-tests runs the reference's own tests: mutate the reference")
-    if not reference:
-        pass  # another implementation's module: nothing of the reference is built or mutated
-    elif args.mutate == "python" and (FIRST.build / "build.ninja").exists():
+    if reference and args.mutate == "python" and args.build.resolve() == FIRST.build.resolve():
         # The copy and its build may be a C++ run's, mid-mutant: use the
         # build as it is if what it is built from is pristine, never rebuild
         # it, and touch none of its sources.
         check_pristine(BUILT_FROM)
-    elif not mutant_runner.prepare(built_spaces, jobs_each):
+    if built_spaces and not mutant_runner.prepare(built_spaces, jobs_each):
         return 1
     targets = [choose_target(args, ws) for ws in spaces]
     target = targets[0]

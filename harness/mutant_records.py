@@ -8,6 +8,7 @@ harness/mutant-runs/figures.py.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import pathlib
 import statistics
@@ -16,6 +17,7 @@ import tomllib
 from dataclasses import asdict, dataclass, field
 
 import mutagen  # noqa: F401 (annotations)
+import mutants
 from mutants import ROOT
 from progress import duration
 
@@ -39,6 +41,7 @@ class Outcome:
     output_tail: str = ""
     seconds: dict[str, float] = field(default_factory=dict)  # build, c++, python, own, total
     commit: str = ""             # the tree it ran at (git describe --always --dirty)
+    source: str = ""             # what its verdict depends on (tree_source)
     # --own-tests: a conformance survivor run against the reference's own
     # tests too: killed or survived ("" when not run).
     own_tests: str = ""
@@ -96,17 +99,35 @@ def tree_commit() -> str:
     return found.stdout.strip() if found.returncode == 0 else "unknown"
 
 
-def resumed(records: pathlib.Path, chosen: list[mutagen.Mutant], commit: str = "",
+# What a verdict depends on: the implementation and the suites, not the
+# harness, its records or the reviewed equivalents.
+VERDICT_DEPENDS_ON = ("reference/", "conformance/", "fixtures/")
+VERDICT_IGNORES = ("fixtures/faults/",)
+
+
+def tree_source() -> str:
+    """A digest of what a verdict depends on (VERDICT_DEPENDS_ON) as the
+    working tree has it: committing a population record, or a harness
+    change, keeps the verdicts so far valid; a change of the reference or
+    the suites does not."""
+    digest = hashlib.sha1()
+    for rel in sorted(mutants.tree_files()):
+        if rel.startswith(VERDICT_DEPENDS_ON) and not rel.startswith(VERDICT_IGNORES) and (ROOT / rel).is_file():
+            digest.update(rel.encode() + b"\0" + (ROOT / rel).read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def resumed(records: pathlib.Path, chosen: list[mutagen.Mutant], source: str = "",
             own_tests: bool = False) -> dict[str, Outcome]:
     """The verdicts an interrupted run recorded for mutants of this sample,
-    at this commit (a verdict of another tree may not hold), with the own
-    tests' verdict on a survivor when --own-tests asks for one."""
+    of this source (tree_source: a verdict of another tree may not hold),
+    with the own tests' verdict on a survivor when --own-tests asks for one."""
     keys = {m.key for m in chosen}
     done = {}
     if records.exists():
         for line in records.read_text().splitlines():
             outcome = Outcome(**json.loads(line))
-            if outcome.key in keys and (not commit or outcome.commit == commit) and not (
+            if outcome.key in keys and (not source or outcome.source == source) and not (
                     own_tests and outcome.verdict == "survived" and not outcome.own_tests):
                 done[outcome.key] = outcome
     return done

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 
 import mutagen  # noqa: F401 (annotations)
 import mutants
-from mutant_records import Outcome, resumed, tail, tree_commit
+from mutant_records import Outcome, resumed, tail, tree_commit, tree_source
 from mutants import FIRST, ROOT, Workspace
 from progress import duration, remaining
 
@@ -64,10 +64,10 @@ def reaches_cpp_suite(target: Target, file: str) -> bool:
 
 
 def evaluate(mutant: mutagen.Mutant, target: Target, ws: Workspace, out: pathlib.Path,
-             timeouts: dict[str, float], baseline: dict[str, list[str]], commit: str = "",
+             timeouts: dict[str, float], baseline: dict[str, list[str]], commit: tuple[str, str] = ("", ""),
              own_tests: bool = False) -> Outcome:
     outcome = Outcome(mutant.key, mutant.where, mutant.kind, mutant.change, mutant.original.strip(),
-                      mutant.mutated.strip(), commit=commit)
+                      mutant.mutated.strip(), commit=commit[0], source=commit[1])
     path = target.place[mutant.file]
     start = time.monotonic()
     if target.needs_build and mutant.file.endswith((".cpp", ".h")):
@@ -168,6 +168,7 @@ def measure_baseline(target: Target, out: pathlib.Path, own_tests: bool = False)
     deselect, and each suite's timeout (derived from its time). None when a
     suite crashes (or the own tests fail)."""
     print("== baseline: the suites on the unmutated implementation", flush=True)
+    signal.signal(signal.SIGTERM, interrupt)  # a time limit here too stops the suites it started
     timeouts, baseline = {"build": 900.0}, {"timeouts": {}}
     suites = [("python conformance", lambda t: mutants.python_suite(out, t, target.impl, target.env,
                                                                     target.suites_from, fail_fast=False))]
@@ -177,7 +178,11 @@ def measure_baseline(target: Target, out: pathlib.Path, own_tests: bool = False)
         suites.append(("own tests", lambda t: own_tests_of(target, FIRST, out, {**timeouts, "own": t})))
     for name, suite in suites:
         began = time.monotonic()
-        failed, output = suite(mutants.TIMEOUT_S * 2)
+        try:
+            failed, output = suite(mutants.TIMEOUT_S * 2)
+        except KeyboardInterrupt:
+            print(f"baseline {name} interrupted")
+            return None
         took = time.monotonic() - began
         if any(t.startswith("<") for t in failed) or (failed and name == "own tests"):
             print(f"baseline {name} crashed or failed: {failed}\n{tail(output)}")
@@ -198,17 +203,18 @@ def measure_baseline(target: Target, out: pathlib.Path, own_tests: bool = False)
 def run_all(chosen: list, equivalents: dict[str, str], records: pathlib.Path, baseline: dict, resume: bool,
             own_tests: bool, places: list[tuple[Workspace, Target, pathlib.Path]]) -> list[Outcome]:
     """Runs `chosen` over the workspaces, recording each outcome in `records`
-    (keeping, with `resume`, the verdicts recorded there at this commit);
+    (keeping, with `resume`, the verdicts recorded there of this tree's source);
     the outcomes in order. Ctrl-C or a SIGTERM stops it: the mutated files
     are restored and the outcomes so far returned."""
     signal.signal(signal.SIGTERM, interrupt)
-    commit = tree_commit()
-    done = resumed(records, chosen, commit, own_tests) if resume else {}
+    commit, source = tree_commit(), tree_source()
+    done = resumed(records, chosen, source, own_tests) if resume else {}
     if resume:
-        print(f"  --resume: {len(done)} of the {len(chosen)} mutants have a verdict at {commit} in {records}",
-              flush=True)
+        print(f"  --resume: {len(done)} of the {len(chosen)} mutants have a verdict of this tree "
+              f"({commit}, source {source}) in {records}", flush=True)
     records.write_text("".join(json.dumps(asdict(o)) + "\n" for o in done.values()))
-    runner = Runner(chosen, equivalents, records, baseline["timeouts"], baseline, done, commit, own_tests)
+    runner = Runner(chosen, equivalents, records, baseline["timeouts"], baseline, done, (commit, source),
+                    own_tests)
     try:
         runner.run(places)
     except KeyboardInterrupt:
@@ -227,7 +233,7 @@ class Runner:
 
     def __init__(self, chosen: list[mutagen.Mutant], equivalents: dict[str, str], records: pathlib.Path,
                  timeouts: dict[str, float], baseline: dict[str, list[str]], done: dict[str, Outcome],
-                 commit: str = "", own_tests: bool = False):
+                 commit: tuple[str, str] = ("", ""), own_tests: bool = False):
         self.commit, self.own_tests = commit, own_tests
         numbered = list(enumerate(chosen, 1))
         self.pending = [(i, m) for i, m in numbered if m.key not in done]

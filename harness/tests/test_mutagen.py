@@ -342,3 +342,17 @@ def test_every_operator_the_issue_names_is_generated_on_the_reference():
         found = {m.kind for p in ROOT.glob(layer)
                  for m in mutagen.mutants_of(str(p.relative_to(ROOT)), p.read_text())}
         assert kinds - {"loop-exit", "arithmetic"} <= found, (layer, kinds - found)
+
+
+# ---- ci/test's mutant sample ---------------------------------------------------------
+
+def test_ci_sample_fails_on_a_regression_only():
+    import ci_mutants
+    outcomes = [{"key": "was-killed", "verdict": "survived"}, {"key": "new", "verdict": "survived"},
+                {"key": "eq", "verdict": "survived"}, {"key": "k", "verdict": "killed"}]
+    regressions, unreviewed = ci_mutants.judge(outcomes, {"was-killed", "eq", "k"}, {"eq"})
+    assert [o["key"] for o in regressions] == ["was-killed"]
+    assert [o["key"] for o in unreviewed] == ["new"]
+    import datetime
+    assert ci_mutants.daily_seed(datetime.date(2026, 12, 2)) == 20261202
+    assert ci_mutants.killed_before(), "the records in harness/mutant-runs know killed mutants"
