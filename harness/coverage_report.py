@@ -32,6 +32,7 @@ import subprocess
 import sys
 import time
 
+import coverage_gaps
 import staging
 from coverage_behaviours import BUILD, MEASURED, cpp_per_behaviour, per_behaviour, shown_name
 from coverage_pages import index_page, lcov_to_cobertura, ranges, summary_lines  # noqa: F401 (ranges: tests)
@@ -177,6 +178,15 @@ def run(args) -> int:
     cov.lcov_report(outfile=str(out / "python.info"))
     cov.html_report(directory=str(out / "python-html"), title="Python implementations")
     py_files = python_figures(cov, out, "conformance:", own_tests=cpp)
+    # What the conformance suites alone leave untaken, by area (the data of
+    # every test is loaded: the conformance contexts are queried alone).
+    gaps = {}
+    if cpp:
+        gaps["C++ reference (src, include, python/src)"] = coverage_gaps.cpp_gaps(conformance_info)
+    if any(i.python == "adapters.reference:make" for i in args.implementations):
+        gaps["Python layer (reference/python/native_registry)"] = coverage_gaps.python_gaps(
+            cov, coverage_gaps.reference_python_files(), "conformance:")
+    coverage_gaps.write(out, gaps)
     infos = [str(out / "python.info")] + ([str(out / "reference-cpp.info")] if cpp else [])
     sh(["genhtml", *infos, "--output-directory", str(out / "html"), "--branch-coverage",
         "--title", "conformance coverage", "--quiet", *LCOV_BRANCHES], check=True)
@@ -193,7 +203,8 @@ def run(args) -> int:
     progress.finish()
     print("\n".join(lines))
     print(f"report: {out / 'index.html'} (genhtml: {out / 'html' / 'index.html'}; "
-          f"Cobertura: {out / 'cobertura.xml'})")
+          f"Cobertura: {out / 'cobertura.xml'}; the branches the conformance suites leave untaken, by area: "
+          f"{out / 'uncovered-branches.txt'} and .html)")
     return 1 if failures or (cpp and not all(cpp_figures.values())) else 0
 
 

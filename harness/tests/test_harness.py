@@ -386,3 +386,20 @@ def test_coverage_of_a_python_implementation(tmp_path):
     assert cobertura.find(".//class[@filename='torch/_native/registry.py']") is not None
     assert (out / "html" / "index.html").exists() and (out / "index.html").exists()
     assert "coverage [2/2" in proc.stdout  # progress steps
+
+
+def test_untaken_branches_are_grouped_by_section(tmp_path):
+    import coverage_gaps
+    source = tmp_path / "a.cpp"
+    source.write_text("// ---- graphs ----\nint f(int a) {\n  if (a) return 1;\n  return 0;\n}\n"
+                      "// ---- filters ----\nint g(int b) {\n  return b ? 1 : 2;\n}\n")
+    info = tmp_path / "c.info"
+    info.write_text(f"SF:{source}\nBRDA:3,0,0,1\nBRDA:3,0,1,0\nBRDA:8,0,0,-\nBRDA:8,0,1,-\nend_of_record\n")
+    gaps = coverage_gaps.cpp_gaps(info)
+    (graphs,) = [k for k in gaps if k.endswith(": graphs")]
+    (filters,) = [k for k in gaps if k.endswith(": filters")]
+    assert [(line, untaken, total) for _, line, untaken, total in gaps[graphs]] == [(3, 1, 2)]
+    assert [(line, untaken, total) for _, line, untaken, total in gaps[filters]] == [(8, 2, 2)]
+    lines = coverage_gaps.write(tmp_path, {"C++": gaps})
+    assert any("3 untaken branches in 2 areas" in line for line in lines)
+    assert "filters" in (tmp_path / "uncovered-branches.html").read_text()
