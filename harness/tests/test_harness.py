@@ -403,3 +403,25 @@ def test_untaken_branches_are_grouped_by_section(tmp_path):
     lines = coverage_gaps.write(tmp_path, {"C++": gaps})
     assert any("3 untaken branches in 2 areas" in line for line in lines)
     assert "filters" in (tmp_path / "uncovered-branches.html").read_text()
+
+
+def test_untaken_python_branches_count_the_conformance_contexts_only(tmp_path, monkeypatch):
+    import coverage
+    import coverage_gaps
+    module = tmp_path / "layer.py"
+    module.write_text("def pick(a):\n    if a:\n        return 1\n    return 2\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cov = coverage.Coverage(data_file=str(tmp_path / ".cov"), branch=True, include=[str(module)])
+    cov.start()
+    import layer
+    cov.switch_context("conformance:reference|test_a")
+    layer.pick(True)
+    cov.switch_context("own-tests:reference")
+    layer.pick(False)  # the own tests take the other branch: the conformance suites do not
+    cov.stop()
+    cov.save()
+    gaps = coverage_gaps.python_gaps(cov, [str(module)], "conformance:")
+    (area,) = gaps
+    assert area.endswith(": pick")
+    assert [(line, untaken) for _, line, untaken, _ in gaps[area]] == [(2, 1)]
+    assert coverage_gaps.python_gaps(cov, [str(module)], "own-tests:") != {}
