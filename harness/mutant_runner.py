@@ -135,11 +135,13 @@ def own_tests_of(target: Target, ws: Workspace, out: pathlib.Path, timeouts: dic
     return failed + more, "\n".join(outputs + [output])
 
 
-def prepare(spaces: list[Workspace], jobs_each: int) -> bool:
+def prepare(spaces: list[Workspace], jobs_each: int, build: bool = True) -> bool:
     """Copies the tree into each workspace and builds them side by side."""
     for ws in spaces:
         mutants.copy_tree(ws)
         check_pristine(ws=ws)
+    if not build:
+        return True
     where = ", ".join(str(ws.root) for ws in spaces)
     print(f"== baseline build in {where} (the first one takes minutes)", flush=True)
     built = build_all(spaces, jobs_each)
@@ -162,7 +164,8 @@ def build_all(spaces: list[Workspace], jobs_each: int) -> dict[Workspace, bool]:
     return built
 
 
-def measure_baseline(target: Target, out: pathlib.Path, own_tests: bool = False) -> dict | None:
+def measure_baseline(target: Target, out: pathlib.Path, own_tests: bool = False, ws: Workspace = FIRST
+                     ) -> dict | None:
     """Runs the suites a mutant of `target` meets on the unmutated tree:
     their failures (which kill nothing), the Python suite's node ids to
     deselect, and each suite's timeout (derived from its time). None when a
@@ -171,11 +174,11 @@ def measure_baseline(target: Target, out: pathlib.Path, own_tests: bool = False)
     signal.signal(signal.SIGTERM, interrupt)  # a time limit here too stops the suites it started
     timeouts, baseline = {"build": 900.0}, {"timeouts": {}}
     suites = [("python conformance", lambda t: mutants.python_suite(out, t, target.impl, target.env,
-                                                                    target.suites_from, fail_fast=False))]
-    if target.layer in ("cpp", "faults"):
-        suites.insert(0, ("c++ conformance", lambda t: mutants.cpp_suite(out, t)))
+                                                                    target.suites_from, ws, fail_fast=False))]
+    if target.layer == "cpp" or target.layer == "faults" and target.needs_build:
+        suites.insert(0, ("c++ conformance", lambda t: mutants.cpp_suite(out, t, ws=ws)))
     if own_tests:
-        suites.append(("own tests", lambda t: own_tests_of(target, FIRST, out, {**timeouts, "own": t})))
+        suites.append(("own tests", lambda t: own_tests_of(target, ws, out, {**timeouts, "own": t})))
     for name, suite in suites:
         began = time.monotonic()
         try:

@@ -50,6 +50,9 @@ class Workspace:
     time is applied to. `--jobs N` runs N of them side by side; the first is
     build-mutants itself, the others build-mutants/job-K."""
     root: pathlib.Path = WORK
+    # The build whose extension the Python suite imports; None: this
+    # workspace's own (a run whose mutants are all Python needs no build).
+    extension_from: pathlib.Path | None = None
 
     @property
     def src(self) -> pathlib.Path:
@@ -63,8 +66,8 @@ class Workspace:
 FIRST = Workspace()
 
 
-def workspaces(count: int) -> list[Workspace]:
-    return [FIRST] + [Workspace(WORK / f"job-{k}") for k in range(1, count)]
+def workspaces(count: int, extension_from: pathlib.Path | None = None) -> list[Workspace]:
+    return [Workspace(WORK / f"job-{k}" if k else WORK, extension_from) for k in range(count)]
 
 
 def meson_command() -> list[str]:
@@ -188,7 +191,8 @@ ANY_FAILURE_FAILS = {"NR_CONFORMANCE_ANY_FAILURE_FAILS": "1"}
 def package_env(ws: Workspace, out: pathlib.Path) -> dict:
     """The environment importing the workspace build's package."""
     return staging.environment_for(staging.stage_package(
-        ws.build, out / "_package", sources=ws.src / "reference" / "python" / "native_registry"))
+        ws.extension_from or ws.build, out / "_package",
+        sources=ws.src / "reference" / "python" / "native_registry"))
 
 
 def pytest_run(arguments: list[str], out: pathlib.Path, timeout: float, env: dict | None,

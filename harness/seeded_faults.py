@@ -70,10 +70,13 @@ def run(args) -> int:
     if only:
         faults = [f for f in faults if f["name"] in only]
     begin = time.monotonic()
-    spaces = mutants.workspaces(args.jobs)
+    # Faults of the Python layer alone need no build of the workspaces: their
+    # suite imports the extension of --build.
+    python_only = all(f["file"].endswith(".py") for f in faults)
+    spaces = mutants.workspaces(args.jobs, args.build if python_only else None)
     jobs_each = max(1, (os.cpu_count() or 2) // len(spaces))
     print(f"== {len(faults)} seeded faults, {len(spaces)} at a time", flush=True)
-    if not mutant_runner.prepare(spaces, jobs_each):
+    if not mutant_runner.prepare(spaces, jobs_each, build=not python_only):
         return 1
     stale, chosen = [], []
     for f in sorted(faults, key=lambda f: f["file"]):  # by file: consecutive faults rebuild one object
@@ -83,16 +86,17 @@ def run(args) -> int:
             print(f"  {f['name']:40s} STALE", flush=True)
         else:
             chosen.append(SeededFault(f["file"], f["name"], f["breaks"], f["find"], f["replace"]))
-    targets = [Target("faults", sorted({f.file for f in chosen}), {f.file: ws.src / f.file for f in chosen})
-               for ws in spaces]
-    baseline = mutant_runner.measure_baseline(targets[0], out)
+    targets = [Target("faults", sorted({f.file for f in chosen}), {f.file: ws.src / f.file for f in chosen},
+                      needs_build=not python_only) for ws in spaces]
+    baseline = mutant_runner.measure_baseline(targets[0], out, ws=spaces[0])
     if baseline is None:
         return 1
     print(f"  baseline done after {duration(time.monotonic() - begin)}; now each fault", flush=True)
     outcomes = mutant_runner.run_all(chosen, {}, out / "faults.jsonl", baseline, False, False,
                                      [(ws, t, out if ws == mutants.FIRST else out / ws.root.name)
                                       for ws, t in zip(spaces, targets)])
-    mutant_runner.build_all(spaces, jobs_each)  # leave the copies' builds pristine
+    if not python_only:
+        mutant_runner.build_all(spaces, jobs_each)  # leave the copies' builds pristine
     by_name = {o.key: o for o in outcomes}
     rows = [(f, "STALE", why) for f, why in stale]
     for fault in chosen:
