@@ -99,7 +99,9 @@ def python_layer_target(files: list[str], left_out: dict[str, str], ws: Workspac
     staged = staging.stage_package(build, ws.root / "python-layer",
                                    sources=ROOT / "reference" / "python" / "native_registry")
     place = {rel: staged / "native_registry" / pathlib.Path(rel).name for rel in files}
-    return Target("python", files, place, env=staging.environment_for(staged), needs_build=False,
+    # NR_BUILD_DIR: the own tests' test_one_core loads a fixture library of that build.
+    env = {**staging.environment_for(staged), "NR_BUILD_DIR": str(build)}
+    return Target("python", files, place, env=env, needs_build=False,
                   suites_from=ROOT, left_out=left_out)
 
 

@@ -113,6 +113,7 @@ def evaluate(mutant: mutagen.Mutant, target: Target, ws: Workspace, out: pathlib
 
 # The reference's own tests (beyond the conformance suites), by layer.
 OWN_GTESTS = ("reference/tests/reference_tests", "reference/tests/reference_warning_tests")
+OWN_FIXTURE = "fixtures/cpp/libnr_cross_extension"  # test_one_core's adopter extension
 
 
 def own_tests_of(target: Target, ws: Workspace, out: pathlib.Path, timeouts: dict[str, float]
@@ -121,16 +122,21 @@ def own_tests_of(target: Target, ws: Workspace, out: pathlib.Path, timeouts: dic
     binaries (built here, incrementally) for the core, its pytest suite
     (reference/python/tests) for every layer: (failing tests, output)."""
     failed, outputs = [], []
-    if target.layer == "cpp":
-        if not mutants.build(timeouts["build"], ws, targets=list(OWN_GTESTS)):
+    if target.needs_build:
+        wanted = [*(OWN_GTESTS if target.layer == "cpp" else ()), OWN_FIXTURE]
+        if not mutants.build(timeouts["build"], ws, targets=wanted):
             return ["<the own tests do not build>"], ""
+    if target.layer == "cpp":
         for binary in OWN_GTESTS:
             more, output = mutants.gtest(ws.build / binary, out / "own.xml", timeouts["own"], fail_fast=True)
             failed += more
             outputs.append(output)
             if failed:
                 return failed, "\n".join(outputs)
-    more, output = mutants.pytest_run(["reference/python/tests"], out, timeouts["own"], target.env,
+    env = target.env if target.env is not None else mutants.package_env(ws, out)
+    if target.needs_build:  # test_one_core loads a fixture library from the build of this _C
+        env = {**env, "NR_BUILD_DIR": str(ws.build)}
+    more, output = mutants.pytest_run(["reference/python/tests"], out, timeouts["own"], env,
                                       target.suites_from, ws, fail_fast=True)
     return failed + more, "\n".join(outputs + [output])
 
