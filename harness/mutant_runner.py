@@ -112,8 +112,7 @@ def evaluate(mutant: mutagen.Mutant, target: Target, ws: Workspace, out: pathlib
 
 
 # The reference's own tests (beyond the conformance suites), by layer.
-OWN_GTESTS = ("reference/tests/reference_tests", "reference/tests/reference_warning_tests")
-OWN_FIXTURE = "fixtures/cpp/libnr_cross_extension"  # test_one_core's adopter extension
+OWN_GTESTS, OWN_FIXTURE = mutants.OWN_GTESTS, mutants.OWN_FIXTURE
 
 
 def own_tests_of(target: Target, ws: Workspace, out: pathlib.Path, timeouts: dict[str, float]

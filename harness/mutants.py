@@ -30,6 +30,10 @@ SRC, BUILD = WORK / "src", WORK / "build"  # the first workspace's (see Workspac
 GTEST = {"conformance": "conformance/cpp/conformance_reference"}
 # Only what the conformance suites run: the C++ suite and the extension.
 TARGETS = ["conformance/cpp/conformance_reference", "reference/python/_C"]
+# And what the reference's own tests need (--own-tests): its GoogleTest
+# binaries and the adopter extension test_one_core loads.
+OWN_GTESTS = ("reference/tests/reference_tests", "reference/tests/reference_warning_tests")
+OWN_FIXTURE = "fixtures/cpp/libnr_cross_extension"
 # glibc fills freed memory with this byte, as meson test does: a fault that
 # frees what a running call still uses then crashes (killed) instead of
 # reading stale but intact memory.
