@@ -356,3 +356,20 @@ def test_ci_sample_fails_on_a_regression_only():
     import datetime
     assert ci_mutants.daily_seed(datetime.date(2026, 12, 2)) == 20261202
     assert ci_mutants.killed_before(), "the records in harness/mutant-runs know killed mutants"
+
+
+def test_resume_keeps_only_verdicts_of_this_source_and_with_the_own_tests_when_asked(tmp_path):
+    import dataclasses
+    import mutant_records
+    chosen = [mutagen.Mutant("f.py", 1, "k", "c", "a", "b", key) for key in ("k1", "k2", "k3", "k4")]
+    rows = [outcome("killed", "k1"), outcome("survived", "k2"), outcome("killed", "k3"),
+            outcome("survived", "k4")]
+    rows = [dataclasses.replace(o, source="s1") for o in rows[:2]] + [dataclasses.replace(rows[2], source="s0"),
+                                                                      dataclasses.replace(rows[3], source="s1",
+                                                                                          own_tests="killed")]
+    records = tmp_path / "r.jsonl"
+    records.write_text("".join(json.dumps(dataclasses.asdict(o)) + "\n" for o in rows))
+    assert set(mutant_records.resumed(records, chosen, "s1")) == {"k1", "k2", "k4"}
+    # --own-tests: a survivor without the own tests' verdict runs again.
+    assert set(mutant_records.resumed(records, chosen, "s1", own_tests=True)) == {"k1", "k4"}
+    assert mutant_records.tree_source() == mutant_records.tree_source()
