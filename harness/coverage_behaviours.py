@@ -23,7 +23,9 @@ BUILD = ROOT / "build-coverage"
 
 def shown_name(filename: str) -> str:
     path = pathlib.Path(filename)
-    if path.is_relative_to(ROOT):
+    # An installed package (torch's registry) by its package path, even when
+    # the virtual environment lives inside the repository (.venv).
+    if path.is_relative_to(ROOT) and "site-packages" not in path.parts:
         return str(path.relative_to(ROOT))
     parts = path.parts
     return str(pathlib.Path(*parts[parts.index("torch"):])) if "torch" in parts else filename
