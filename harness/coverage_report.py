@@ -24,29 +24,25 @@ under the conformance suites, and what each behaviour pins.
 
 from __future__ import annotations
 
-import html
 import json
 import os
 import pathlib
 import re
-import shutil
 import subprocess
 import sys
 import time
-from collections import defaultdict
 
+import coverage_gaps
 import staging
-from progress import duration as progress_duration, remaining as progress_remaining
+from coverage_behaviours import BUILD, MEASURED, cpp_per_behaviour, per_behaviour, shown_name
+from coverage_pages import index_page, lcov_to_cobertura, ranges, summary_lines  # noqa: F401 (ranges: tests)
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 HERE = pathlib.Path(__file__).resolve().parent
 # lcov 1.x spellings: branch coverage on; the branches gcc adds for C++
 # exception edges are left out (they are not decisions in our code).
 LCOV_BRANCHES = ["--rc", "lcov_branch_coverage=1", "--rc", "geninfo_no_exception_branch=1"]
-# The registry itself and its binding; not the tests.
-MEASURED = ["reference/src/*", "reference/include/*", "reference/python/src/*"]
 REFERENCE_PY = ROOT / "reference" / "python" / "native_registry"
-BUILD = ROOT / "build-coverage"
 
 
 class Progress:
@@ -182,6 +178,15 @@ def run(args) -> int:
     cov.lcov_report(outfile=str(out / "python.info"))
     cov.html_report(directory=str(out / "python-html"), title="Python implementations")
     py_files = python_figures(cov, out, "conformance:", own_tests=cpp)
+    # What the conformance suites alone leave untaken, by area (the data of
+    # every test is loaded: the conformance contexts are queried alone).
+    gaps = {}
+    if cpp:
+        gaps["C++ reference (src, include, python/src)"] = coverage_gaps.cpp_gaps(conformance_info)
+    if any(i.python == "adapters.reference:make" for i in args.implementations):
+        gaps["Python layer (reference/python/native_registry)"] = coverage_gaps.python_gaps(
+            cov, coverage_gaps.reference_python_files(), "conformance:")
+    coverage_gaps.write(out, gaps)
     infos = [str(out / "python.info")] + ([str(out / "reference-cpp.info")] if cpp else [])
     sh(["genhtml", *infos, "--output-directory", str(out / "html"), "--branch-coverage",
         "--title", "conformance coverage", "--quiet", *LCOV_BRANCHES], check=True)
@@ -198,7 +203,8 @@ def run(args) -> int:
     progress.finish()
     print("\n".join(lines))
     print(f"report: {out / 'index.html'} (genhtml: {out / 'html' / 'index.html'}; "
-          f"Cobertura: {out / 'cobertura.xml'})")
+          f"Cobertura: {out / 'cobertura.xml'}; the branches the conformance suites leave untaken, by area: "
+          f"{out / 'uncovered-branches.txt'} and .html)")
     return 1 if failures or (cpp and not all(cpp_figures.values())) else 0
 
 
@@ -218,14 +224,6 @@ def capture(out: pathlib.Path, name: str) -> pathlib.Path:
     if name == "all":
         (out / "reference-cpp.info").write_bytes(info.read_bytes())
     return info
-
-
-def shown_name(filename: str) -> str:
-    path = pathlib.Path(filename)
-    if path.is_relative_to(ROOT):
-        return str(path.relative_to(ROOT))
-    parts = path.parts
-    return str(pathlib.Path(*parts[parts.index("torch"):])) if "torch" in parts else filename
 
 
 def python_figures(cov, out: pathlib.Path, conformance_prefix: str, own_tests: bool) -> dict:
@@ -254,282 +252,3 @@ def percent(part: int, whole: int) -> float:
     return round(100 * part / whole, 1) if whole else 100.0
 
 
-def per_behaviour(cov, reports: dict[str, pathlib.Path]) -> dict:
-    """For each implementation: each behaviour's lines (file -> line numbers)
-    executed by its tests, the lines only it reaches, and per file the
-    statements no behaviour reaches."""
-    import catalogue
-
-    behaviours_of = {}
-    for label, path in reports.items():
-        for line in (path.read_text().splitlines() if path.exists() else []):
-            row = json.loads(line)
-            behaviours_of[(label, row["test"])] = row["behaviours"]
-    data = cov.get_data()
-    reached: dict[str, dict[str, dict[str, set[int]]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(set)))
-    files: dict[str, dict] = {}
-    for filename in sorted(data.measured_files()):
-        name = shown_name(filename)
-        statements = set(cov.analysis2(filename)[1])
-        by_test: set[int] = set()
-        owner = None
-        for lineno, contexts in data.contexts_by_lineno(filename).items():
-            for context in contexts:
-                static, _, test = context.partition("|")
-                kind, _, label = static.partition(":")
-                if kind != "conformance" or not test:
-                    continue
-                owner = label
-                by_test.add(lineno)
-                for bid in behaviours_of.get((label, test.split("::", 1)[-1]), []):
-                    reached[label][bid][name].add(lineno)
-        if owner is not None:
-            files[name] = {"implementation": owner, "statements": len(statements),
-                           "reached by no behaviour": sorted(statements - by_test)}
-    cat = catalogue.load()
-    return {"files": files, "implementations": {label: rank(cat, per) for label, per in reached.items()}}
-
-
-def cpp_per_behaviour(out: pathlib.Path, binary: pathlib.Path, xml: pathlib.Path, files: dict,
-                      label: str) -> dict:
-    """Each C++ test alone, its gcov counters written under a folder of its
-    own (GCOV_PREFIX; the build's own counters stay as they are), read with
-    gcov's JSON output: the reference's lines each behaviour's tests execute.
-    Adds the C++ files' unreached lines to `files`."""
-    import matrix
-
-    rows = [r for r in matrix.gtest_rows(xml, label) if r["outcome"] == "pass"] if xml.exists() else []
-    work = out / "per-test-gcov"
-    if work.exists():
-        shutil.rmtree(work)
-    gcno = {p.relative_to(BUILD): p for p in BUILD.rglob("*.gcno")}
-    wanted = tuple(str(ROOT / m.rstrip("*")) for m in MEASURED)
-    reached: dict[str, dict[str, set[int]]] = defaultdict(lambda: defaultdict(set))
-    executable: dict[str, set[int]] = defaultdict(set)
-    hit_any: dict[str, set[int]] = defaultdict(set)
-    start = time.monotonic()
-    for index, row in enumerate(rows, 1):
-        prefix = work / str(index)
-        env = dict(os.environ, GCOV_PREFIX=str(prefix), GCOV_PREFIX_STRIP="0")
-        subprocess.run([str(binary), f"--gtest_filter={row['test']}", "--gtest_brief=1"], cwd=ROOT,
-                       env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        mirror = prefix / BUILD.relative_to("/")
-        gcdas = sorted(mirror.rglob("*.gcda"))
-        for gcda in gcdas:  # gcov reads the notes file beside the counters
-            source = gcno.get(gcda.relative_to(mirror).with_suffix(".gcno"))
-            if source and not gcda.with_suffix(".gcno").exists():
-                gcda.with_suffix(".gcno").symlink_to(source)
-        lines = gcov_lines(gcdas, wanted)
-        for name, (counted, hit) in lines.items():
-            executable[name] |= counted
-            hit_any[name] |= hit
-            for bid in row["behaviours"]:
-                reached[bid][name] |= hit
-        shutil.rmtree(prefix)
-        if index % 10 == 0 or index == len(rows):
-            elapsed = time.monotonic() - start
-            print(f"  [{index}/{len(rows)}] C++ tests measured one by one "
-                  f"(elapsed {progress_duration(elapsed)}, {progress_remaining(index, len(rows), elapsed)})",
-                  flush=True)
-    import catalogue
-
-    cat = catalogue.load()
-    for name in sorted(executable):
-        files[name] = {"implementation": f"{label} (C++)", "statements": len(executable[name]),
-                       "reached by no behaviour": sorted(executable[name] - hit_any[name])}
-    return rank(cat, reached)
-
-
-def gcov_lines(gcdas: list[pathlib.Path], wanted: tuple[str, ...]) -> dict[str, tuple[set[int], set[int]]]:
-    """gcov's JSON for these counter files: per source file of ours, the lines
-    with code and the lines executed."""
-    found: dict[str, tuple[set[int], set[int]]] = {}
-    if not gcdas:
-        return found
-    proc = subprocess.run(["gcov", "--json-format", "--stdout", *map(str, gcdas)], cwd=gcdas[0].parent,
-                          capture_output=True, text=True)
-    for line in proc.stdout.splitlines():
-        if not line.startswith("{"):
-            continue
-        for entry in json.loads(line).get("files", []):
-            path = entry["file"]
-            if not path.startswith("/"):
-                path = str((BUILD / path).resolve())
-            if not path.startswith(wanted):
-                continue
-            name = str(pathlib.Path(path).relative_to(ROOT))
-            counted, hit = found.setdefault(name, (set(), set()))
-            for ln in entry["lines"]:
-                counted.add(ln["line_number"])
-                if ln["count"]:
-                    hit.add(ln["line_number"])
-    return found
-
-
-def rank(cat: dict, reached: dict[str, dict[str, set[int]]]) -> dict:
-    """Per behaviour: the lines its tests execute and those only it reaches,
-    fewest lines first."""
-    entries = {}
-    for bid, by_file in reached.items():
-        mine = {(f, n) for f, ns in by_file.items() for n in ns}
-        others = set()
-        for other, their in reached.items():
-            if other != bid:
-                others |= {(f, n) for f, ns in their.items() for n in ns}
-        entries[bid] = {"title": cat[bid].title, "profile": cat[bid].profile,
-                        "level": getattr(cat[bid], "level", None) or "required",
-                        "lines": len(mine), "only this behaviour": len(mine - others),
-                        "by file": {f: sorted(ns) for f, ns in by_file.items()}}
-    return dict(sorted(entries.items(), key=lambda kv: kv[1]["lines"]))
-
-
-def ranges(numbers: list[int]) -> str:
-    parts, start, prev = [], None, None
-    for n in numbers:
-        if start is None:
-            start = prev = n
-        elif n == prev + 1:
-            prev = n
-        else:
-            parts.append(f"{start}-{prev}" if prev != start else str(start))
-            start = prev = n
-    if start is not None:
-        parts.append(f"{start}-{prev}" if prev != start else str(start))
-    return ", ".join(parts)
-
-
-def fewest(behaviours: dict, label: str, count: int = 5) -> list[tuple[str, int]]:
-    """The registry-profile behaviours whose tests execute the fewest lines."""
-    entries = behaviours["implementations"].get(label, {})
-    return [(bid, e["lines"]) for bid, e in entries.items() if e["profile"] == "registry"][:count]
-
-
-def _figure(f: dict) -> str:
-    return f"{f['percent']}% ({f['covered']}/{f['total']})"
-
-
-CPP_CODE = "C++ reference/ (src, include, python/src)"
-
-
-def _summary_rows(summary: dict):
-    """(language, code, scope, figures) of each summary row: the C++ code, then
-    each Python module, under each scope that has figures."""
-    for scope, figures in summary["cpp"].items():
-        if figures:
-            yield "C++", CPP_CODE, scope, figures
-    for name, by_scope in summary["python"].items():
-        for scope, figures in by_scope.items():
-            yield "Python", name, scope, figures
-
-
-def summary_lines(summary: dict, behaviours: dict) -> list[str]:
-    lines = []
-    for language, code, scope, f in _summary_rows(summary):
-        label = code if language == "C++" else f"Python {code}"
-        lines.append(f"{label} under {scope}: lines {_figure(f['lines'])}, "
-                     f"branches {_figure(f['branches'])}")
-    for label in behaviours["implementations"]:
-        lines.append(f"fewest lines pinned ({label}): "
-                     + ", ".join(f"{bid} {n}" for bid, n in fewest(behaviours, label)))
-    return lines
-
-
-def index_page(summary: dict, behaviours: dict) -> str:
-    e = html.escape
-    out = ["<!doctype html><meta charset=utf-8><title>Conformance coverage</title>",
-           "<style>body{font-family:system-ui,sans-serif;font-size:13px;margin:16px}"
-           "td,th{padding:3px 7px;border:1px solid #ccc;vertical-align:top;text-align:left}"
-           "table{border-collapse:collapse;margin-bottom:14px}td.num{text-align:right}</style>",
-           "<h1>Conformance coverage</h1>",
-           '<p>Line-by-line: <a href="html/index.html">the C++ and Python sources together (genhtml)</a>, '
-           '<a href="python-html/index.html">the Python sources with branch arrows (coverage.py)</a>; '
-           'for CI: <a href="cobertura.xml">cobertura.xml</a>.</p>',
-           "<table><tr><th>code</th><th>under</th><th>lines</th><th>branches</th></tr>"]
-    for language, code, scope, f in _summary_rows(summary):
-        cell = e(code) if language == "C++" else f"<code>{e(code)}</code>"
-        out.append(f"<tr><td>{cell}</td><td>{e(scope)}</td>"
-                   f"<td class=num>{_figure(f['lines'])}</td><td class=num>{_figure(f['branches'])}</td></tr>")
-    out.append("</table><h2>What each behaviour pins (the conformance suites)</h2>"
-               "<p>Lines of the implementation that the behaviour's tests execute (Python: "
-               "coverage.py contexts; C++: the gcov counters of each test run alone), and those no "
-               "other behaviour's tests reach. Sorted by lines, fewest first.</p>")
-    for label, entries in behaviours["implementations"].items():
-        out.append(f"<h3>{e(label)}</h3><table><tr><th>behaviour</th><th>level</th><th>lines</th>"
-                   "<th>only this behaviour</th><th>which lines</th></tr>")
-        for bid, entry in entries.items():
-            where = "; ".join(f"{e(f)}: {ranges(ns)}" for f, ns in entry["by file"].items())
-            out.append(f"<tr><td><code>{e(bid)}</code><br>{e(entry['title'])}</td><td>{entry['level']}</td>"
-                       f"<td class=num>{entry['lines']}</td><td class=num>{entry['only this behaviour']}</td>"
-                       f"<td><details><summary>{len(entry['by file'])} file(s)</summary>{where}</details></td></tr>")
-        out.append("</table>")
-    out.append("<h2>Lines no behaviour reaches</h2><table><tr><th>file</th><th>implementation</th>"
-               "<th>statements</th><th>reached by no behaviour</th></tr>")
-    for name, f in behaviours["files"].items():
-        out.append(f"<tr><td><code>{e(name)}</code></td><td>{e(f['implementation'])}</td>"
-                   f"<td class=num>{f['statements']}</td><td>{len(f['reached by no behaviour'])}: "
-                   f"{ranges(f['reached by no behaviour'])}</td></tr>")
-    out.append("</table><p>Lines run only at import (definitions) count as reached by no behaviour.</p>")
-    return "\n".join(out) + "\n"
-
-
-def source_roots(files) -> list[str]:
-    """The folders the report's file names are relative to."""
-    roots = {str(ROOT)}
-    for name in files:
-        shown = shown_name(name)
-        if pathlib.Path(name).is_absolute() and name.endswith(shown) and name != shown:
-            roots.add(name[:-len(shown)].rstrip("/"))
-    return sorted(roots)
-
-
-def lcov_to_cobertura(infos: list[pathlib.Path]) -> str:
-    """One Cobertura XML (the format CI systems read) from lcov tracefiles."""
-    files: dict[str, dict] = {}
-    current = None
-    for info in infos:
-        for line in info.read_text().splitlines():
-            tag, _, value = line.partition(":")
-            if tag == "SF":
-                current = files.setdefault(value, {"lines": defaultdict(int), "branches": defaultdict(list)})
-            elif tag == "DA" and current is not None:
-                number, hits = value.split(",")[:2]
-                current["lines"][int(number)] += int(hits)
-            elif tag == "BRDA" and current is not None:
-                number, _, _, taken = value.split(",")
-                current["branches"][int(number)].append(taken not in ("-", "0"))
-    total_lines = sum(len(f["lines"]) for f in files.values())
-    hit_lines = sum(sum(h > 0 for h in f["lines"].values()) for f in files.values())
-    total_br = sum(len(b) for f in files.values() for b in f["branches"].values())
-    hit_br = sum(sum(b) for f in files.values() for b in f["branches"].values())
-
-    def rate(hit: int, total: int) -> str:
-        return f"{hit / total:.4f}" if total else "1"
-
-    out = ['<?xml version="1.0" ?>',
-           f'<coverage line-rate="{rate(hit_lines, total_lines)}" branch-rate="{rate(hit_br, total_br)}" '
-           f'lines-covered="{hit_lines}" lines-valid="{total_lines}" branches-covered="{hit_br}" '
-           f'branches-valid="{total_br}" complexity="0" version="native_registry" timestamp="{int(time.time())}">',
-           "<sources>" + "".join(f"<source>{html.escape(s)}</source>" for s in source_roots(files))
-           + "</sources><packages>"]
-    by_package: dict[str, list[str]] = defaultdict(list)
-    for name in sorted(files):
-        by_package[str(pathlib.Path(shown_name(name)).parent)].append(name)
-    for package, names in by_package.items():
-        out.append(f'<package name="{html.escape(package)}"><classes>')
-        for name in names:
-            f = files[name]
-            f_hit = sum(h > 0 for h in f["lines"].values())
-            f_br = [t for b in f["branches"].values() for t in b]
-            out.append(f'<class name="{html.escape(pathlib.Path(name).name)}" '
-                       f'filename="{html.escape(shown_name(name))}" '
-                       f'line-rate="{rate(f_hit, len(f["lines"]))}" '
-                       f'branch-rate="{rate(sum(f_br), len(f_br))}" complexity="0"><methods/><lines>')
-            for number in sorted(f["lines"]):
-                taken = f["branches"].get(number)
-                extra = (f' branch="true" condition-coverage="{100 * sum(taken) // len(taken)}% '
-                         f'({sum(taken)}/{len(taken)})"') if taken else ' branch="false"'
-                out.append(f'<line number="{number}" hits="{f["lines"][number]}"{extra}/>')
-            out.append("</lines></class>")
-        out.append("</classes></package>")
-    out.append("</packages></coverage>")
-    return "\n".join(out) + "\n"

@@ -30,6 +30,9 @@ import matrix  # noqa: E402
 from progress import gtest_progress, pytest_progress, stream  # noqa: E402
 import report_html  # noqa: E402
 import staging  # noqa: E402
+from conformance_run import conformance  # noqa: E402,F401
+from implementations import (CPP_SUITES, SHIPPED, Implementation, UsageError,  # noqa: E402,F401
+                             assign_labels, parse_impls)
 
 DESCRIPTION = """\
 Runs the conformance suites (C++ with GoogleTest, Python with pytest) against
@@ -86,72 +89,6 @@ folder ./harness/run builds, relative to the repository; default build).
 The adapter protocol: conformance/python/adapter.py; expectation files
 (known failures with reasons): conformance/expectations/<adapter name>.toml."""
 
-SHIPPED = {"reference": "adapters.reference:make", "upstream": "adapters.upstream:make"}
-# The C++ suite binary (in the build folder) of the shipped implementations that have one.
-CPP_SUITES = {"reference": "conformance/cpp/conformance_reference"}
-DOTTED = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
-
-
-class UsageError(ValueError):
-    """A bad command line: reported in one line, exit status 2."""
-
-
-@dataclass
-class Implementation:
-    """One implementation under test and the suites it runs."""
-    spec: str                         # as given: a shipped name or module:factory
-    python: str                       # the module:factory the Python suite loads
-    cpp: str | None = None            # its C++ suite binary, relative to the build folder
-    label: str = ""                   # unique; the adapter's own name (set by preflight)
-    description: str = ""
-
-    @property
-    def file_stem(self) -> str:
-        """The label as a file name: results/python-<stem>.log and the like."""
-        return re.sub(r"[^A-Za-z0-9_.-]+", "_", self.label or self.python)
-
-
-def parse_impls(text: str) -> list[Implementation]:
-    """--impl's comma-separated list; refuses what can never load."""
-    impls: list[Implementation] = []
-    for item in (part.strip() for part in text.split(",")):
-        if not item:
-            continue
-        if item in SHIPPED or item in SHIPPED.values():
-            name = item if item in SHIPPED else next(k for k, v in SHIPPED.items() if v == item)
-            impls.append(Implementation(item, SHIPPED[name], CPP_SUITES.get(name)))
-            continue
-        module, colon, factory = item.partition(":")
-        if not colon:
-            raise UsageError(f"--impl {item!r}: not a shipped implementation ({', '.join(SHIPPED)}) "
-                             f"and not of the form module:factory (no colon); for example "
-                             f"--impl mypkg.adapter:make")
-        if not DOTTED.match(module):
-            raise UsageError(f"--impl {item!r}: {module!r} is not a Python module path")
-        if not factory.isidentifier():
-            raise UsageError(f"--impl {item!r}: {factory!r} is not a Python name (the factory "
-                             f"to call, after the colon)")
-        impls.append(Implementation(item, item))
-    if not impls:
-        raise UsageError("--impl names no implementation")
-    seen: dict[str, str] = {}
-    for impl in impls:
-        if impl.python in seen:
-            raise UsageError(f"--impl names one implementation twice: {seen[impl.python]!r} and {impl.spec!r}")
-        seen[impl.python] = impl.spec
-    return impls
-
-
-def assign_labels(impls: list[Implementation], names: dict[str, str]) -> None:
-    """Each implementation's label is its adapter's own name; implementations
-    whose adapters share a name are labelled by their full module:factory."""
-    taken: dict[str, int] = {}
-    for impl in impls:
-        taken[names[impl.python]] = taken.get(names[impl.python], 0) + 1
-    for impl in impls:
-        name = names[impl.python]
-        impl.label = name if taken[name] == 1 and name not in {i.python for i in impls} else impl.python
-
 
 def resolve_paths(args) -> None:
     """Every path option against the caller's directory (./harness/run runs
@@ -167,8 +104,8 @@ def resolve_paths(args) -> None:
     if args.only and not args.mutants:
         raise UsageError("--only goes with --mutants")
     if args.mutants != "auto" and (args.sample is not None or args.mutate != "cpp" or args.seed != 1
-                                   or args.jobs != 1 or args.resume):
-        raise UsageError("--sample, --seed, --mutate, --jobs and --resume go with --mutants auto")
+                                   or args.resume or args.own_tests):
+        raise UsageError("--sample, --seed, --mutate, --resume and --own-tests go with --mutants auto")
     if args.jobs < 1:
         raise UsageError(f"--jobs {args.jobs}: give a positive number of workspaces")
     if args.mutants == "auto" and len(args.implementations) != 1:
@@ -246,164 +183,6 @@ def explain(what: str, found: dict) -> str:
     return "\n".join(lines)
 
 
-def device_suffix(device: str) -> str:
-    """What a device run adds to file names and progress labels ("" at cpu)."""
-    return "" if device == "cpu" else f"-{device}"
-
-
-def run_cpp(impl: Implementation, build: pathlib.Path, results: pathlib.Path,
-            device: str = "cpu") -> tuple[int, list[dict]]:
-    # impl.cpp is relative to the build folder, or absolute (--cpp-impl).
-    # The suite reads its device from CONFORMANCE_DEVICE; at another device
-    # than cpu only its device tests (Conformance.Device*) run.
-    stem = impl.file_stem + device_suffix(device)
-    xml = results / f"cpp-{stem}.xml"
-    cmd = [str(build / impl.cpp), f"--gtest_output=xml:{xml}"]
-    if device != "cpu":
-        cmd.append("--gtest_filter=*Conformance.Device*")
-    status = stream(cmd, f"c++ {impl.label}{device_suffix(device)}", results / f"cpp-{stem}.log",
-                    env=dict(os.environ, CONFORMANCE_DEVICE=device), progress=gtest_progress)
-    rows = matrix.gtest_rows(xml, impl.label, device) if xml.exists() else []
-    return status, rows
-
-
-def run_python(impl: Implementation, results: pathlib.Path, env: dict | None = None,
-               extra: tuple[str, ...] = (), device: str = "cpu") -> tuple[int, list[dict]]:
-    # At another device than cpu only the device tests (marker `device`) run.
-    stem = impl.file_stem + device_suffix(device)
-    report = results / f"python-{stem}.jsonl"
-    cmd = [sys.executable, "-m", "pytest", "conformance/python", "-v", "-p", "no:cacheprovider",
-           f"--impl={impl.python}", f"--conformance-report={report}", f"--device={device}",
-           f"--junitxml={results / f'python-{stem}.xml'}", *extra]
-    if device != "cpu":
-        cmd += ["-m", "device"]
-    status = stream(cmd, f"py {impl.label}{device_suffix(device)}", results / f"python-{stem}.log",
-                    env=env, progress=pytest_progress)
-    rows = matrix.python_rows(report) if report.exists() else []
-    for row in rows:  # the harness's label, unique even where adapters share a name
-        row["implementation"] = impl.label
-    return status, rows
-
-
-def conformance(args) -> int:
-    results: pathlib.Path = args.results
-    for old in list(results.glob("*.xml")) + list(results.glob("*.jsonl")):
-        old.unlink()
-    start = time.monotonic()
-
-    print("== catalogue and traceability")
-    problems = catalogue_check.run(args.spec if args.spec and args.spec.exists() else None)
-    for p in problems:
-        print(f"  PROBLEM: {p}")
-    catalogue = catalogue_module.load()
-
-    rows: list[dict] = []
-    unexpected = bool(problems)
-    broken: list[str] = []  # suites that crashed or reported nothing
-    env = args.suite_env  # imports the package built in args.build, like the C++ suite
-
-    def cpp_column(impl: Implementation, device: str) -> bool:
-        """Runs one C++ suite into `rows`; whether its results are unexpected."""
-        at = "" if device == "cpu" else f" at device {device}"
-        print(f"== C++ suite against {impl.label}{at}", flush=True)
-        status, got = run_cpp(impl, args.build, results, device)
-        rows.extend(got)
-        if not got:
-            broken.append(f"the C++ suite against {impl.label}{at} reported nothing (exit {status}); "
-                          f"see {results / f'cpp-{impl.file_stem}{device_suffix(device)}.log'}")
-        return matrix.suite_failed(status, got, catalogue)
-
-    for device in args.devices:
-        at = "" if device == "cpu" else f" at device {device}"
-        for impl in args.implementations:
-            if impl.cpp:
-                unexpected |= cpp_column(impl, device)
-            print(f"== Python suite against {impl.label}{at}", flush=True)
-            status, got = run_python(impl, results, env=env, device=device,
-                                     extra=tuple(f"--expectations={p}" for p in args.expectations))
-            rows += got
-            if not got:
-                broken.append(f"the Python suite against {impl.label}{at} reported nothing (exit "
-                              f"{status}); see {results / f'python-{impl.file_stem}{device_suffix(device)}.log'}")
-            unexpected |= matrix.suite_failed(status, got, catalogue) or status != 0
-        for impl in args.cpp_implementations:  # --cpp-impl: a C++ column only
-            unexpected |= cpp_column(impl, device)
-
-    import torch
-
-    platform_label = f"platform: torch {torch.__version__}"
-    labels, table = matrix.build(catalogue, rows, platform_label, catalogue_module.load_devices())
-    missing = [row[0] for row in table if "missing" in row]
-    unexpected |= bool(missing)
-    header = (f"# Conformance matrix\n\nImplementations: {', '.join(i.label for i in args.implementations)}. "
-              f"PyTorch {torch.__version__}, Python {platform.python_version()}, "
-              f"{platform.machine()}. Devices: {', '.join(args.devices)}"
-              f"{device_note(args.devices)}. {len(catalogue)} behaviours, {len(rows)} test results, "
-              f"{time.monotonic() - start:.0f} s.")
-    score = matrix.scores(catalogue, labels, table)
-    md = matrix.markdown(labels, table, header)
-    md += "\nScore (passed / applicable; unsupported behaviours are not applicable):\n\n" + "".join(
-        f"- {label}: {matrix.score_line(s)}\n" for label, s in score.items())
-    (results / "matrix.md").write_text(md)
-    document = report_html.document(
-        catalogue, rows, labels, table,
-        implementations=[{"label": i.label, "spec": i.spec, "description": i.description,
-                          "suites": (["cpp"] if i.cpp else []) + ["python"]}
-                         for i in args.implementations]
-                        + [{"label": i.label, "spec": i.spec, "description": i.description,
-                            "suites": ["cpp"]} for i in args.cpp_implementations],
-        summary=header.splitlines()[-1], problems=problems + broken)
-    (results / "matrix.html").write_text(report_html.page(document, results))
-    document["run"] = run_facts(args.devices)
-    (results / "results.json").write_text(json.dumps(document, indent=1))
-    print()
-    print(matrix.terminal(labels, table))
-    print()
-    for label, tally in matrix.counts(labels, table).items():
-        print(f"  {label}: " + ", ".join(f"{k} {v}" for k, v in sorted(tally.items()))
-              + f"; score: {matrix.score_line(score[label])}")
-    for r in rows:
-        if r["outcome"] == "stale":
-            print(f"  fixed: expectation stale: {r['implementation']} {r['side']} {r['test']}")
-        elif r["outcome"] == "fail" and not matrix.is_fatal(r, catalogue):
-            print(f"  miss (recommended): {r['implementation']} {r['side']} {r['test']}")
-    listing = report_html.failure_list(document)
-    if listing:
-        print("\n" + listing)
-    passed = sum(not matrix.is_fatal(r, catalogue) for r in rows)
-    failed = len(rows) - passed + len(problems) + len(missing)
-    print(f"\nreports: {results}/matrix.md, matrix.html, results.json, cpp-*.xml, python-*.xml")
-    print(f"{passed} passed, {failed} failed")
-    return 1 if unexpected else 0
-
-
-def run_facts(devices: list[str]) -> dict:
-    """Where the run ran, for reports of device runs (harness/gpu/report.py)."""
-    import torch
-
-    facts = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "torch": torch.__version__,
-             "python": platform.python_version(), "machine": platform.machine(),
-             "devices": devices, "cuda_available": torch.cuda.is_available(),
-             "cuda_device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-             "cuda_runtime": torch.version.cuda}
-    try:
-        import triton
-
-        facts["triton"] = triton.__version__
-    except ImportError:
-        facts["triton"] = None
-    return facts
-
-
-def device_note(devices: list[str]) -> str:
-    """" (CUDA: NVIDIA H200)" or " (no CUDA device)" when the run has a cuda device."""
-    if "cuda" not in devices:
-        return ""
-    import torch
-
-    return f" (CUDA: {torch.cuda.get_device_name(0)})" if torch.cuda.is_available() else " (no CUDA device)"
-
-
 def parse_devices(text: str) -> list[str]:
     """--device's comma-separated list, each a device of conformance/devices.toml."""
     known = catalogue_module.load_devices()
@@ -463,18 +242,23 @@ def parser() -> argparse.ArgumentParser:
                    help="with --mutants: only these comma-separated fault names; with --mutants auto: "
                         "only these mutant keys or file:line places, comma-separated, or @FILE with one "
                         "per line (whether the sample drew them or not)")
-    p.add_argument("--mutate", default="cpp", choices=["cpp", "python"],
-                   help="with --mutants auto: the reference's C++ core (reference/src/*.cpp) or its Python "
-                        "layer (reference/python/native_registry/*.py); with --impl module:factory, python "
-                        "mutates the adapter's registry module (its `module`). Default: cpp")
+    p.add_argument("--mutate", default="cpp", choices=["cpp", "binding", "python"],
+                   help="with --mutants auto: the reference's C++ core (reference/src/*.cpp), its binding "
+                        "(reference/python/src/*.cpp) or its Python layer (reference/python/native_registry/"
+                        "*.py); with --impl module:factory, python mutates the adapter's registry module (its "
+                        "`module`). Default: cpp")
     p.add_argument("--sample", type=int, default=None, metavar="N",
                    help="with --mutants auto: a reproducible random sample of N mutants (default: all)")
     p.add_argument("--seed", type=int, default=1, metavar="S",
                    help="with --mutants auto: the sample's seed (default: 1)")
     p.add_argument("--jobs", type=int, default=1, metavar="N",
-                   help="with --mutants auto: N workspaces (copies of the tree, each with its own build: "
-                        "build-mutants and build-mutants/job-K) running mutants side by side; each C++ "
-                        "workspace costs a full build first. Default: 1")
+                   help="with --mutants (seeded faults) or --mutants auto: N workspaces (copies of the "
+                        "tree, each with its own build: build-mutants and build-mutants/job-K) running "
+                        "mutants side by side; each C++ workspace costs a full build first. Default: 1")
+    p.add_argument("--own-tests", action="store_true",
+                   help="with --mutants auto: run each mutant the conformance suites leave alive against the "
+                        "reference's own tests too (reference/tests, reference/python/tests), and record "
+                        "which kill it: the kill rate of the conformance suites alone and with them")
     p.add_argument("--resume", action="store_true",
                    help="with --mutants auto: keep the verdicts an interrupted run of the same sample recorded "
                         "(results/mutants/auto-<layer>.jsonl) and run only the mutants it did not reach")
@@ -521,9 +305,9 @@ def main(argv: list[str] | None = None) -> int:
 
         return auto_mutants.run(args)
     if args.mutants:
-        import mutants
+        import seeded_faults
 
-        return mutants.run(args)
+        return seeded_faults.run(args)
     if args.upstream_tests:
         import upstream_tests
 

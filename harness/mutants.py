@@ -1,10 +1,11 @@
-"""./harness/run --mutants: the suite's power against seeded faults.
+"""The workspaces mutants are applied in (copies of the tree, each with its
+incremental build in build-mutants/), their builds, and the suites a mutant
+meets there: the C++ conformance suite, the Python conformance suite (a
+failure of any level fails), the reference's own tests; every command in a
+process group of its own, killed on a timeout or an interrupt.
 
-Each fault of fixtures/faults/faults.toml is applied to a copy of the tree
-(build-mutants/src), built incrementally in build-mutants/build, and run
-against the C++ conformance suite and the Python conformance suite (importing that build's extension). A fault is
-killed when any test fails, or a suite crashes or hangs. Every fault must be
-killed; a fault whose `find` text is gone from the source is an error too.
+Used by --mutants (seeded_faults.py), --mutants auto (auto_mutants.py) and
+the GPU runner (harness/gpu/mutants-on-device).
 """
 
 from __future__ import annotations
@@ -19,30 +20,25 @@ import signal
 import subprocess
 import sys
 import threading
-import time
-import tomllib
 import xml.etree.ElementTree as ET
 
 import staging
-from progress import duration, remaining
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-FAULTS = ROOT / "fixtures" / "faults" / "faults.toml"
 WORK = ROOT / "build-mutants"
 SRC, BUILD = WORK / "src", WORK / "build"  # the first workspace's (see Workspace)
 GTEST = {"conformance": "conformance/cpp/conformance_reference"}
 # Only what the conformance suites run: the C++ suite and the extension.
 TARGETS = ["conformance/cpp/conformance_reference", "reference/python/_C"]
+# And what the reference's own tests need (--own-tests): its GoogleTest
+# binaries and the adopter extension test_one_core loads.
+OWN_GTESTS = ("reference/tests/reference_tests", "reference/tests/reference_warning_tests")
+OWN_FIXTURE = "fixtures/cpp/libnr_cross_extension"
 # glibc fills freed memory with this byte, as meson test does: a fault that
 # frees what a running call still uses then crashes (killed) instead of
 # reading stale but intact memory.
 FREED_MEMORY_FILLED = {"MALLOC_PERTURB_": "165"}
 TIMEOUT_S = 300
-
-
-def load_faults() -> list[dict]:
-    with FAULTS.open("rb") as f:
-        return tomllib.load(f)["fault"]
 
 
 def tree_files() -> list[str]:
@@ -58,6 +54,9 @@ class Workspace:
     time is applied to. `--jobs N` runs N of them side by side; the first is
     build-mutants itself, the others build-mutants/job-K."""
     root: pathlib.Path = WORK
+    # The build whose extension the Python suite imports; None: this
+    # workspace's own (a run whose mutants are all Python needs no build).
+    extension_from: pathlib.Path | None = None
 
     @property
     def src(self) -> pathlib.Path:
@@ -71,8 +70,8 @@ class Workspace:
 FIRST = Workspace()
 
 
-def workspaces(count: int) -> list[Workspace]:
-    return [FIRST] + [Workspace(WORK / f"job-{k}") for k in range(1, count)]
+def workspaces(count: int, extension_from: pathlib.Path | None = None) -> list[Workspace]:
+    return [Workspace(WORK / f"job-{k}" if k else WORK, extension_from) for k in range(count)]
 
 
 def meson_command() -> list[str]:
@@ -95,7 +94,8 @@ def copy_tree(ws: Workspace = FIRST) -> None:
             shutil.copy2(source, target)
 
 
-def build(timeout: float | None = None, ws: Workspace = FIRST, jobs: int | None = None) -> bool:
+def build(timeout: float | None = None, ws: Workspace = FIRST, jobs: int | None = None,
+          targets: list[str] = TARGETS) -> bool:
     """Builds what the conformance suites run, incrementally; False when it
     does not compile (or takes longer than `timeout`). The extension is built
     for this interpreter (the one that runs the suites); NR_MUTANTS_MESON_ARGS
@@ -108,11 +108,11 @@ def build(timeout: float | None = None, ws: Workspace = FIRST, jobs: int | None 
         subprocess.run([*meson_command(), "setup", str(ws.build), str(ws.src), "-Dbenchmarks=disabled",
                         f"--native-file={native}", *shlex.split(os.environ.get("NR_MUTANTS_MESON_ARGS", ""))],
                        check=True, stdout=subprocess.DEVNULL)
-    targets = subprocess.run(["ninja", "-C", str(ws.build), "-t", "targets", "all"], capture_output=True,
-                             text=True, check=True).stdout.splitlines()
-    wanted = [line.split(":")[0] for line in targets
+    known = subprocess.run(["ninja", "-C", str(ws.build), "-t", "targets", "all"], capture_output=True,
+                           text=True, check=True).stdout.splitlines()
+    wanted = [line.split(":")[0] for line in known
               if any(line.startswith(t) and line.split(":")[0].endswith((".so", t.rsplit("/", 1)[-1]))
-                     for t in TARGETS)]
+                     for t in targets)]
     status, _ = run_killable(["ninja", "-C", str(ws.build), *([f"-j{jobs}"] if jobs else []), *wanted],
                              timeout)
     return status == 0
@@ -164,13 +164,12 @@ def failing_gtests(xml: pathlib.Path) -> list[str]:
             if c.find("failure") is not None]
 
 
-def cpp_suite(out: pathlib.Path, timeout: float = TIMEOUT_S, fail_fast: bool = False,
-              ws: Workspace = FIRST) -> tuple[list[str], str]:
-    """The C++ conformance suite of the build: (failing tests, output);
-    '<crashed: ...>' or '<timeout>' when it died."""
-    xml = out / "conformance.xml"
+def gtest(binary: pathlib.Path, xml: pathlib.Path, timeout: float, fail_fast: bool = False
+          ) -> tuple[list[str], str]:
+    """A GoogleTest binary: (failing tests, output); '<crashed: ...>' or
+    '<timeout>' when it died."""
     xml.unlink(missing_ok=True)
-    status, output = run_killable([str(ws.build / GTEST["conformance"]), f"--gtest_output=xml:{xml}",
+    status, output = run_killable([str(binary), f"--gtest_output=xml:{xml}",
                                    *(["--gtest_fail_fast"] if fail_fast else [])],
                                   timeout, env={**os.environ, **FREED_MEMORY_FILLED})
     if status is None:
@@ -181,105 +180,69 @@ def cpp_suite(out: pathlib.Path, timeout: float = TIMEOUT_S, fail_fast: bool = F
     return failed, output
 
 
-def python_suite(out: pathlib.Path, timeout: float = TIMEOUT_S, impl: str = "adapters.reference:make",
-                 env: dict | None = None, tree: pathlib.Path | None = None, ws: Workspace = FIRST
-                 ) -> tuple[list[str], str]:
-    """The Python conformance suite of `tree` (the workspace's copy by
-    default), stopping at the first failure, against `impl`, the reference
-    importing the workspace build's package by default: (failing tests, output)."""
+def cpp_suite(out: pathlib.Path, timeout: float = TIMEOUT_S, fail_fast: bool = False,
+              ws: Workspace = FIRST) -> tuple[list[str], str]:
+    """The C++ conformance suite of the workspace's build."""
+    return gtest(ws.build / GTEST["conformance"], out / "conformance.xml", timeout, fail_fast)
+
+
+# Set for every suite a mutant run starts: a failure of any level fails
+# (conformance/python/conftest.py), so a mutant only a recommended test sees
+# is killed, and -x stops at it.
+ANY_FAILURE_FAILS = {"NR_CONFORMANCE_ANY_FAILURE_FAILS": "1"}
+
+
+def package_env(ws: Workspace, out: pathlib.Path) -> dict:
+    """The environment importing the workspace build's package."""
+    return staging.environment_for(staging.stage_package(
+        ws.extension_from or ws.build, out / "_package",
+        sources=ws.src / "reference" / "python" / "native_registry"))
+
+
+def pytest_run(arguments: list[str], out: pathlib.Path, timeout: float, env: dict | None,
+               tree: pathlib.Path | None, ws: Workspace, fail_fast: bool = True) -> tuple[list[str], str]:
+    """pytest on `arguments` in `tree` (the workspace's copy by default),
+    importing the workspace build's package unless `env` is given: (failing
+    tests, output). A failure of any level fails (ANY_FAILURE_FAILS)."""
     tree = ws.src if tree is None else tree
-    if env is None:
-        env = staging.environment_for(staging.stage_package(
-            ws.build, out / "_package", sources=ws.src / "reference" / "python" / "native_registry"))
+    env = package_env(ws, out) if env is None else env
     xml, report = out / "python.xml", out / "python.jsonl"
     xml.unlink(missing_ok=True)
     report.unlink(missing_ok=True)
     status, output = run_killable(
-        [sys.executable, "-m", "pytest", "conformance/python", "-q", "-x", "-p", "no:cacheprovider",
-         f"--impl={impl}", f"--junitxml={xml}", f"--conformance-report={report}"],
-        timeout, cwd=tree, env={**env, **FREED_MEMORY_FILLED})
+        [sys.executable, "-m", "pytest", *arguments, "-q", *(["-x"] if fail_fast else []),
+         "-p", "no:cacheprovider", f"--junitxml={xml}"],
+        timeout, cwd=tree, env={**env, **FREED_MEMORY_FILLED, **ANY_FAILURE_FAILS})
     if status is None:
         return ["<timeout>"], output
-    # A miss of a recommended behaviour is no failure of the run, but it
-    # kills a fault all the same: the report rows say "fail".
-    missed = [r["test"] for r in map(json.loads, report.read_text().splitlines())
-              if r["outcome"] == "fail"] if report.exists() else []
+    # The conformance report's rows say "fail" for a failure of any level
+    # (another implementation's adapter may run its own conftest): both count.
+    missed = [r["test"] for r in failing_rows(report)]
     failed = (sorted(set(failing_gtests(xml)) | set(missed))
               or ([f"<exit {status}>"] if status else []))
     return failed, output
 
 
-def run_suites(out: pathlib.Path) -> dict[str, list[str]]:
-    """Suite -> failing tests ('<crashed>'/'<timeout>' when a suite died)."""
-    killed: dict[str, list[str]] = {}
-    failed, _ = cpp_suite(out)
-    if failed:
-        killed["c++ conformance"] = failed
-    failed, _ = python_suite(out)
-    if failed:
-        killed["python conformance"] = failed
-    return killed
+def python_suite(out: pathlib.Path, timeout: float = TIMEOUT_S, impl: str = "adapters.reference:make",
+                 env: dict | None = None, tree: pathlib.Path | None = None, ws: Workspace = FIRST,
+                 deselect: list[str] = (), fail_fast: bool = True) -> tuple[list[str], str]:
+    """The Python conformance suite against `impl` (the reference importing
+    the workspace build's package by default), stopping at the first
+    failure of any level unless not `fail_fast`. `deselect`: node ids not
+    run (the baseline's failures, which would otherwise stop it at once)."""
+    return pytest_run(["conformance/python", f"--impl={impl}", f"--conformance-report={out / 'python.jsonl'}",
+                       *(f"--deselect={nodeid}" for nodeid in deselect)],
+                      out, timeout, env, tree, ws, fail_fast)
 
 
-def run(args) -> int:
-    out = args.results / "mutants"
-    out.mkdir(parents=True, exist_ok=True)
-    faults = load_faults()
-    only = {n for n in args.only.split(",") if n}
-    if only:
-        faults = [f for f in faults if f["name"] in only]
-    print(f"== {len(faults)} seeded faults; baseline build in {BUILD} (the first one takes minutes)",
-          flush=True)
-    begin = time.monotonic()
-    copy_tree()  # once: the faults apply to this snapshot of the tree
-    if not build():
-        print("baseline build failed")
-        return 1
-    print(f"  baseline built in {duration(time.monotonic() - begin)}; running the suites on it", flush=True)
-    baseline = run_suites(out)
-    if any(t.startswith("<") for tests in baseline.values() for t in tests):
-        print(f"baseline crashed: {baseline}")
-        return 1
-    if baseline:  # e.g. a recommended behaviour the reference misses: such tests kill nothing
-        print(f"  note: failing before any fault, so not counted as kills: {baseline}")
-    print(f"  baseline green after {duration(time.monotonic() - begin)}; now each fault: "
-          f"rebuild, then the C++ and Python conformance suites", flush=True)
-    faults_start = time.monotonic()
+def failing_rows(report: pathlib.Path) -> list[dict]:
+    """The rows of a --conformance-report whose outcome is fail."""
+    if not report.exists():
+        return []
+    return [r for r in map(json.loads, report.read_text().splitlines()) if r["outcome"] == "fail"]
 
-    rows, errors = [], 0
-    for index, fault in enumerate(faults, 1):
-        start = time.monotonic()
-        path = SRC / fault["file"]
-        pristine = path.read_text()  # the copy, which the working tree's edits do not reach
-        if pristine.count(fault["find"]) != 1:
-            rows.append((fault, "STALE", f"`find` occurs {pristine.count(fault['find'])} times in {fault['file']}"))
-            errors += 1
-            print(f"  {fault['name']:40s} STALE", flush=True)
-            continue
-        path.write_text(pristine.replace(fault["find"], fault["replace"]))
-        try:
-            if not build():
-                verdict, detail = "BROKEN", "the faulty variant does not compile"
-            else:
-                killed = {suite: [t for t in tests if t not in baseline.get(suite, [])]
-                          for suite, tests in run_suites(out).items()}
-                killed = {suite: tests for suite, tests in killed.items() if tests}
-                verdict = "killed" if killed else "SURVIVED"
-                detail = "; ".join(f"{suite}: {len(tests)} ({', '.join(tests[:3])}{', ...' if len(tests) > 3 else ''})"
-                                   for suite, tests in killed.items()) or "no test failed"
-        finally:
-            path.write_text(pristine)
-        errors += verdict != "killed"
-        rows.append((fault, verdict, detail))
-        elapsed = time.monotonic() - faults_start
-        print(f"  [{index}/{len(faults)}] {fault['name']:36s} {verdict:8s} {time.monotonic() - start:4.0f} s "
-              f"(elapsed {duration(elapsed)}, {remaining(index, len(faults), elapsed)})  {detail[:90]}",
-              flush=True)
-    build()  # leave the copy pristine
 
-    lines = ["# Seeded faults", "", f"{sum(r[1] == 'killed' for r in rows)} of {len(rows)} killed.", "",
-             "| fault | breaks | verdict | failing tests |", "|---|---|---|---|"]
-    lines += [f"| {f['name']} | {f['breaks']} | {v} | {d} |" for f, v, d in rows]
-    (out / "mutants.md").write_text("\n".join(lines) + "\n")
-    print(f"\n{sum(r[1] == 'killed' for r in rows)} of {len(rows)} faults killed; table: {out / 'mutants.md'}")
-    return 1 if errors else 0
+def baseline_deselect(out: pathlib.Path) -> list[str]:
+    """The node ids the last python_suite in `out` saw fail: a baseline's
+    failures, deselected from the mutants' runs."""
+    return [r["nodeid"] for r in failing_rows(out / "python.jsonl") if "nodeid" in r]

@@ -12,7 +12,11 @@
   as a non-strict xfail: when it passes it is reported "fixed: expectation
   stale", which is visible and not fatal.
 * A test whose behaviours are all ``recommended`` and that fails is reported
-  "MISS (recommended)" and does not fail the run.
+  "MISS (recommended)" and does not fail the run, except in a mutant run
+  (NR_CONFORMANCE_ANY_FAILURE_FAILS=1, set by the harness's mutant runners):
+  there any failure is one, whatever its level, so a mutant that a
+  recommended test sees is killed (the level scores implementations, not
+  mutants).
 * Platform-profile tests check the host PyTorch and need no adapter.
 * Every registry test runs inside the adapter's scope() and must leave the
   dispatch tables of the ops it may touch exactly as they were.
@@ -30,6 +34,7 @@
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import subprocess
 import sys
@@ -159,6 +164,10 @@ def is_recommended(ids: list[str]) -> bool:
     return all(CATALOGUE[bid].level == "recommended" for bid in ids)
 
 
+# Set by the mutant runners (harness/mutants.py): every failure fails.
+ANY_FAILURE_FAILS = os.environ.get("NR_CONFORMANCE_ANY_FAILURE_FAILS") == "1"
+
+
 def whole_suite_collected(items) -> bool:
     """Whether every test file of the suite was collected (a -k or -m
     selection is applied after this point, so it does not count)."""
@@ -221,7 +230,7 @@ def pytest_runtest_makereport(item, call):
     if not (report.when == "call" or (report.when == "setup" and not report.passed)):
         return
     ids = behaviours_of(item)
-    row = {"test": item.nodeid.split("::", 1)[1], "behaviours": ids, "side": "python",
+    row = {"test": item.nodeid.split("::", 1)[1], "nodeid": item.nodeid, "behaviours": ids, "side": "python",
            "implementation": item.config._adapter.name, "device": item.config.getoption("--device"),
            "source": f"{item.location[0]}:{item.location[1] + 1}"}
     if hasattr(report, "wasxfail"):
@@ -234,7 +243,7 @@ def pytest_runtest_makereport(item, call):
         row.update(outcome="pass")
     else:
         row.update(outcome="fail", message=failure_message(report))
-        if ids and is_recommended(ids) and not is_platform(ids):
+        if ids and is_recommended(ids) and not is_platform(ids) and not ANY_FAILURE_FAILS:
             # Reported as a miss and counted like an xfail (also in JUnit XML),
             # so the run's exit status ignores it.
             report.outcome, report.wasxfail = "skipped", "recommended behaviour missed"

@@ -1,20 +1,18 @@
-"""The kill rates of the generated-mutant samples of 2026-12-01, with their
-survivors re-run after the gaps were closed.
+"""The kill rates of the generated mutants, recomputed from the records.
 
-    python3 harness/mutant-runs/figures.py
+    python3 harness/mutant-runs/figures.py              the populations
+    python3 harness/mutant-runs/figures.py --samples    the samples of 2026-12-01
 
-C++: cpp-sample-200-seed-1.jsonl, the verdicts of `--mutants auto --sample
-200 --seed 1` at commit d6d6b9d on the lent 16-core machine (cpp-run-1.log,
-cpp-run-2.log: `harness/gpu/mutants-on-device`); cpp-survivors-rerun.jsonl,
-`--only @cpp-survivors.txt` at commit f2de216 there. Python layer:
-python-sample-100-seed-1.jsonl, `--mutants auto --mutate python --sample 100
---seed 1 --jobs 2` at commit feeb34e on the 2-core machine;
-python-survivors-rerun.jsonl, `--only @python-survivors.txt` after the node
-forms were tested; python-fresh-run.jsonl, the same command again from
-scratch at commit e2f9564. Each C++ mutant
-of the sample is put in one class, from the verdicts and from today's tree:
-the parts left out (auto_mutants.NOT_MUTATED_PARTS, in today's source or in
-d6d6b9d's), the reviewed equivalents, and mutants whose line is gone.
+Populations: population-<layer>.jsonl (layer cpp, binding, python), the
+verdicts of `harness/gpu/mutants-on-device <layer> all ...` (--mutants auto
+--mutate <layer> --own-tests over every candidate), one JSON line per mutant
+with the commit and the source digest it ran at. Per file: the candidates
+generated from today's tree (less the parts left out), how many have a
+verdict, stillborn, killed by the conformance suites, killed only by the
+reference's own tests, reviewed equivalent, survived; and per layer the kill
+rate of the conformance suites alone and with the reference's own tests,
+with and without the equivalents. A record of mixed sources is reported as
+such (its verdicts are of different trees).
 """
 
 import json
@@ -45,7 +43,23 @@ def keys_left_out(text_of) -> set[str]:
     return keys
 
 
-def main() -> None:
+def samples() -> None:
+    """The samples of 2026-12-01, with their survivors re-run after the gaps
+    were closed.
+
+    C++: cpp-sample-200-seed-1.jsonl, the verdicts of `--mutants auto --sample
+    200 --seed 1` at commit d6d6b9d on the lent 16-core machine (cpp-run-1.log,
+    cpp-run-2.log: `harness/gpu/mutants-on-device`); cpp-survivors-rerun.jsonl,
+    `--only @cpp-survivors.txt` at commit f2de216 there. Python layer:
+    python-sample-100-seed-1.jsonl, `--mutants auto --mutate python --sample 100
+    --seed 1 --jobs 2` at commit feeb34e on the 2-core machine;
+    python-survivors-rerun.jsonl, `--only @python-survivors.txt` after the node
+    forms were tested; python-fresh-run.jsonl, the same command again from
+    scratch at commit e2f9564. Each C++ mutant
+    of the sample is put in one class, from the verdicts and from today's tree:
+    the parts left out (auto_mutants.NOT_MUTATED_PARTS, in today's source or in
+    d6d6b9d's), the reviewed equivalents, and mutants whose line is gone.
+    """
     equivalents = auto_mutants.load_equivalents()
     rerun = {o.key: o for o in outcomes("cpp-survivors-rerun.jsonl")}
     then = lambda rel: subprocess.run(["git", "show", f"{SAMPLED_AT}:{rel}"], cwd=ROOT, check=True,
@@ -98,5 +112,59 @@ def main() -> None:
           f"{auto_mutants.percent(fresh['kill_rate_without_equivalents'])}")
 
 
+def population_rows(layer: str, records: list[auto_mutants.Outcome], equivalents: dict[str, str]
+                    ) -> tuple[list[dict], dict]:
+    """Per file and for the whole layer: the counts and rates."""
+    files = sorted(str(p.relative_to(ROOT)) for p in ROOT.glob(auto_mutants.LAYERS[layer])
+                   if str(p.relative_to(ROOT)) not in auto_mutants.NOT_MUTATED)
+    target = auto_mutants.Target(layer, files, {rel: ROOT / rel for rel in files})
+    candidates, _ = auto_mutants.generate(target)
+    by_file: dict[str, list[auto_mutants.Outcome]] = {}
+    for o in records:
+        by_file.setdefault(o.where.rsplit(":", 1)[0], []).append(o)
+    rows = []
+    for rel in files + sorted(set(by_file) - set(files)):
+        rows.append(counts(rel, sum(m.file == rel for m in candidates), by_file.get(rel, []), equivalents))
+    total = counts(f"{layer} (all)", len(candidates), records, equivalents)
+    return rows, total
+
+
+def counts(name: str, candidates: int, outcomes: list[auto_mutants.Outcome], equivalents: dict[str, str]) -> dict:
+    killed = sum(o.verdict == "killed" for o in outcomes)
+    survivors = [o for o in outcomes if o.verdict == "survived"]
+    equivalent = sum(o.key in equivalents for o in survivors)
+    own = sum(o.own_tests == "killed" for o in survivors if o.key not in equivalents)
+    left = len(survivors) - equivalent - own
+    real = killed + own + left
+    rate = lambda k, n: f"{100 * k / n:.1f} %" if n else "n/a"  # noqa: E731
+    return {"file": name, "candidates": candidates, "verdicts": len(outcomes),
+            "stillborn": sum(o.verdict == "stillborn" for o in outcomes), "killed": killed,
+            "killed by own tests": own, "equivalent": equivalent, "survived": left,
+            "conformance": rate(killed, real), "conformance (equivalents as survivors)": rate(killed, real + equivalent),
+            "with own tests": rate(killed + own, real),
+            "not run by own tests": sum(not o.own_tests for o in survivors)}
+
+
+def populations() -> None:
+    equivalents = auto_mutants.load_equivalents()
+    found = False
+    for layer in auto_mutants.LAYERS:
+        path = HERE / f"population-{layer}.jsonl"
+        if not path.exists():
+            continue
+        found = True
+        records = outcomes(path.name)
+        sources = sorted({(o.commit, o.source) for o in records})
+        print(f"\n{layer}: {path.name}, at " + ", ".join(f"{c} (source {s})" for c, s in sources)
+              + ("  MIXED: verdicts of different trees" if len({s for _, s in sources}) > 1 else ""))
+        rows, total = population_rows(layer, records, equivalents)
+        columns = list(total)
+        print(" | ".join(columns))
+        for row in rows + [total]:
+            print(" | ".join(str(row[c]) for c in columns))
+    if not found:
+        print("no population record yet (population-<layer>.jsonl); --samples gives the samples' figures")
+
+
 if __name__ == "__main__":
-    main()
+    samples() if "--samples" in sys.argv[1:] else populations()

@@ -386,3 +386,42 @@ def test_coverage_of_a_python_implementation(tmp_path):
     assert cobertura.find(".//class[@filename='torch/_native/registry.py']") is not None
     assert (out / "html" / "index.html").exists() and (out / "index.html").exists()
     assert "coverage [2/2" in proc.stdout  # progress steps
+
+
+def test_untaken_branches_are_grouped_by_section(tmp_path):
+    import coverage_gaps
+    source = tmp_path / "a.cpp"
+    source.write_text("// ---- graphs ----\nint f(int a) {\n  if (a) return 1;\n  return 0;\n}\n"
+                      "// ---- filters ----\nint g(int b) {\n  return b ? 1 : 2;\n}\n")
+    info = tmp_path / "c.info"
+    info.write_text(f"SF:{source}\nBRDA:3,0,0,1\nBRDA:3,0,1,0\nBRDA:8,0,0,-\nBRDA:8,0,1,-\nend_of_record\n")
+    gaps = coverage_gaps.cpp_gaps(info)
+    (graphs,) = [k for k in gaps if k.endswith(": graphs")]
+    (filters,) = [k for k in gaps if k.endswith(": filters")]
+    assert [(line, untaken, total) for _, line, untaken, total in gaps[graphs]] == [(3, 1, 2)]
+    assert [(line, untaken, total) for _, line, untaken, total in gaps[filters]] == [(8, 2, 2)]
+    lines = coverage_gaps.write(tmp_path, {"C++": gaps})
+    assert any("3 untaken branches in 2 areas" in line for line in lines)
+    assert "filters" in (tmp_path / "uncovered-branches.html").read_text()
+
+
+def test_untaken_python_branches_count_the_conformance_contexts_only(tmp_path, monkeypatch):
+    import coverage
+    import coverage_gaps
+    module = tmp_path / "layer.py"
+    module.write_text("def pick(a):\n    if a:\n        return 1\n    return 2\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cov = coverage.Coverage(data_file=str(tmp_path / ".cov"), branch=True, include=[str(module)])
+    cov.start()
+    import layer
+    cov.switch_context("conformance:reference|test_a")
+    layer.pick(True)
+    cov.switch_context("own-tests:reference")
+    layer.pick(False)  # the own tests take the other branch: the conformance suites do not
+    cov.stop()
+    cov.save()
+    gaps = coverage_gaps.python_gaps(cov, [str(module)], "conformance:")
+    (area,) = gaps
+    assert area.endswith(": pick")
+    assert [(line, untaken) for _, line, untaken, _ in gaps[area]] == [(2, 1)]
+    assert coverage_gaps.python_gaps(cov, [str(module)], "own-tests:") != {}

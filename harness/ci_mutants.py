@@ -1,0 +1,111 @@
+"""ci/test's mutant step: a small random sample of the Python layer's
+generated mutants, a new seed each day, within a fixed time budget, so that
+a loss of the suite's power shows on every CI run without the GPU machine.
+
+    python harness/ci_mutants.py --build build [--sample 3] [--budget 210] [--seed S]
+
+The Python layer because its mutants need no build (they run against the
+extension of --build); the core's and the binding's each cost a rebuild,
+which the population runs on the GPU machine measure instead.
+
+It fails only on a regression, never on chance: a sampled mutant that
+survives although a record in harness/mutant-runs (the population records
+and the samples before them) says the suites killed it, or a baseline that
+crashes. A survivor no record knows (new code, a new operator) is listed as
+unreviewed without failing: whether a random draw finds one would otherwise
+decide the day's colour, and the population run is where every survivor is
+resolved. Reviewed equivalents are never a failure. Mutants the budget
+leaves unrun are reported, not failed: a slow machine is no loss of power.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+
+HERE = pathlib.Path(__file__).resolve().parent
+ROOT = HERE.parent
+RECORDS = HERE / "mutant-runs"
+
+
+def killed_before(layer: str = "python") -> set[str]:
+    """The keys of the mutants a record says the suites killed."""
+    keys = set()
+    for path in sorted(RECORDS.glob(f"*{layer}*.jsonl")):
+        for line in path.read_text().splitlines():
+            record = json.loads(line)
+            if record.get("verdict") == "killed":
+                keys.add(record["key"])
+    return keys
+
+
+def daily_seed(today: datetime.date | None = None) -> int:
+    today = today or datetime.datetime.now(datetime.timezone.utc).date()
+    return int(today.strftime("%Y%m%d"))
+
+
+def judge(outcomes: list[dict], killed: set[str], equivalents: set[str]) -> tuple[list[dict], list[dict]]:
+    """(regressions, unreviewed survivors) among a run's outcomes."""
+    survivors = [o for o in outcomes if o["verdict"] == "survived" and o["key"] not in equivalents]
+    return ([o for o in survivors if o["key"] in killed], [o for o in survivors if o["key"] not in killed])
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--build", type=pathlib.Path, default=ROOT / "build")
+    p.add_argument("--results", type=pathlib.Path, default=None)
+    p.add_argument("--sample", type=int, default=3)
+    p.add_argument("--seed", type=int, default=None, help="default: the UTC date, YYYYMMDD")
+    p.add_argument("--budget", type=int, default=210, help="seconds for the whole run (default 210)")
+    args = p.parse_args(argv)
+    seed = daily_seed() if args.seed is None else args.seed
+    results = args.results or args.build / "ci-mutants"
+    print(f"ci mutants: {args.sample} Python-layer mutants, seed {seed}, budget {args.budget} s", flush=True)
+    cmd = [sys.executable, str(HERE / "main.py"), "--build", str(args.build), "--mutants", "auto",
+           "--mutate", "python", "--sample", str(args.sample), "--seed", str(seed), "--results", str(results)]
+    report = results / "mutants" / "auto-python.json"
+    report.unlink(missing_ok=True)  # a report of an earlier run judges nothing
+    # SIGTERM at the budget: the runner kills its suites, restores the
+    # mutated file and reports the mutants run so far.
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=os.environ)
+    try:
+        status = proc.wait(timeout=args.budget)
+    except subprocess.TimeoutExpired:
+        print(f"ci mutants: the budget of {args.budget} s ran out; judging the mutants run so far", flush=True)
+        proc.send_signal(signal.SIGTERM)
+        status = None
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    if not report.exists():
+        if status is None:
+            print("ci mutants: no mutant ran within the budget (the baseline took it all): nothing to judge")
+            return 0
+        print(f"ci mutants: FAILED: the run ended (exit {status}) without a report: the baseline crashed")
+        return 1
+    data = json.loads(report.read_text())
+    sys.path.insert(0, str(HERE))
+    import mutant_records
+    regressions, unreviewed = judge(data["mutants"], killed_before(), set(mutant_records.load_equivalents()))
+    f = data["figures"]
+    print(f"ci mutants: {f['sampled']} of {f['chosen']} run: {f['killed']} killed, {f['survived']} survived, "
+          f"{f['stillborn']} stillborn")
+    for o in unreviewed:
+        print(f"  unreviewed survivor (no record knows it; not a failure): {o['where']} {o['kind']}: "
+              f"{o['change']}\n      {o['original']}\n   -> {o['mutated']}")
+    for o in regressions:
+        print(f"  REGRESSION: {o['where']} {o['kind']}: {o['change']} survives; a record says it was killed"
+              f"\n      {o['original']}\n   -> {o['mutated']}")
+    return 1 if regressions else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

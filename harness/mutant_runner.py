@@ -1,0 +1,314 @@
+"""Running mutants: a target (what is mutated, where, and which suites see
+it), the evaluation of one mutant (build, the conformance suites, the
+reference's own tests on a survivor), and the Runner that takes mutants in
+order over N workspaces side by side.
+
+Shared by --mutants (seeded faults) and --mutants auto.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import signal
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+
+import mutagen  # noqa: F401 (annotations)
+import mutants
+from mutant_records import Outcome, resumed, tail, tree_commit, tree_source
+from mutants import FIRST, ROOT, Workspace
+from progress import duration, remaining
+
+@dataclass
+class Target:
+    """What is mutated: `files` (as reported), found at `place[file]`, and
+    how the suites see them."""
+    layer: str                   # cpp or python
+    files: list[str]
+    place: dict[str, pathlib.Path]
+    impl: str = "adapters.reference:make"
+    env: dict | None = None      # the Python suite's environment; None: the package staged from the copy
+    needs_build: bool = True
+    suites_from: pathlib.Path | None = None  # the tree whose conformance suites run; None: the workspace's
+    left_out: dict[str, str] = field(default_factory=dict)
+
+
+# What the copy's build of the core and the extension is made of; the layers
+# mutated there (each workspace builds its own).
+BUILT_FROM = ("reference/src/", "reference/include/", "reference/python/src/")
+
+
+BUILT_LAYERS = ("cpp", "binding")
+
+
+def check_pristine(prefixes: tuple[str, ...] = ("",), ws: Workspace = FIRST) -> None:
+    """The copy must match the working tree before anything is mutated: a run
+    killed hard (power, SIGKILL) left a mutated file behind, and copy_tree
+    has just written it back; this proves it did."""
+    for rel in mutants.tree_files():
+        if not rel.startswith(prefixes):
+            continue
+        source, copy = ROOT / rel, ws.src / rel
+        if source.is_file() and (not copy.is_file() or copy.read_bytes() != source.read_bytes()):
+            raise SystemExit(f"harness/run: error: {copy} differs from {source}: another run is using "
+                             f"{ws.root}, or the working tree changed since its build")
+
+
+def reaches_cpp_suite(target: Target, file: str) -> bool:
+    """Whether the C++ conformance suite can see a mutant of `file`: the
+    core's (the binding's and the Python layer's mutants cannot reach it)."""
+    return target.layer == "cpp" or target.layer == "faults" and file.startswith(("reference/src/",
+                                                                                   "reference/include/"))
+
+
+def evaluate(mutant: mutagen.Mutant, target: Target, ws: Workspace, out: pathlib.Path,
+             timeouts: dict[str, float], baseline: dict[str, list[str]], commit: tuple[str, str] = ("", ""),
+             own_tests: bool = False) -> Outcome:
+    outcome = Outcome(mutant.key, mutant.where, mutant.kind, mutant.change, mutant.original.strip(),
+                      mutant.mutated.strip(), commit=commit[0], source=commit[1])
+    path = target.place[mutant.file]
+    start = time.monotonic()
+    if target.needs_build and mutant.file.endswith((".cpp", ".h")):
+        built = mutants.build(timeouts["build"], ws)
+        outcome.seconds["build"] = time.monotonic() - start
+        if not built:
+            outcome.verdict = "stillborn"
+            return outcome
+    else:
+        try:
+            compile(path.read_text(), str(path), "exec")
+        except SyntaxError as exc:
+            outcome.verdict, outcome.output_tail = "stillborn", str(exc)
+            return outcome
+    suites = []
+    if reaches_cpp_suite(target, mutant.file):
+        suites.append(("c++ conformance",
+                       lambda: mutants.cpp_suite(out, timeouts["c++"], fail_fast=True, ws=ws)))
+    suites.append(("python conformance",
+                   lambda: mutants.python_suite(out, timeouts["python"], target.impl, target.env,
+                                                target.suites_from, ws, baseline.get("deselect", []))))
+    for name, suite in suites:
+        began = time.monotonic()
+        failed, output = suite()
+        outcome.seconds[name.split()[0]] = time.monotonic() - began
+        failed = [t for t in failed if t not in baseline.get(name, [])]
+        outcome.output_tail = tail(output)
+        if failed:
+            outcome.verdict, outcome.killed_by, outcome.failing = "killed", name, failed
+            break
+    else:
+        outcome.verdict = "survived"
+        if own_tests:
+            began = time.monotonic()
+            failed, output = own_tests_of(target, ws, out, timeouts)
+            outcome.seconds["own"] = time.monotonic() - began
+            outcome.own_tests, outcome.own_failing = ("killed" if failed else "survived"), failed
+            if failed:
+                outcome.output_tail = tail(output)
+    outcome.seconds["total"] = time.monotonic() - start
+    return outcome
+
+
+# The reference's own tests (beyond the conformance suites), by layer.
+OWN_GTESTS, OWN_FIXTURE = mutants.OWN_GTESTS, mutants.OWN_FIXTURE
+
+
+def own_tests_of(target: Target, ws: Workspace, out: pathlib.Path, timeouts: dict[str, float]
+                 ) -> tuple[list[str], str]:
+    """The reference's own tests on a conformance survivor: its GoogleTest
+    binaries (built here, incrementally) for the core, its pytest suite
+    (reference/python/tests) for every layer: (failing tests, output)."""
+    failed, outputs = [], []
+    if target.needs_build:
+        wanted = [*(OWN_GTESTS if target.layer == "cpp" else ()), OWN_FIXTURE]
+        if not mutants.build(timeouts["build"], ws, targets=wanted):
+            return ["<the own tests do not build>"], ""
+    if target.layer == "cpp":
+        for binary in OWN_GTESTS:
+            more, output = mutants.gtest(ws.build / binary, out / "own.xml", timeouts["own"], fail_fast=True)
+            failed += more
+            outputs.append(output)
+            if failed:
+                return failed, "\n".join(outputs)
+    env = target.env if target.env is not None else mutants.package_env(ws, out)
+    if target.needs_build:  # test_one_core loads a fixture library from the build of this _C
+        env = {**env, "NR_BUILD_DIR": str(ws.build)}
+    more, output = mutants.pytest_run(["reference/python/tests"], out, timeouts["own"], env,
+                                      target.suites_from, ws, fail_fast=True)
+    return failed + more, "\n".join(outputs + [output])
+
+
+def prepare(spaces: list[Workspace], jobs_each: int, build: bool = True) -> bool:
+    """Copies the tree into each workspace and builds them side by side."""
+    for ws in spaces:
+        mutants.copy_tree(ws)
+        check_pristine(ws=ws)
+    if not build:
+        return True
+    where = ", ".join(str(ws.root) for ws in spaces)
+    print(f"== baseline build in {where} (the first one takes minutes)", flush=True)
+    built = build_all(spaces, jobs_each)
+    failed = [str(ws.build) for ws in spaces if not built.get(ws)]
+    if failed:
+        print(f"baseline build failed in {', '.join(failed)}")
+    return not failed
+
+
+def build_all(spaces: list[Workspace], jobs_each: int) -> dict[Workspace, bool]:
+    """Builds the workspaces side by side (after a run: their builds match
+    the pristine copies again)."""
+    built: dict[Workspace, bool] = {}
+    threads = [threading.Thread(target=lambda ws=ws: built.__setitem__(ws, mutants.build(ws=ws, jobs=jobs_each)))
+               for ws in spaces]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return built
+
+
+def measure_baseline(target: Target, out: pathlib.Path, own_tests: bool = False, ws: Workspace = FIRST
+                     ) -> dict | None:
+    """Runs the suites a mutant of `target` meets on the unmutated tree:
+    their failures (which kill nothing), the Python suite's node ids to
+    deselect, and each suite's timeout (derived from its time). None when a
+    suite crashes (or the own tests fail)."""
+    print("== baseline: the suites on the unmutated implementation", flush=True)
+    signal.signal(signal.SIGTERM, interrupt)  # a time limit here too stops the suites it started
+    timeouts, baseline = {"build": 900.0}, {"timeouts": {}}
+    suites = [("python conformance", lambda t: mutants.python_suite(out, t, target.impl, target.env,
+                                                                    target.suites_from, ws, fail_fast=False))]
+    if target.layer == "cpp" or target.layer == "faults" and target.needs_build:
+        suites.insert(0, ("c++ conformance", lambda t: mutants.cpp_suite(out, t, ws=ws)))
+    if own_tests:
+        suites.append(("own tests", lambda t: own_tests_of(target, ws, out, {**timeouts, "own": t})))
+    for name, suite in suites:
+        began = time.monotonic()
+        try:
+            failed, output = suite(mutants.TIMEOUT_S * 2)
+        except KeyboardInterrupt:
+            print(f"baseline {name} interrupted")
+            return None
+        took = time.monotonic() - began
+        if any(t.startswith("<") for t in failed) or (failed and name == "own tests"):
+            print(f"baseline {name} crashed or failed: {failed}\n{tail(output)}")
+            return None
+        if failed:
+            print(f"  note: {name} fails before any mutant, so these kill nothing: {failed}")
+        baseline[name] = failed
+        if name == "python conformance":
+            baseline["deselect"] = mutants.baseline_deselect(out)
+        # A mutant's run may be slower (a loaded machine, other workspaces'
+        # runs beside it) but not three times slower, unless it hangs.
+        limit = timeouts[name.split()[0]] = max(60.0, 3 * took + 30)
+        print(f"  {name}: {duration(took)} (a mutant's run is killed after {duration(limit)})", flush=True)
+    baseline["timeouts"] = timeouts
+    return baseline
+
+
+def run_all(chosen: list, equivalents: dict[str, str], records: pathlib.Path, baseline: dict, resume: bool,
+            own_tests: bool, places: list[tuple[Workspace, Target, pathlib.Path]]) -> list[Outcome]:
+    """Runs `chosen` over the workspaces, recording each outcome in `records`
+    (keeping, with `resume`, the verdicts recorded there of this tree's source);
+    the outcomes in order. Ctrl-C or a SIGTERM stops it: the mutated files
+    are restored and the outcomes so far returned."""
+    signal.signal(signal.SIGTERM, interrupt)
+    commit, source = tree_commit(), tree_source()
+    done = resumed(records, chosen, source, own_tests) if resume else {}
+    if resume:
+        print(f"  --resume: {len(done)} of the {len(chosen)} mutants have a verdict of this tree "
+              f"({commit}, source {source}) in {records}", flush=True)
+    records.write_text("".join(json.dumps(asdict(o)) + "\n" for o in done.values()))
+    runner = Runner(chosen, equivalents, records, baseline["timeouts"], baseline, done, (commit, source),
+                    own_tests)
+    try:
+        runner.run(places)
+    except KeyboardInterrupt:
+        print(f"\n  interrupted after {len(runner.outcomes)} mutants; the mutated files are restored; "
+              f"reporting those", flush=True)
+    # The report first, then the rebuilds: a second SIGTERM (a time limit)
+    # no longer stops either.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    return [o for _, o in sorted(runner.outcomes, key=lambda pair: pair[0])]
+
+
+class Runner:
+    """Runs the sample in order over the workspaces, one thread each; each
+    takes the next mutant when it is done with one. Outcomes are recorded
+    (the .jsonl) and printed as they come."""
+
+    def __init__(self, chosen: list[mutagen.Mutant], equivalents: dict[str, str], records: pathlib.Path,
+                 timeouts: dict[str, float], baseline: dict[str, list[str]], done: dict[str, Outcome],
+                 commit: tuple[str, str] = ("", ""), own_tests: bool = False):
+        self.commit, self.own_tests = commit, own_tests
+        numbered = list(enumerate(chosen, 1))
+        self.pending = [(i, m) for i, m in numbered if m.key not in done]
+        self.total, self.equivalents, self.records = len(chosen), equivalents, records
+        self.timeouts, self.baseline = timeouts, baseline
+        self.outcomes: list[tuple[int, Outcome]] = [(i, done[m.key]) for i, m in numbered if m.key in done]
+        self.already = len(self.outcomes)
+        self.lock, self.stop = threading.Lock(), threading.Event()
+        self.errors: list[BaseException] = []
+        self.start = time.monotonic()
+
+    def run(self, places: list[tuple[Workspace, Target, pathlib.Path]]) -> None:
+        threads = [threading.Thread(target=self.work, args=place, daemon=True) for place in places]
+        for t in threads:
+            t.start()
+        try:
+            while any(t.is_alive() for t in threads):
+                for t in threads:
+                    t.join(timeout=0.5)
+        except KeyboardInterrupt:
+            self.stop.set()
+            mutants.kill_live()
+            for t in threads:
+                t.join()
+            raise
+        if self.errors:
+            raise self.errors[0]
+
+    def work(self, ws: Workspace, target: Target, out: pathlib.Path) -> None:
+        out.mkdir(parents=True, exist_ok=True)
+        try:
+            while not self.stop.is_set():
+                with self.lock:
+                    if not self.pending:
+                        return
+                    index, mutant = self.pending.pop(0)
+                path = target.place[mutant.file]
+                pristine = path.read_text()
+                try:
+                    path.write_text(mutant.apply(pristine))
+                    outcome = evaluate(mutant, target, ws, out, self.timeouts, self.baseline, self.commit,
+                                       self.own_tests)
+                finally:
+                    path.write_text(pristine)
+                if self.stop.is_set():
+                    return  # its suites were killed by the interrupt: no verdict
+                self.record(index, mutant, outcome)
+        except BaseException as exc:  # reported by the main thread; the others stop
+            self.errors.append(exc)
+            self.stop.set()
+
+    def record(self, index: int, mutant: mutagen.Mutant, outcome: Outcome) -> None:
+        with self.lock:
+            self.outcomes.append((index, outcome))
+            done = len(self.outcomes)
+            with self.records.open("a") as f:
+                f.write(json.dumps(asdict(outcome)) + "\n")
+            verdict = outcome.verdict.upper() if outcome.verdict == "survived" else outcome.verdict
+            if outcome.verdict == "survived" and outcome.key in self.equivalents:
+                verdict = "equivalent"
+            elapsed = time.monotonic() - self.start
+            spent = " ".join(f"{k} {v:.0f}s" for k, v in outcome.seconds.items() if k != "total")
+            left = remaining(done - self.already, self.total - self.already, elapsed)
+            print(f"  [{done}/{self.total}] {verdict:10s} {mutant.where} {mutant.kind}: {mutant.change} "
+                  f"({spent}; elapsed {duration(elapsed)}, {left})",
+                  flush=True)
+
+
+def interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
