@@ -155,6 +155,9 @@ def write_into_doc(doc: pathlib.Path, text: str) -> None:
     doc.write_text(updated)
 
 
+write_into_readme = write_into_doc  # its name when the section lived in README.md
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--from", dest="base", type=pathlib.Path, required=True)
