@@ -5,3 +5,6 @@ _scripts=$("$PYTHON" -c 'import sysconfig; print(sysconfig.get_path("scripts"))'
 case ":$PATH:" in *":$_scripts:"*) ;; *) PATH="$_scripts:$PATH" ;; esac
 export PATH PYTHON
 unset _scripts
+# ccache caches a file compiled with a precompiled header (the core library's
+# LibTorch headers, meson.build's cpp_pch) only with this sloppiness.
+export CCACHE_SLOPPINESS=${CCACHE_SLOPPINESS:-pch_defines,time_macros}

@@ -1,15 +1,17 @@
 #!/usr/bin/env python3
-"""The README section of a GPU run, from the files harness/gpu/run-on-device
-writes: the date and machine, torch and Triton versions, the matrix of the
-device columns, the CUDA benchmark rows and how to reproduce the run.
+"""The dated summary of a GPU run (a few KB, for doc/measurements.md), from
+the files harness/gpu/run-on-device writes: the date and machine, torch and
+Triton versions, the matrix of the device columns, the CUDA benchmark rows
+and how to reproduce the run.
 
     python3 harness/gpu/report.py --from DIR [--facts facts.json] [--out section.md]
-                                  [--readme README.md] [--device-seconds N]
+                                  [--doc doc/measurements.md] [--device-seconds N]
 
 DIR is the device's $OUT as it comes back (matrix.md, results.json,
 bench-cuda.json, facts.json side by side) or the run's results folder
-(conformance/results.json inside). --readme replaces the section between
-its markers in README.md, or puts it before "## Reliability" the first time.
+(results/gpu, conformance/results.json inside); the run's files stay there,
+out of the source tree. --doc replaces the section between its markers in
+that file, or puts it before "## Reliability" the first time.
 A file the run did not write is named as missing in the section; nothing is
 made up.
 """
@@ -32,7 +34,7 @@ CUDA benchmark rows, and writes its files into `$OUT` (under 8 minutes):
 
 ```sh
 bash harness/gpu/run-on-device            # BUDGET=540 DEVICES=cpu,cuda by default
-python3 harness/gpu/report.py --from "$OUT" --readme README.md   # here, with what came back
+python3 harness/gpu/report.py --from "$OUT" --doc doc/measurements.md   # here, with what came back
 ```
 
 Anywhere else `./harness/run --device cpu,cuda` runs the same suites: without
@@ -139,8 +141,8 @@ def section(base: pathlib.Path, facts_path: pathlib.Path | None, device_seconds:
     return "\n".join(lines) + "\n"
 
 
-def write_into_readme(readme: pathlib.Path, text: str) -> None:
-    current = readme.read_text()
+def write_into_doc(doc: pathlib.Path, text: str) -> None:
+    current = doc.read_text()
     if BEGIN in current and END in current:
         head, rest = current.split(BEGIN, 1)
         tail = rest.split(END, 1)[1].lstrip("\n")
@@ -150,7 +152,10 @@ def write_into_readme(readme: pathlib.Path, text: str) -> None:
         updated = head + text + "\n" + BEFORE + tail
     else:
         updated = current.rstrip("\n") + "\n\n" + text
-    readme.write_text(updated)
+    doc.write_text(updated)
+
+
+write_into_readme = write_into_doc  # its name when the section lived in README.md
 
 
 def main() -> int:
@@ -158,7 +163,8 @@ def main() -> int:
     parser.add_argument("--from", dest="base", type=pathlib.Path, required=True)
     parser.add_argument("--facts", type=pathlib.Path)
     parser.add_argument("--out", type=pathlib.Path)
-    parser.add_argument("--readme", type=pathlib.Path)
+    parser.add_argument("--doc", "--readme", dest="doc", type=pathlib.Path,
+                        help="the Markdown file whose gpu-run section to rewrite (doc/measurements.md)")
     parser.add_argument("--device-seconds", type=float)
     args = parser.parse_args()
     if not args.base.is_dir():
@@ -167,9 +173,9 @@ def main() -> int:
     text = section(args.base, args.facts, args.device_seconds)
     if args.out:
         args.out.write_text(text)
-    if args.readme:
-        write_into_readme(args.readme, text)
-    if not (args.out or args.readme):
+    if args.doc:
+        write_into_doc(args.doc, text)
+    if not (args.out or args.doc):
         sys.stdout.write(text)
     return 0
 

@@ -1,0 +1,92 @@
+#!/usr/bin/env python3
+"""The generated sections of doc/measurements.md: each lies between
+`<!-- NAME:begin ... -->` and `<!-- NAME:end -->` and is written by one
+command, never by hand.
+
+    python3 harness/docgen.py            rewrites the sections this script generates
+    python3 harness/docgen.py --check    exit 1 if one of them differs from what its command gives now
+    python3 harness/docgen.py --list     every generated section and the command that writes it
+
+This script generates the mutant figures (from the records in
+harness/mutant-runs/ and today's tree, by figures.py); the benchmark table and
+the GPU run's summary are written by their own runs, whose results stay under
+results/ (the commands are in SECTIONS).
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import re
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+DOC = ROOT / "doc" / "measurements.md"
+
+# name -> (the command that writes the section, whether this script runs it)
+SECTIONS = {
+    "mutant-figures": ("python3 harness/docgen.py  (runs python3 harness/mutant-runs/figures.py)", True),
+    "bench-table": ("harness/bench/run  (harness/bench/report.py --readme doc/measurements.md)", False),
+    "gpu-run": ("python3 harness/gpu/report.py --from results/gpu/out --doc doc/measurements.md", False),
+}
+
+
+def markers(name: str) -> tuple[re.Pattern, str]:
+    return re.compile(rf"<!-- {re.escape(name)}:begin[^>]*-->\n"), f"<!-- {name}:end -->"
+
+
+def section(text: str, name: str) -> tuple[int, int] | None:
+    """The span of a section's body (between its markers), or None."""
+    begin_re, end = markers(name)
+    begin = begin_re.search(text)
+    if begin is None:
+        return None
+    stop = text.find(end, begin.end())
+    return None if stop < 0 else (begin.end(), stop)
+
+
+def mutant_figures() -> str:
+    proc = subprocess.run([sys.executable, str(ROOT / "harness" / "mutant-runs" / "figures.py")],
+                          capture_output=True, text=True, cwd=ROOT, check=False)
+    if proc.returncode != 0:
+        raise SystemExit(f"docgen: figures.py failed ({proc.returncode}):\n{proc.stderr}")
+    return "```\n" + proc.stdout.rstrip("\n") + "\n```\n"
+
+
+GENERATORS = {"mutant-figures": mutant_figures}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="compare, write nothing; exit 1 on a difference")
+    parser.add_argument("--list", action="store_true", help="list the generated sections and their commands")
+    parser.add_argument("--doc", type=pathlib.Path, default=DOC, help="the file (default doc/measurements.md)")
+    args = parser.parse_args()
+    text = args.doc.read_text()
+    if args.list:
+        for name, (command, _) in SECTIONS.items():
+            print(f"{name}: {command}" + ("" if section(text, name) else "  (markers missing)"))
+        return 0
+    stale = []
+    for name, generate in GENERATORS.items():
+        span = section(text, name)
+        if span is None:
+            print(f"docgen: {args.doc}: no {name} markers", file=sys.stderr)
+            return 2
+        body = generate()
+        if text[span[0]:span[1]] != body:
+            stale.append(name)
+            text = text[:span[0]] + body + text[span[1]:]
+    if args.check:
+        for name in stale:
+            print(f"docgen: the {name} section of {args.doc} is stale; run: {SECTIONS[name][0]}",
+                  file=sys.stderr)
+        return 1 if stale else 0
+    args.doc.write_text(text)
+    print(f"docgen: {args.doc}: " + (f"rewrote {', '.join(stale)}" if stale else "up to date"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
