@@ -194,7 +194,6 @@ NodePtr Registry::register_op_override(const std::string& dsl_name,
   detail::check_lib_symbol(lib_symbol);
   detail::check_op_symbol(op_symbol);
   const c10::DispatchKey key = detail::parse_override_dispatch_key(dispatch_key);
-  detail::check_keeps_autograd({lib_symbol, op_symbol, dispatch_key}, key);
   if (!impl) throw InvalidArgumentError("impl must be provided");
   if (options.unconditional_override) {
     if (options.try_initialize_runtime) {
@@ -221,6 +220,16 @@ NodePtr Registry::register_op_override(const std::string& dsl_name,
   node->registry_serial = serial_;
 
   ControlScope scope(*this);
+  try {
+    // Under the lock: it reads the dispatcher, and the fork handlers keep a
+    // fork from catching the registry there only while it holds its lock
+    // (a reader caught inside LibTorch's lookup table would block every
+    // later definition in the child; see fork_guard.h).
+    detail::check_keeps_autograd({lib_symbol, op_symbol, dispatch_key}, key);
+  } catch (...) {
+    defer_release(std::move(node));  // freed after the lock, as below
+    throw;
+  }
   if (!state_.allowlist.count(lib_symbol)) {
     std::string names;
     for (const auto& ns : state_.allowlist) names += (names.empty() ? "" : ", ") + ns;
