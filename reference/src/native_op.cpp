@@ -1,6 +1,9 @@
 #include "native_op.h"
 
+#include "fork_guard.h"
 #include "quiet_override_warning.h"
+
+#include <native_registry/errors.h>
 #include "router.h"
 
 #include <mutex>
@@ -11,17 +14,32 @@ namespace {
 
 constexpr const char* kNativeNamespace = "_native";
 
+// What the kernels of an active op share: the target and whether it is
+// still in the dispatcher.
+struct Target {
+  c10::OperatorHandle op;
+  std::shared_ptr<const OpWatch> watch;
+  std::string gone_message;  // raised once the watch is marked
+
+  // The handle, or the error: once the op's schema is removed the handle
+  // may dangle (see op_watch.h).
+  const c10::OperatorHandle& checked() const {
+    TORCH_CHECK(!watch->gone.load(std::memory_order_acquire), gone_message);
+    return op;
+  }
+};
+
 // Shape inference: the target op on meta inputs runs the target's own Meta
 // (or composite) kernel.
 class CallTarget final : public c10::OperatorKernel {
  public:
-  explicit CallTarget(c10::OperatorHandle target) : target_(std::move(target)) {}
+  explicit CallTarget(std::shared_ptr<const Target> target) : target_(std::move(target)) {}
   void operator()(const c10::OperatorHandle&, c10::DispatchKeySet, Stack* stack) {
-    target_.callBoxed(stack);
+    target_->checked().callBoxed(stack);
   }
 
  private:
-  c10::OperatorHandle target_;
+  std::shared_ptr<const Target> target_;
 };
 
 // The override's impl, as an exported or compiled program calls it. Such a
@@ -31,16 +49,19 @@ class CallTarget final : public c10::OperatorKernel {
 // program computes what eager would.
 class CallImpl final : public c10::OperatorKernel {
  public:
-  CallImpl(std::shared_ptr<NativeOp::Binding> binding, c10::OperatorHandle target)
+  CallImpl(std::shared_ptr<NativeOp::Binding> binding, std::shared_ptr<const Target> target)
       : binding_(std::move(binding)), target_(std::move(target)) {}
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
                   Stack* stack) {
     // Held for the call: the impl may retire this op, and this functor with
     // it; the binding keeps every node it ever held.
     const std::shared_ptr<NativeOp::Binding> pinned = binding_;
+    const std::shared_ptr<const Target> target = target_;
+    const c10::OperatorHandle& target_op = target->checked();
     const OverrideNode* node = pinned->current.load(std::memory_order_acquire);
     if (!node->ensure_runtime()) {
-      target_.callBoxed(stack);
+      target->checked();  // the runtime check may have run anything
+      target_op.callBoxed(stack);
       return;
     }
     node->run_impl(op, keys, stack);
@@ -48,7 +69,7 @@ class CallImpl final : public c10::OperatorKernel {
 
  private:
   std::shared_ptr<NativeOp::Binding> binding_;
-  c10::OperatorHandle target_;
+  std::shared_ptr<const Target> target_;
 };
 
 // Every call of a retired op, at any key (CompositeImplicitAutograd fills
@@ -67,9 +88,8 @@ class RaiseRetired final : public c10::OperatorKernel {
 // Definitions of retired ops, kept for the life of the process (see the
 // header). Reachable from a global, so leak checkers do not count them.
 void keep_definition(std::unique_ptr<torch::Library> definition) {
-  static std::mutex mutex;
   static auto* kept = new std::vector<std::unique_ptr<torch::Library>>();
-  std::lock_guard<std::mutex> lock(mutex);
+  std::lock_guard<std::mutex> lock(kept_definitions_mutex());
   kept->push_back(std::move(definition));
 }
 
@@ -86,7 +106,9 @@ c10::OperatorName NativeOp::name_for(const OverrideNode& node) {
 
 NativeOp::NativeOp(const NodePtr& node, const c10::OperatorHandle& target,
                    c10::DispatchKey dispatch_key)
-    : name_(name_for(*node).name), description_(describe(*node)) {
+    : name_(name_for(*node).name),
+      description_(describe(*node)),
+      schema_(c10::toString(target.schema().cloneWithName("", ""))) {
   definition_ = std::make_unique<torch::Library>(
       torch::Library::FRAGMENT, kNativeNamespace, std::nullopt, __FILE__, __LINE__);
   QuietOverrideWarning quiet;
@@ -96,10 +118,28 @@ NativeOp::NativeOp(const NodePtr& node, const c10::OperatorHandle& target,
 
 NativeOp::~NativeOp() { keep_definition(std::move(definition_)); }
 
+void NativeOp::check_target(const c10::OperatorHandle& target) const {
+  const std::string now = c10::toString(target.schema().cloneWithName("", ""));
+  if (now == schema_) return;
+  throw OperatorChangedError(
+      "op " + full_name(target.operator_name()) + " changed since " + description_ +
+      " was first installed: its schema was (" + schema_ + "), it is now (" + now +
+      ") (its library destroyed and the op defined again); " + name_ +
+      " keeps the old schema, so register the override again for the op as it is now");
+}
+
 void NativeOp::activate(const NodePtr& node, const c10::OperatorHandle& target,
                         c10::DispatchKey dispatch_key) {
-  if (active()) return;
+  if (active() && !target_gone()) return;
+  check_target(target);  // before any change
   QuietOverrideWarning quiet;
+  std::shared_ptr<const OpWatch> watch = watch_op(target);
+  auto shared = std::make_shared<const Target>(Target{
+      target, watch,
+      name_ + ": " + description_ + " cannot run: its target op " + watch->name +
+          " has left the dispatcher since the override was installed (its library destroyed, "
+          "the op perhaps defined again); install the override again for the op as it is now, "
+          "and rebuild any program that recorded " + name_});
   retired_.reset();
   binding_ = std::make_shared<Binding>();
   binding_->kept.push_back(node);
@@ -109,10 +149,11 @@ void NativeOp::activate(const NodePtr& node, const c10::OperatorHandle& target,
   kernels_->impl(name_.c_str(),
                  torch::dispatch(c10::DispatchKey::Meta,
                                  torch::CppFunction::makeFromBoxedFunctor(
-                                     std::make_unique<CallTarget>(target))));
+                                     std::make_unique<CallTarget>(shared))));
   kernels_->impl(name_.c_str(),
                  torch::dispatch(dispatch_key, torch::CppFunction::makeFromBoxedFunctor(
-                                                   std::make_unique<CallImpl>(binding_, target))));
+                                                   std::make_unique<CallImpl>(binding_, shared))));
+  target_watch_ = std::move(watch);
   node_ = node;
 }
 

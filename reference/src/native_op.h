@@ -24,6 +24,15 @@
 // node with the same node_id; rebind() points the active op's kernel at it
 // with one atomic store, without touching the dispatcher, so it is as safe
 // while other threads call the op as a router's publish.
+//
+// The target op may leave the dispatcher while this op lives (its library
+// destroyed, the op perhaps defined again with another schema). The kernels
+// watch it (op_watch.h): once it is gone, every call raises an error naming
+// the override and the op, and never touches the stale handle. activate()
+// refuses a target whose schema is not this op's (OperatorChangedError),
+// changing nothing.
+
+#include "op_watch.h"
 
 #include <native_registry/types.h>
 
@@ -52,12 +61,22 @@ class NativeOp {
   static c10::OperatorName name_for(const OverrideNode& node);
 
   // Routes the op's calls to `node` again (a restore to a snapshot taken
-  // while it was active). No-op when active.
+  // while it was active). No-op when active on a target still in the
+  // dispatcher. Throws OperatorChangedError, changing nothing, if `target`
+  // (the op of that name now) has another schema than the one this op was
+  // defined with.
   void activate(const NodePtr& node, const c10::OperatorHandle& target,
                 c10::DispatchKey dispatch_key);
   // Points the active op at `node`, a node of the same node_id with other
   // callables (see above). The op must be active.
   void rebind(const NodePtr& node);
+  // Throws what activate() would for `target`.
+  void check_target(const c10::OperatorHandle& target) const;
+  // Whether the target op this op was last activated for has left the
+  // dispatcher since.
+  bool target_gone() const {
+    return target_watch_ && target_watch_->gone.load(std::memory_order_acquire);
+  }
   // Swaps the kernels for the one that raises, and hands back what held the
   // node(s), which the caller frees once it holds no lock (a node may own
   // host objects whose release enters the host runtime). No-op (null) when
@@ -79,8 +98,10 @@ class NativeOp {
  private:
   std::string name_;         // "_native::<node_id>"
   std::string description_;  // which override, for the retired op's error
+  std::string schema_;       // the target's schema this op was defined with, as text
   NodePtr node_;  // the bound node, null when retired
   std::shared_ptr<Binding> binding_;  // while active
+  std::shared_ptr<const OpWatch> target_watch_;  // of the target last activated for
   std::unique_ptr<torch::Library> definition_;
   std::unique_ptr<torch::Library> kernels_;  // while active
   std::unique_ptr<torch::Library> retired_;  // while retired

@@ -1,5 +1,6 @@
 #include <native_registry/registry.h>
 
+#include "fork_guard.h"
 #include "names.h"
 #include "native_op.h"
 #include "router.h"
@@ -167,9 +168,12 @@ namespace {
 std::atomic<uint64_t> g_next_registry_serial{1};
 }  // namespace
 
-Registry::Registry() : serial_(g_next_registry_serial.fetch_add(1)) {}
+Registry::Registry() : serial_(g_next_registry_serial.fetch_add(1)) {
+  detail::register_fork_lock(mutex_);
+}
 
 Registry::~Registry() {
+  detail::unregister_fork_lock(mutex_);  // first: not under our own lock (see fork_guard.h)
   ControlScope scope(*this);
   // Routers first: they may route to the `_native` ops' impls.
   for (auto& entry : routers_) defer_release(entry.second->keep_alive());
@@ -239,7 +243,6 @@ NodePtr Registry::register_op_override(const std::string& dsl_name,
   detail::check_lib_symbol(lib_symbol);
   detail::check_op_symbol(op_symbol);
   const c10::DispatchKey key = detail::parse_override_dispatch_key(dispatch_key);
-  detail::check_keeps_autograd({lib_symbol, op_symbol, dispatch_key}, key);
   check_callables(cond, impl, options);
 
   auto node = std::make_shared<OverrideNode>();
@@ -251,6 +254,16 @@ NodePtr Registry::register_op_override(const std::string& dsl_name,
   node->registry_serial = serial_;
 
   ControlScope scope(*this);
+  try {
+    // Under the lock: it reads the dispatcher, and the fork handlers keep a
+    // fork from catching the registry there only while it holds its lock
+    // (a reader caught inside LibTorch's lookup table would block every
+    // later definition in the child; see fork_guard.h).
+    detail::check_keeps_autograd({lib_symbol, op_symbol, dispatch_key}, key);
+  } catch (...) {
+    defer_release(std::move(node));  // freed after the lock, as below
+    throw;
+  }
   if (!state_.allowlist.count(lib_symbol)) {
     std::string names;
     for (const auto& ns : state_.allowlist) names += (names.empty() ? "" : ", ") + ns;
@@ -380,7 +393,7 @@ void Registry::republish_installed(const std::set<GraphKey>& keys) {
   // before anything is published, so that an error changes nothing.
   for (const GraphKey& key : keys) {
     if (state_.installed.count(key) && !routers_.count(key) && !enabled_chain(key).empty()) {
-      resolve(key);
+      resolve_for_router(key);
     }
   }
   for (const GraphKey& key : keys) {
@@ -527,10 +540,28 @@ c10::OperatorHandle Registry::resolve(const GraphKey& key) const {
   return *op;
 }
 
-void Registry::ensure_native_ops(const Graph& chain) {
+c10::OperatorHandle Registry::resolve_for_router(const GraphKey& key) const {
+  c10::OperatorHandle op = resolve(key);
+  // Registration judged the op only if it was defined then; one defined
+  // since (a CompositeImplicitAutograd op of a library loaded late) is
+  // judged here, before anything changes.
+  detail::check_keeps_autograd(key, detail::parse_override_dispatch_key(key.dispatch_key));
+  return op;
+}
+
+void Registry::check_native_ops(const Graph& chain) const {
   for (const NodePtr& node : chain) {
     auto it = native_ops_.find(node->node_id);
-    if (it != native_ops_.end() && it->second->active()) {
+    if (it == native_ops_.end() || (it->second->active() && !it->second->target_gone())) continue;
+    it->second->check_target(resolve(node->key));
+  }
+}
+
+void Registry::ensure_native_ops(const Graph& chain) {
+  check_native_ops(chain);  // all or nothing: no op of the chain changes if one cannot
+  for (const NodePtr& node : chain) {
+    auto it = native_ops_.find(node->node_id);
+    if (it != native_ops_.end() && it->second->active() && !it->second->target_gone()) {
       // The common case, unless the node was given new callables since.
       if (it->second->node() != node) it->second->rebind(node);
       continue;
@@ -570,9 +601,12 @@ void Registry::remove_router(const GraphKey& key) {
 
 void Registry::publish(const GraphKey& key, const Graph& chain, InstallMode mode) {
   auto it = routers_.find(key);
+  // A router whose op left the dispatcher since (see Router::op_gone) is
+  // rebuilt on the op as it is now, or removed if the chain is empty.
+  const bool stale = it != routers_.end() && it->second->op_gone();
   if (chain.empty()) {
     if (it == routers_.end()) return;
-    if (mode == InstallMode::kReinstall ||
+    if (stale || mode == InstallMode::kReinstall ||
         empty_chain_policy_ == EmptyChainPolicy::kRemoveRouter) {
       remove_router(key);
     } else {
@@ -580,9 +614,11 @@ void Registry::publish(const GraphKey& key, const Graph& chain, InstallMode mode
     }
     return;
   }
-  const c10::OperatorHandle op = resolve(key);  // throws before any change
+  const bool new_router = it == routers_.end() || stale || mode == InstallMode::kReinstall;
+  // Both throw before any change.
+  const c10::OperatorHandle op = new_router ? resolve_for_router(key) : resolve(key);
   ensure_native_ops(chain);
-  if (it != routers_.end() && mode == InstallMode::kUpdate) {
+  if (!new_router) {
     it->second->publish(chain);
     return;
   }
@@ -610,7 +646,7 @@ void Registry::install_graph_locked(const GraphKey& key, InstallMode mode) {
 void Registry::install_graphs_locked(const std::vector<GraphKey>& keys) {
   // Every op that needs a router must resolve before any is installed.
   for (const GraphKey& key : keys) {
-    if (!enabled_chain(key).empty()) resolve(key);
+    if (!enabled_chain(key).empty()) resolve_for_router(key);
   }
   for (const GraphKey& key : keys) install_graph_locked(key, InstallMode::kUpdate);
 }
@@ -654,8 +690,9 @@ void Registry::restore(const Snapshot& snapshot) {
   std::vector<GraphKey> stale;
   for (const auto& [key, router] : routers_) {
     auto it = saved.routers.find(key);
-    if (it == saved.routers.end() || it->second.router_id != router->id()) {
-      stale.push_back(key);
+    if (it == saved.routers.end() || it->second.router_id != router->id() ||
+        router->op_gone()) {
+      stale.push_back(key);  // an op_gone one is rebuilt on the op as it is now
     }
   }
   for (const GraphKey& key : stale) remove_router(key);
@@ -673,6 +710,8 @@ void Registry::restore(const Snapshot& snapshot) {
   for (const auto& [id, node] : saved.native_nodes) {
     try {
       ensure_native_ops({node});
+    } catch (const OperatorChangedError& e) {
+      unrestorable.push_back(node->key.to_string() + " (for _native::" + id + ": " + e.what() + ")");
     } catch (const OperatorNotFoundError&) {
       unrestorable.push_back(node->key.to_string() + " (for _native::" + id + ")");
     }
@@ -689,8 +728,14 @@ void Registry::restore(const Snapshot& snapshot) {
                             : chain_under_current_mask(key, record.chain);
     auto it = routers_.find(key);
     if (it != routers_.end()) {
-      ensure_native_ops(chain);
-      it->second->publish(chain);
+      try {
+        ensure_native_ops(chain);
+        it->second->publish(chain);
+      } catch (const OperatorNotFoundError& e) {
+        // Its op changed under it (OperatorChangedError): nothing routes the old nodes.
+        remove_router(key);
+        unrestorable.push_back(key.to_string() + " (" + e.what() + ")");
+      }
       continue;
     }
     try {
@@ -698,6 +743,8 @@ void Registry::restore(const Snapshot& snapshot) {
       ensure_native_ops(chain);
       routers_[key] = std::make_unique<Router>(
           op, detail::parse_override_dispatch_key(key.dispatch_key), chain);
+    } catch (const OperatorChangedError& e) {
+      unrestorable.push_back(key.to_string() + " (" + e.what() + ")");
     } catch (const OperatorNotFoundError&) {
       unrestorable.push_back(key.to_string());  // its op is gone, and so is its table
     }

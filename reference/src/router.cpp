@@ -1,5 +1,6 @@
 #include "router.h"
 
+#include "op_watch.h"
 #include "quiet_override_warning.h"
 
 #include <native_registry/call_hooks.h>
@@ -109,7 +110,7 @@ C10_NOINLINE bool computed_kernel_is_fallthrough(const c10::OperatorHandle& op,
 
 struct Router::Shared {
   Shared(const c10::OperatorHandle& handle, c10::DispatchKey key)
-      : op(handle), dispatch_key(key) {
+      : op(handle), dispatch_key(key), watch(watch_op(handle)) {
     if (computed_kernel_is_fallthrough(op, key)) {
       fallthrough = true;
     } else if (op.hasComputedKernelForDispatchKey(key)) {
@@ -119,6 +120,13 @@ struct Router::Shared {
 
   c10::OperatorHandle op;
   c10::DispatchKey dispatch_key;
+  // Marked when the op's schema leaves the dispatcher. The router's kernel
+  // keeps the op's entry (so `op` stays valid) but not its schema: an op
+  // defined again under the name reaches this router at keys where it has
+  // no kernel of its own, with arguments the chain and the fallback were
+  // not made for. Such a call raises; the registry rebuilds the router at
+  // its next install, publish or restore.
+  std::shared_ptr<const OpWatch> watch;
   // The kernel that was live before the router; absent if there was none.
   std::optional<c10::SafeKernelFunction> fallback;
   // The key was a fallthrough before the router (BackendSelect,
@@ -211,8 +219,17 @@ Choice choose_in_scope(const Chain& chain, const c10::OperatorHandle& op,
 // The routing itself, on a boxed call; both kernels end here. It only reads
 // `shared`; the Router that owns the registration may publish new chains
 // into it meanwhile.
+C10_NOINLINE void raise_op_gone(const Router::Shared& shared) {
+  TORCH_CHECK(false, "the native_registry router at ", shared.dispatch_key, " of ",
+              shared.watch->name,
+              " was installed for an op that has since left the dispatcher (its library "
+              "destroyed, the op perhaps defined again): its overrides and its fallback are "
+              "the old op's; install the graph again (or restore) to route the op as it is now");
+}
+
 void route(const Router::Shared& shared, const c10::OperatorHandle& op,
            c10::DispatchKeySet keys, Stack* stack) {
+  if (C10_UNLIKELY(shared.watch->gone.load(std::memory_order_relaxed))) raise_op_gone(shared);
   const Chain* chain = shared.chain.load(std::memory_order_acquire);
   const Choice choice = choose_in_scope(*chain, op, keys, *stack);
   if (choice.divert) {
@@ -431,6 +448,8 @@ void Router::publish(const Graph& nodes) {
   }
   shared_->chain.store(slot.get(), std::memory_order_release);
 }
+
+bool Router::op_gone() const { return shared_->watch->gone.load(std::memory_order_acquire); }
 
 Graph Router::published() const {
   return shared_->chain.load(std::memory_order_acquire)->nodes;

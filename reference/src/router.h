@@ -66,6 +66,10 @@ class Router {
 
   void publish(const Graph& chain);
   Graph published() const;
+  // Whether the op's schema has left the dispatcher since the router was
+  // installed (see Shared::watch in router.cpp); such a router must be
+  // rebuilt, not published into.
+  bool op_gone() const;
   // Unique for the life of the process: tells a router from one that
   // replaced it at the same key, even at the same address.
   uint64_t id() const { return id_; }

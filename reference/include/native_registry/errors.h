@@ -33,6 +33,16 @@ class OperatorNotFoundError : public RegistryError {
 // then changes nothing and rethrows it (the Python binding uses it for
 // KeyboardInterrupt and other exceptions that must not be swallowed as a
 // failed transformation).
+// The op an override was first installed for has been replaced by another of
+// the same name and a different schema (its library destroyed and the op
+// defined again): the override's `_native` op, which has the old schema,
+// cannot carry it. A kind of OperatorNotFoundError: the op as the override
+// knew it is gone.
+class OperatorChangedError : public OperatorNotFoundError {
+ public:
+  using OperatorNotFoundError::OperatorNotFoundError;
+};
+
 class AbortError : public RegistryError {
  public:
   using RegistryError::RegistryError;

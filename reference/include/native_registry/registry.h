@@ -186,7 +186,11 @@ class Registry {
   // the one in place, or, for an empty chain, leaves none (an existing one
   // follows the EmptyChainPolicy, except in kReinstall mode, where it is gone).
   // Throws InvalidArgumentError for a key no registration could have made,
-  // and OperatorNotFoundError if the op is not in the dispatcher.
+  // or whose router would take a CompositeImplicitAutograd op out of
+  // autograd (the refusal registration gives, for an op defined since), and
+  // OperatorNotFoundError if the op is not in the dispatcher, or
+  // OperatorChangedError if it was defined again with another schema since a
+  // node of the graph was first installed. Each changes nothing.
   void install_graph(const GraphKey& key, InstallMode mode = InstallMode::kUpdate);
   // install_graph for every graph, in key order. Nothing is installed unless
   // every op that needs a new router resolves.
@@ -304,9 +308,17 @@ class Registry {
   // router resolves before any is installed.
   void install_graphs_locked(const std::vector<GraphKey>& keys);
   c10::OperatorHandle resolve(const GraphKey& key) const;
+  // resolve() for a key about to get a new router: also refuses, as
+  // registration does, a key whose router would take a
+  // CompositeImplicitAutograd op out of autograd (InvalidArgumentError).
+  c10::OperatorHandle resolve_for_router(const GraphKey& key) const;
   void publish(const GraphKey& key, const Graph& chain, InstallMode mode);
   void remove_router(const GraphKey& key);
+  // Activates the `_native` op of every node of `chain` (defines it on first
+  // use); all or nothing: throws OperatorChangedError, changing nothing, if
+  // the op of one was defined for a schema its target no longer has.
   void ensure_native_ops(const Graph& chain);
+  void check_native_ops(const Graph& chain) const;
   void retire_native_op(detail::NativeOp& op);
   // Queued while mutex_ is held, emitted once it is released.
   void log(LogLevel level, const std::string& message) const;

@@ -1,0 +1,236 @@
+"""Holds up where users actually go (issue 23): ops redefined under a live
+`_native` op, fork with other threads in the registry, a scope per test, an
+op defined after its override was registered. Each case that could crash or
+hang runs in a child interpreter with a time limit, so that a regression
+fails its test instead of killing the suite. None of this is in the seed
+file: the behaviours are `recommended`."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from conftest import behaviour, run_in_fresh_interpreter
+
+# A namespace of its own: the child defines, destroys and redefines ops in it.
+REDEF_SETUP = """
+    import torch
+    NS = "_native_registry_redef"
+    impl.allow_namespace(NS)
+    x = torch.ones(2)
+
+    def define(schema, kernel):
+        lib = torch.library.Library(NS, "DEF")
+        lib.define(schema)
+        lib.impl("foo", kernel, "CPU")
+        lib.impl("foo", lambda x, *rest: torch.empty_like(x), "Meta")
+        return lib
+
+    def outcome(fn, *args):
+        try:
+            return "returned " + str(fn(*args).tolist())
+        except Exception as e:
+            return "raised " + " ".join(str(e).split())
+
+    lib = define("foo(Tensor x) -> Tensor", lambda x: x + 1)
+    impl.register("redef_dsl", NS, "foo", "CPU", lambda *a: True, lambda x: x * 7)
+    impl.install(NS, "foo", "CPU")
+    node = impl.graph(NS, "foo", "CPU")[0]
+    native = impl.native_op(node)
+    assert native(x).tolist() == [7.0, 7.0]
+"""
+
+REDEFINE = """
+    lib._destroy()
+    lib = define("foo(Tensor x, Tensor y, Tensor z) -> Tensor", lambda x, y, z: x + y + z)
+"""
+
+
+def script(*parts: str) -> str:
+    """The parts, each dedented on its own, as one script."""
+    return "\n".join(textwrap.dedent(part) for part in parts)
+
+
+def check_named_error(lines, node_prefix="native"):
+    """Each line 'what: outcome'; the `_native` op's calls raise, naming the op."""
+    results = dict(line.split(": ", 1) for line in lines if ": " in line)
+    return results
+
+
+@behaviour("robustness.native-op-target-redefined")
+def test_a_native_op_whose_target_was_redefined_raises_naming_it(impl):
+    lines = run_in_fresh_interpreter(impl, script(REDEF_SETUP, REDEFINE, """
+        print("id: " + node.node_id)
+        print("eager: " + outcome(native, x))
+        print("meta: " + outcome(native, torch.ones(2, device="meta")))
+        print("new op: " + outcome(getattr(torch.ops, NS).foo, x, x, x))
+    """), timeout=120)
+    results = check_named_error(lines)
+    for what in ("eager", "meta"):
+        assert results[what].startswith("raised"), f"the _native op's {what} call: {results[what]}"
+        assert results["id"] in results[what] and "foo" in results[what], results[what]
+    assert results["new op"] == "returned [3.0, 3.0]", results["new op"]
+
+
+@behaviour("robustness.native-op-target-redefined")
+def test_a_restore_after_the_target_was_redefined_does_not_revive_the_old_op(impl):
+    module = impl.module
+    if not hasattr(module, "snapshot") or not hasattr(module, "restore"):
+        pytest.skip(f"unsupported: {impl.name} has no snapshot() and restore()")
+    lines = run_in_fresh_interpreter(impl, script(REDEF_SETUP, """
+        saved = impl.module.snapshot()           # the _native op active
+        with impl.scope():
+            pass
+        impl.module.restore(impl.module.snapshot())
+        before = impl.module.snapshot()
+    """, REDEFINE, """
+        impl.module.restore(saved)              # would re-activate it on the new op
+        print("id: " + node.node_id)
+        print("eager: " + outcome(native, x))
+        print("meta: " + outcome(native, torch.ones(2, device="meta")))
+        print("new op: " + outcome(getattr(torch.ops, NS).foo, x, x, x))
+    """), timeout=120)
+    results = check_named_error(lines)
+    for what in ("eager", "meta"):
+        assert results[what].startswith("raised"), f"the _native op's {what} call: {results[what]}"
+        assert results["id"] in results[what], results[what]
+    assert results["new op"] == "returned [3.0, 3.0]", results["new op"]
+
+
+@behaviour("robustness.native-op-target-removed")
+def test_a_native_op_whose_target_left_the_dispatcher_raises(impl):
+    """Disabled (under the policy that removes an emptied router, upstream's),
+    then its library destroyed, then another op defined: the `_native` op
+    must not call through the handle it had."""
+    lines = run_in_fresh_interpreter(impl, script("""
+        policy = getattr(impl.module, "set_empty_chain_policy", None)
+        if policy is not None:
+            policy("remove")
+    """, REDEF_SETUP, """
+        impl.disable(dsl_names=["redef_dsl"])
+        lib._destroy()
+        del lib
+        other = torch.library.Library(NS, "DEF")
+        for i in range(8):                     # reuse whatever the old entry's memory was
+            other.define(f"bar{i}(Tensor x) -> Tensor")
+            other.impl(f"bar{i}", lambda x: x * 1000, "CompositeExplicitAutograd")
+        print("id: " + node.node_id)
+        print("eager: " + outcome(native, x))
+        print("meta: " + outcome(native, torch.ones(2, device="meta")))
+    """), timeout=120)
+    results = check_named_error(lines)
+    for what in ("eager", "meta"):
+        assert "1000" not in results[what], f"the _native op dispatched to an unrelated op: {results[what]}"
+        if what == "meta" or results[what].startswith("raised"):
+            assert results[what].startswith("raised"), results[what]
+            assert results["id"] in results[what] or "foo" in results[what], results[what]
+
+
+# ---- fork ----------------------------------------------------------------------
+
+FORK_BODY = """
+    import os, threading, time, torch
+    from torch_fixtures import A, B
+    KEY = ("aten", "mul.Tensor", "CPU")
+    impl.register("bg_dsl", *KEY, lambda *a: False, lambda a, b: a)
+    impl.install(*KEY)
+    kind = {kind!r}
+
+    def work():
+        if kind == "register":
+            with impl.scope():  # bounded: registrations outpace the forks
+                for _ in range(20):
+                    impl.register("bg_dsl", *KEY, lambda *a: False, lambda a, b: a)
+        elif kind == "install":
+            impl.install(*KEY)
+        elif kind == "toggle":
+            impl.disable(dsl_names=["bg_dsl"])
+            impl.enable(dsl_names=["bg_dsl"])
+        elif kind == "reorder":
+            impl.reorder(lambda op, key, graph: list(reversed(graph)))
+        elif kind == "restore":
+            with impl.scope():
+                impl.register("bg_dsl", *KEY, lambda *a: False, lambda a, b: a)
+
+    stop = threading.Event()
+    def busy():
+        while not stop.is_set():
+            work()
+    thread = threading.Thread(target=busy, daemon=True)
+    thread.start()
+    time.sleep(0.05)
+    stuck = 0
+    for _ in range({forks}):
+        pid = os.fork()
+        if pid == 0:
+            try:
+                with impl.scope():
+                    impl.register("child_dsl", *KEY, lambda *a: True, lambda a, b: torch.full_like(a, 9.0))
+                    impl.install(*KEY)
+                    ok = torch.equal(torch.mul(A, B), torch.full_like(A, 9.0))
+                os._exit(0 if ok else 3)
+            except BaseException:
+                os._exit(2)
+        deadline = time.monotonic() + 20
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                stuck += status != 0
+                break
+            if time.monotonic() > deadline:
+                os.kill(pid, 9)
+                os.waitpid(pid, 0)
+                stuck += 1
+                break
+            time.sleep(0.002)
+    stop.set()
+    thread.join(30)
+    print(stuck)
+"""
+
+
+@behaviour("robustness.fork-during-control-plane")
+@pytest.mark.parametrize("kind", ["register", "install", "toggle", "reorder", "restore"])
+def test_a_child_forked_during_control_plane_work_can_use_the_registry(impl, kind):
+    forks = 40
+    stuck = run_in_fresh_interpreter(impl, FORK_BODY.format(kind=kind, forks=forks), timeout=600)[-1]
+    assert int(stuck) == 0, f"{stuck} of {forks} children forked during {kind} hung or failed"
+
+
+MP_WORKER = '''
+import adapter
+impl = adapter.load()
+
+def work(value):
+    import torch
+    with impl.scope():
+        impl.register("mp_dsl", "aten", "mul.Tensor", "CPU", lambda *a: True,
+                      lambda a, b: torch.full_like(a, float(value)))
+        impl.install("aten", "mul.Tensor", "CPU")
+        return torch.mul(torch.ones(2), torch.ones(2)).tolist()
+'''
+
+
+@behaviour("robustness.fork-during-control-plane")
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_multiprocessing_workers_can_use_the_registry(impl, method, tmp_path):
+    (tmp_path / "nr_mp_worker.py").write_text(MP_WORKER)
+    results = run_in_fresh_interpreter(impl, f"""
+        import multiprocessing, sys, threading
+        sys.path.insert(0, {str(tmp_path)!r})
+        import nr_mp_worker
+        impl = nr_mp_worker.impl
+        stop = threading.Event()
+        def busy():
+            while not stop.is_set():
+                with impl.scope():
+                    impl.register("bg_dsl", "aten", "mul.Tensor", "CPU", lambda *a: False, lambda a, b: a)
+        thread = threading.Thread(target=busy, daemon=True)
+        thread.start()
+        with multiprocessing.get_context({method!r}).Pool(2) as pool:
+            print(pool.map_async(nr_mp_worker.work, range(6)).get(timeout=240))
+        stop.set()
+        thread.join(30)
+    """, timeout=300)[-1]
+    assert results == str([[float(v)] * 2 for v in range(6)])

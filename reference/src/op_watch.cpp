@@ -1,0 +1,65 @@
+#include "op_watch.h"
+
+#include <unordered_map>
+#include <vector>
+
+namespace native_registry::detail {
+namespace {
+
+// Every live watch, by op name. Expired entries are pruned when a watch of
+// the same name is added, so the table holds about one entry per watched op.
+std::unordered_map<std::string, std::vector<std::weak_ptr<OpWatch>>>& watches() {
+  static auto* table = new std::unordered_map<std::string, std::vector<std::weak_ptr<OpWatch>>>();
+  return *table;
+}
+
+class SchemaRemovalWatcher final : public c10::OpRegistrationListener {
+ public:
+  void onOperatorRegistered(const c10::OperatorHandle&) override {}
+  // Called before the schema goes, while the handle is still valid.
+  void onOperatorDeregistered(const c10::OperatorHandle& op) override {
+    std::lock_guard<std::mutex> lock(op_watch_mutex());
+    auto it = watches().find(full_name(op.operator_name()));
+    if (it == watches().end()) return;
+    for (const auto& weak : it->second) {
+      if (auto watch = weak.lock()) watch->gone.store(true, std::memory_order_release);
+    }
+    watches().erase(it);
+  }
+};
+
+void install_listener() {
+  // Kept for the life of the process: the dispatcher outlives the registry.
+  static auto* handle = new c10::RegistrationHandleRAII(
+      c10::Dispatcher::singleton().addRegistrationListener(
+          std::make_unique<SchemaRemovalWatcher>()));
+  (void)handle;
+}
+
+}  // namespace
+
+std::mutex& op_watch_mutex() {
+  static auto* mutex = new std::mutex();
+  return *mutex;
+}
+
+std::string full_name(const c10::OperatorName& name) {
+  return name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
+}
+
+std::shared_ptr<const OpWatch> watch_op(const c10::OperatorHandle& op) {
+  install_listener();  // takes the dispatcher's lock: before ours
+  auto watch = std::make_shared<OpWatch>(full_name(op.operator_name()));
+  {
+    std::lock_guard<std::mutex> lock(op_watch_mutex());
+    auto& list = watches()[watch->name];
+    std::erase_if(list, [](const std::weak_ptr<OpWatch>& weak) { return weak.expired(); });
+    list.push_back(watch);
+  }
+  // Removed before the watch was in the table: LibTorch forbids changing an
+  // op while another thread installs on it, but a gone schema is cheap to see.
+  if (!op.hasSchema()) watch->gone.store(true, std::memory_order_release);
+  return watch;
+}
+
+}  // namespace native_registry::detail
