@@ -1,75 +1,21 @@
-#include "router.h"
+// Routers at install time: capturing the kernel live at the key (or noting
+// a fallthrough), installing the router's kernel in a library handle of its
+// own, publishing interned chains, and the switch between typed and boxed
+// kernels. The call path itself is call_path.cpp's.
 
-#include "op_watch.h"
+#include "router_shared.h"
+
 #include "quiet_override_warning.h"
 
-#include <native_registry/call_hooks.h>
-#include <native_registry/registry.h>
-
-#include <c10/core/impl/COW.h>
-
-#include <algorithm>
 #include <atomic>
 #include <cstdlib>
-#include <optional>
 #include <string_view>
 
-namespace native_registry {
+namespace native_registry::detail {
+
 namespace {
-
-std::atomic<TraceShortcutFn> g_trace_shortcut{nullptr};
-std::atomic<HostScopeFn> g_host_scope{nullptr};
-thread_local bool t_in_diverted_call = false;
-
-// Sets the re-entrancy flag for one diverted call; clears it on every exit,
-// exceptions included.
-class DivertedCallScope {
- public:
-  DivertedCallScope() { t_in_diverted_call = true; }
-  ~DivertedCallScope() { t_in_diverted_call = false; }
-  DivertedCallScope(const DivertedCallScope&) = delete;
-  DivertedCallScope& operator=(const DivertedCallScope&) = delete;
-};
-
-bool is_cow(const c10::IValue& value) {
-  if (!value.isTensor()) return false;
-  const at::Tensor& tensor = value.toTensor();
-  return tensor.defined() && tensor.has_storage() &&
-         c10::impl::cow::is_cow_data_ptr(tensor.storage().data_ptr());
-}
-
-// Copy-on-write inputs always take the ordinary path: a diverted call would
-// hand them to a tracer that cannot see their copy-on-write state.
-bool has_cow_argument(const Stack& stack) {
-  for (const c10::IValue& value : stack) {
-    if (is_cow(value)) return true;
-    // isTensorList is out of line: not asked of a tensor.
-    if (!value.isTensor() && value.isTensorList()) {
-      for (const at::Tensor& tensor : value.toTensorVector()) {
-        if (is_cow(c10::IValue(tensor))) return true;
-      }
-    }
-  }
-  return false;
-}
-
 std::atomic<uint64_t> g_next_router_id{1};
-
 }  // namespace
-
-void set_trace_shortcut(TraceShortcutFn fn) {
-  g_trace_shortcut.store(fn, std::memory_order_release);
-}
-
-TraceShortcutFn trace_shortcut() {
-  return g_trace_shortcut.load(std::memory_order_acquire);
-}
-
-bool in_diverted_call() { return t_in_diverted_call; }
-
-void set_host_scope(HostScopeFn fn) { g_host_scope.store(fn, std::memory_order_release); }
-
-namespace detail {
 
 namespace {
 // NATIVE_REGISTRY_BOXED_ROUTERS=1 gives every router the boxed kernel, so
@@ -108,301 +54,21 @@ C10_NOINLINE bool computed_kernel_is_fallthrough(const c10::OperatorHandle& op,
 
 }  // namespace
 
-struct Router::Shared {
-  Shared(const c10::OperatorHandle& handle, c10::DispatchKey key)
-      : op(handle), dispatch_key(key), watch(watch_op(handle)) {
-    if (computed_kernel_is_fallthrough(op, key)) {
-      fallthrough = true;
-    } else if (op.hasComputedKernelForDispatchKey(key)) {
-      fallback.emplace(op.getComputedKernelForDispatchKey(key));
-    }
+Shared(const c10::OperatorHandle& handle, c10::DispatchKey key)
+    : op(handle), dispatch_key(key), watch(watch_op(handle)) {
+  if (computed_kernel_is_fallthrough(op, key)) {
+    fallthrough = true;
+  } else if (op.hasComputedKernelForDispatchKey(key)) {
+    fallback.emplace(op.getComputedKernelForDispatchKey(key));
   }
-
-  c10::OperatorHandle op;
-  c10::DispatchKey dispatch_key;
-  // Marked when the op's schema leaves the dispatcher. The router's kernel
-  // keeps the op's entry (so `op` stays valid) but not its schema: an op
-  // defined again under the name reaches this router at keys where it has
-  // no kernel of its own, with arguments the chain and the fallback were
-  // not made for. Such a call raises; the registry rebuilds the router at
-  // its next install, publish or restore.
-  std::shared_ptr<const OpWatch> watch;
-  // The kernel that was live before the router; absent if there was none.
-  std::optional<c10::SafeKernelFunction> fallback;
-  // The key was a fallthrough before the router (BackendSelect,
-  // ADInplaceOrView, Autocast*, ... for most ops): a fallthrough kernel must
-  // never be called, so a declined call skips the key instead, as the
-  // dispatcher did.
-  bool fallthrough = false;
-  std::atomic<const Chain*> chain{nullptr};
-  // Every chain ever published, by node identity; written by publish()
-  // under the registry's lock, never read by calls (they hold `chain`).
-  std::map<std::vector<const OverrideNode*>, std::unique_ptr<const Chain>> interned;
-  // Holds on this object: one for all its shared_ptr owners together (the
-  // Router, the kernel functor, the registry's deferred releases; see
-  // make_shared_state), plus one per call inside the router. The last to let
-  // go deletes it. Cheaper on the call path than copying a shared_ptr.
-  mutable std::atomic<uint64_t> holds{1};
-};
+}
 
 namespace {
-
-void let_go(const Router::Shared* shared) {
-  if (shared->holds.fetch_sub(1, std::memory_order_acq_rel) == 1) delete shared;
-}
 
 std::shared_ptr<Router::Shared> make_shared_state(const c10::OperatorHandle& op,
                                                   c10::DispatchKey key) {
   return std::shared_ptr<Router::Shared>(new Router::Shared(op, key),
                                          [](Router::Shared* shared) { let_go(shared); });
-}
-
-// One call's hold on the router's shared state, for the whole call: an impl
-// may remove the router, and its kernel functor with it.
-class CallHold {
- public:
-  explicit CallHold(const Router::Shared& shared) : shared_(&shared) {
-    shared.holds.fetch_add(1, std::memory_order_relaxed);
-  }
-  ~CallHold() { let_go(shared_); }
-  CallHold(const CallHold&) = delete;
-  CallHold& operator=(const CallHold&) = delete;
-
- private:
-  const Router::Shared* shared_;
-};
-
-// What a call does, chosen by the trace shortcut and the conds.
-struct Choice {
-  bool divert = false;                  // call the op again from the top
-  const OverrideNode* node = nullptr;   // else this node's impl, else the fallback
-};
-
-Choice choose(const Chain& chain, const c10::OperatorHandle& op, c10::DispatchKeySet keys,
-              const Stack& stack) {
-  if (chain.divert_when_tracing && !t_in_diverted_call) {
-    TraceShortcutFn shortcut = g_trace_shortcut.load(std::memory_order_acquire);
-    if (shortcut != nullptr && !has_cow_argument(stack) && shortcut()) return {true, nullptr};
-  }
-  for (const NodePtr& node : chain.nodes) {
-    if (!node->cond(op, keys, stack)) continue;
-    // Only an accepting cond initialises the runtime, immediately before the
-    // impl (upstream's documented order): a declining cond never enters it.
-    if (node->options.try_initialize_runtime && !node->ensure_runtime()) continue;
-    return {false, node.get()};
-  }
-  return {};
-}
-
-// choose() inside the host scope, when the chain needs one and a host set it.
-Choice choose_in_scope(const Chain& chain, const c10::OperatorHandle& op,
-                       c10::DispatchKeySet keys, const Stack& stack) {
-  HostScopeFn scope = chain.needs_host_scope ? g_host_scope.load(std::memory_order_acquire)
-                                             : nullptr;
-  if (scope == nullptr) return choose(chain, op, keys, stack);
-  struct Context {
-    const Chain& chain;
-    const c10::OperatorHandle& op;
-    c10::DispatchKeySet keys;
-    const Stack& stack;
-    Choice choice;
-  } context{chain, op, keys, stack, Choice{}};
-  scope(
-      [](void* raw) {
-        auto* c = static_cast<Context*>(raw);
-        c->choice = choose(c->chain, c->op, c->keys, c->stack);
-      },
-      &context);
-  return context.choice;
-}
-
-// The routing itself, on a boxed call; both kernels end here. It only reads
-// `shared`; the Router that owns the registration may publish new chains
-// into it meanwhile.
-C10_NOINLINE void raise_op_gone(const Router::Shared& shared) {
-  TORCH_CHECK(false, "the native_registry router at ", shared.dispatch_key, " of ",
-              shared.watch->name,
-              " was installed for an op that has since left the dispatcher (its library "
-              "destroyed, the op perhaps defined again): its overrides and its fallback are "
-              "the old op's; install the graph again (or restore) to route the op as it is now");
-}
-
-void route(const Router::Shared& shared, const c10::OperatorHandle& op,
-           c10::DispatchKeySet keys, Stack* stack) {
-  if (C10_UNLIKELY(shared.watch->gone.load(std::memory_order_relaxed))) raise_op_gone(shared);
-  const Chain* chain = shared.chain.load(std::memory_order_acquire);
-  const Choice choice = choose_in_scope(*chain, op, keys, *stack);
-  if (choice.divert) {
-    DivertedCallScope diverted;
-    op.callBoxed(stack);
-    return;
-  }
-  if (choice.node != nullptr) {
-    choice.node->run_impl(op, keys, stack);
-    return;
-  }
-  if (!shared.fallback) {
-    if (shared.fallthrough) {
-      op.redispatchBoxed(
-          keys & c10::DispatchKeySet(c10::DispatchKeySet::FULL_AFTER, shared.dispatch_key), stack);
-      return;
-    }
-    TORCH_CHECK_NOT_IMPLEMENTED(false, "no override took this call of ",
-                                op.operator_name(), " and the op had no kernel at ",
-                                shared.dispatch_key, " before the router");
-  }
-  // Straight to the captured kernel, not through the dispatcher's entry:
-  // this is what keeps autograd formulas that call this op from coming
-  // back into the router.
-  shared.fallback->callBoxed(op, keys, stack);
-}
-
-// The kernel for every signature: the dispatcher boxes the call for it.
-class BoxedRouterKernel final : public c10::OperatorKernel {
- public:
-  explicit BoxedRouterKernel(std::shared_ptr<const Router::Shared> shared)
-      : shared_(std::move(shared)) {}
-
-  void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet keys, Stack* stack) {
-    const Router::Shared& shared = *shared_;  // this functor may go during the call
-    CallHold hold(shared);
-    route(shared, op, keys, stack);
-  }
-
- private:
-  std::shared_ptr<const Router::Shared> shared_;
-};
-
-// ---- the typed kernel ----------------------------------------------------------
-
-// The Stacks typed calls box into: one per nesting depth (an impl, a cond or
-// the fallback may call another routed op, or this one), kept for the life of
-// the thread and reused, so that a typed call allocates nothing of its own
-// once this thread has made one at that depth. Deeper than kScratchDepth, a
-// call boxes into a Stack of its own.
-constexpr size_t kScratchDepth = 8;
-struct ScratchStacks {
-  Stack stacks[kScratchDepth];
-  size_t depth = 0;
-};
-
-// This thread's ScratchStacks. The pointer is a trivial thread_local, so the
-// call path pays no initialisation guard; the stacks are made on the thread's
-// first typed call and freed when it exits. A typed call made after that,
-// from another thread_local's destructor, boxes into a Stack of its own.
-thread_local ScratchStacks* t_scratch = nullptr;
-thread_local bool t_scratch_released = false;
-
-struct ScratchOwner {
-  ScratchStacks stacks;
-  ~ScratchOwner() {
-    t_scratch = nullptr;
-    t_scratch_released = true;
-  }
-};
-
-C10_NOINLINE ScratchStacks* make_scratch() {
-  if (t_scratch_released) return nullptr;
-  thread_local ScratchOwner owner;
-  t_scratch = &owner.stacks;
-  return t_scratch;
-}
-
-// Takes this depth's Stack for one call and leaves it empty on every exit,
-// exceptions included, so that no argument outlives the call.
-class ScratchStack {
- public:
-  ScratchStack() : scratch_(t_scratch) {
-    if (C10_UNLIKELY(scratch_ == nullptr)) scratch_ = make_scratch();
-    if (C10_LIKELY(scratch_ != nullptr && scratch_->depth < kScratchDepth)) {
-      stack_ = &scratch_->stacks[scratch_->depth++];
-    } else {
-      scratch_ = nullptr;
-      stack_ = &own_.emplace();
-    }
-  }
-  ~ScratchStack() {
-    stack_->clear();
-    if (scratch_ != nullptr) --scratch_->depth;
-  }
-  ScratchStack(const ScratchStack&) = delete;
-  ScratchStack& operator=(const ScratchStack&) = delete;
-  Stack* get() const { return stack_; }
-
- private:
-  ScratchStacks* scratch_;
-  Stack* stack_;
-  std::optional<Stack> own_;
-};
-
-// An unboxed kernel of signature Tensor(Args...): boxes the arguments into
-// the scratch Stack and routes; the one result comes back unboxed.
-template <class... Args>
-struct TypedRouter {
-  using Signature = at::Tensor(Args...);
-
-  static torch::CppFunction kernel(std::shared_ptr<const Router::Shared> shared) {
-    return torch::CppFunction(
-        [shared = std::move(shared)](c10::DispatchKeySet keys, Args... args) -> at::Tensor {
-          const Router::Shared& pinned = *shared;  // as in BoxedRouterKernel
-          CallHold hold(pinned);
-          ScratchStack scratch;
-          Stack* stack = scratch.get();
-          (stack->emplace_back(args), ...);
-          route(pinned, pinned.op, keys, stack);
-          TORCH_INTERNAL_ASSERT(stack->size() == 1, "a kernel of ", pinned.op.operator_name(),
-                                " left ", stack->size(), " values on the stack, expected 1");
-          return std::move(stack->back()).toTensor();
-        });
-  }
-};
-
-// A signature no op has: see has_exactly_signature.
-struct NoSuchArgument {};
-
-// Whether `op` already has an unboxed kernel whose C++ signature is exactly
-// Signature. OperatorHandle::typed<F>() throws when a kernel of another
-// signature was registered and passes when none was; the second probe, with
-// a signature no kernel can have, tells "Signature" from "none". Registering
-// the typed router on an op without a C++ signature would record one the op
-// keeps after the router is gone, so such ops get the boxed kernel.
-template <class Signature>
-bool has_exactly_signature(const c10::OperatorHandle& op) {
-  try {
-    (void)op.typed<Signature>();
-  } catch (const c10::Error&) {
-    return false;
-  }
-  try {
-    (void)op.typed<void(NoSuchArgument)>();
-  } catch (const c10::Error&) {
-    return true;
-  }
-  return false;
-}
-
-// Sets `out` to Typed's kernel if none is chosen yet and the op's signature is Typed's.
-template <class Typed>
-void try_typed(const c10::OperatorHandle& op, const std::shared_ptr<const Router::Shared>& shared,
-               std::optional<torch::CppFunction>& out) {
-  if (!out && has_exactly_signature<typename Typed::Signature>(op)) out.emplace(Typed::kernel(shared));
-}
-
-// The typed kernel for the op's signature, if it is a common one; nullopt
-// otherwise.
-std::optional<torch::CppFunction> typed_kernel(const c10::OperatorHandle& op,
-                                               const std::shared_ptr<const Router::Shared>& shared) {
-  const c10::FunctionSchema& schema = op.schema();
-  if (schema.returns().size() != 1 || schema.is_mutable()) return std::nullopt;
-  std::optional<torch::CppFunction> out;
-  using T = const at::Tensor&;
-  using S = const c10::Scalar&;
-  try_typed<TypedRouter<T>>(op, shared, out);
-  try_typed<TypedRouter<T, T>>(op, shared, out);
-  try_typed<TypedRouter<T, T, S>>(op, shared, out);
-  try_typed<TypedRouter<T, S>>(op, shared, out);
-  try_typed<TypedRouter<T, S, S>>(op, shared, out);
-  return out;
 }
 
 }  // namespace
@@ -419,15 +85,9 @@ Router::Router(const c10::OperatorHandle& op, c10::DispatchKey dispatch_key,
       __FILE__, __LINE__);
   std::string symbol = name.name.substr(separator + 2);
   if (!name.overload_name.empty()) symbol += "." + name.overload_name;
-  std::optional<torch::CppFunction> typed;
-  if (typed_routers_enabled()) typed = typed_kernel(op, shared_);
+  torch::CppFunction kernel = router_kernel(shared_, typed_routers_enabled());
   QuietOverrideWarning quiet;
-  if (typed) {
-    library_->impl(symbol.c_str(), std::move(*typed));
-  } else {
-    library_->impl(symbol.c_str(), torch::CppFunction::makeFromBoxedFunctor(
-                                       std::make_unique<BoxedRouterKernel>(shared_)));
-  }
+  library_->impl(symbol.c_str(), std::move(kernel));
 }
 
 Router::~Router() = default;
@@ -455,5 +115,4 @@ Graph Router::published() const {
   return shared_->chain.load(std::memory_order_acquire)->nodes;
 }
 
-}  // namespace detail
-}  // namespace native_registry
+}  // namespace native_registry::detail

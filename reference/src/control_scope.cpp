@@ -1,0 +1,73 @@
+// The control scope and what runs around the lock: every control-plane
+// operation holds mutex_ through a ControlScope, which queues log records
+// and objects to free while it is held and emits and frees them once it is
+// released, so no user code (log handlers, callables' destructors) ever runs
+// under the lock. The settings the scope reads (the log sink) live here too.
+
+#include "registry_impl.h"
+
+#include <iostream>
+#include <utility>
+
+namespace native_registry {
+
+Registry::Impl::ControlScope::~ControlScope() {
+  registry_.pending_ = nullptr;
+  LogSink sink = registry_.log_sink_;
+  lock_.unlock();
+  for (const auto& [level, message] : pending_.logs) {
+    try {
+      emit(sink, level, message);
+    } catch (...) {
+      // A log handler's failure must not turn a done operation into an error.
+    }
+  }
+  pending_.released.clear();
+}
+
+void Registry::Impl::ControlScope::emit(const LogSink& sink, LogLevel level, const std::string& message) {
+  if (sink) {
+    sink(level, message);
+  } else if (level == LogLevel::kWarning) {
+    std::cerr << "[native_registry] warning: " << message << "\n";
+  }
+}
+
+void Registry::Impl::defer_release(std::shared_ptr<const void> object) const {
+  TORCH_INTERNAL_ASSERT(pending_ != nullptr, "defer_release outside a ControlScope");
+  pending_->released.push_back(std::move(object));
+}
+
+void Registry::Impl::log(LogLevel level, const std::string& message) const {
+  TORCH_INTERNAL_ASSERT(pending_ != nullptr, "log outside a ControlScope");
+  pending_->logs.emplace_back(level, message);
+}
+
+void Registry::Impl::log_unlocked(LogLevel level, const std::string& message) const {
+  LogSink sink;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    sink = log_sink_;
+  }
+  ControlScope::emit(sink, level, message);
+}
+
+// ---- settings ---------------------------------------------------------------
+
+void Registry::Impl::set_empty_chain_policy(EmptyChainPolicy policy) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  empty_chain_policy_ = policy;
+}
+
+EmptyChainPolicy Registry::Impl::empty_chain_policy() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return empty_chain_policy_;
+}
+
+void Registry::Impl::set_log_sink(LogSink sink) {
+  ControlScope scope(*this);
+  // The sink it replaces may own host objects: freed after the lock.
+  defer_release(std::make_shared<LogSink>(std::exchange(log_sink_, std::move(sink))));
+}
+
+}  // namespace native_registry

@@ -1,0 +1,73 @@
+#pragma once
+
+// What a router's kernel shares with its Router (router.h), and the kernels
+// themselves: router.cpp builds and installs routers (install time, under the
+// registry's lock); call_path.cpp is every call's path through them.
+
+#include "op_watch.h"
+#include "router.h"
+
+#include <native_registry/call_hooks.h>
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <optional>
+#include <vector>
+
+namespace native_registry::detail {
+
+struct Router::Shared {
+  Shared(const c10::OperatorHandle& handle, c10::DispatchKey key);
+
+  c10::OperatorHandle op;
+  c10::DispatchKey dispatch_key;
+  // Marked when the op's schema leaves the dispatcher. The router's kernel
+  // keeps the op's entry (so `op` stays valid) but not its schema: an op
+  // defined again under the name reaches this router at keys where it has
+  // no kernel of its own, with arguments the chain and the fallback were
+  // not made for. Such a call raises; the registry rebuilds the router at
+  // its next install, publish or restore.
+  std::shared_ptr<const OpWatch> watch;
+  // The kernel that was live before the router; absent if there was none.
+  std::optional<c10::SafeKernelFunction> fallback;
+  // The key was a fallthrough before the router (BackendSelect,
+  // ADInplaceOrView, Autocast*, ... for most ops): a fallthrough kernel must
+  // never be called, so a declined call skips the key instead, as the
+  // dispatcher did.
+  bool fallthrough = false;
+  std::atomic<const Chain*> chain{nullptr};
+  // Every chain ever published, by node identity; written by publish()
+  // under the registry's lock, never read by calls (they hold `chain`).
+  std::map<std::vector<const OverrideNode*>, std::unique_ptr<const Chain>> interned;
+  // Holds on this object: one for all its shared_ptr owners together (the
+  // Router, the kernel functor, the registry's deferred releases; see
+  // make_shared_state), plus one per call inside the router. The last to let
+  // go deletes it. Cheaper on the call path than copying a shared_ptr.
+  mutable std::atomic<uint64_t> holds{1};
+};
+
+inline void let_go(const Router::Shared* shared) {
+  if (shared->holds.fetch_sub(1, std::memory_order_acq_rel) == 1) delete shared;
+}
+
+// One call's hold on the router's shared state, for the whole call: an impl
+// may remove the router, and its kernel functor with it.
+class CallHold {
+ public:
+  explicit CallHold(const Router::Shared& shared) : shared_(&shared) {
+    shared.holds.fetch_add(1, std::memory_order_relaxed);
+  }
+  ~CallHold() { let_go(shared_); }
+  CallHold(const CallHold&) = delete;
+  CallHold& operator=(const CallHold&) = delete;
+
+ private:
+  const Router::Shared* shared_;
+};
+
+// The kernel to install for `shared`'s op: a typed one where the op's
+// signature is one of the common ones and `typed` allows it, else the boxed one.
+torch::CppFunction router_kernel(const std::shared_ptr<const Router::Shared>& shared, bool typed);
+
+}  // namespace native_registry::detail
