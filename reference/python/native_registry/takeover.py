@@ -160,10 +160,13 @@ def take_over(stock: types.ModuleType, compat: types.ModuleType) -> bool:
                 node.dsl_name, node.lib_symbol, node.op_symbol, node.dispatch_key, node.cond,
                 node.impl, try_initialize_runtime=node.try_initialize_runtime,
                 unconditional_override=node.unconditional_override)
-    dsl, ops, keys = state.filters
+    # The filters go to the core directly: upstream's deregister would also
+    # (re)install every graph they name, where only those installed before
+    # get a router below. Blank entries name nothing (see compat._naming).
+    dsl, ops, keys = (compat._naming(entries) for entries in state.filters)
     if dsl or ops or keys:
-        compat.deregister_op_overrides(disable_dsl_names=dsl, disable_op_symbols=ops,
-                                       disable_dispatch_keys=keys)
+        compat._reference.deregister_op_overrides(
+            disable_dsl_names=dsl, disable_op_symbols=ops, disable_dispatch_keys=keys)
     for key in state.installed:
         compat._install_graph(key)
     forward(stock, compat)

@@ -449,7 +449,8 @@ def _repoint_bound_names(module_name: str, replaced: types.ModuleType) -> None:
     function of the same name."""
     this = sys.modules[__name__]
     for name, module in list(sys.modules.items()):
-        if not name.startswith("torch._native.") or module is None or module is this:
+        if (not name.startswith("torch._native.") or module is None or module is this
+                or module is replaced):  # the replaced module's own names: take_over's
             continue
         for attr, value in list(vars(module).items()):
             fn_name = getattr(value, "__name__", None)
