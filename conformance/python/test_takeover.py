@@ -6,10 +6,11 @@ DSL is available, which is every CUDA machine with Triton or CuTeDSL. On
 this CPU machine each is re-run in a child interpreter with its DSL's
 availability check patched to "available" by an import hook (PRELUDE), so
 that it registers at import exactly as on such a machine. Their routers sit
-at CUDA keys, so nothing has to run on CUDA. Where this CPU build of torch
-has no CUDA kernel for an op a registrar overrides (scatter_add.out,
-_fused_rms_norm_backward), the hook gives it a stand-in one, as a CUDA build
-has, in every child alike; a stand-in raises if ever called.
+at CUDA keys, so nothing has to run on CUDA. This CPU build of torch has no
+CUDA kernel of its own for the ops they override (at most a composite one,
+for _fused_rms_norm a CompositeImplicitAutograd one), so the hook gives each
+a stand-in one, as a CUDA build has, in every child alike; a stand-in raises
+if ever called.
 """
 
 from __future__ import annotations
@@ -60,9 +61,9 @@ def _add_stand_ins(registry):
     import torch
     for graph_key in registry._graphs:
         lib_symbol, op, key = graph_key if len(graph_key) == 3 else ("aten", *graph_key)
-        try:
-            torch._C._dispatch_get_computed_kernel_for_dispatch_key(lib_symbol + "::" + op, key)
-        except RuntimeError:  # this CPU build has none: give it one, as a CUDA build has
+        # a CUDA build has a kernel of the op's own at CUDA; this CPU build
+        # has none (at most a composite one): give it one
+        if not torch._C._dispatch_has_kernel_for_dispatch_key(lib_symbol + "::" + op, key):
             lib = torch.library.Library(lib_symbol, "IMPL", key)
             lib.impl(op, _stand_in, key)
             STAND_INS.append(lib)
@@ -146,7 +147,7 @@ def test_front_ends_control_the_overrides_torch_registered_at_import(impl, regis
         def state():
             graphs = [impl.graph(*k) for k in KEYS]
             return [bool(g) and all(n.dsl_name == DSL for n in g) for g in graphs], [
-                sorted({n.active for n in g}) for g in graphs]
+                sorted({{n.active for n in g}}) for g in graphs]
         print(json.dumps(reg.get_dsl_operations(DSL)))
         print(json.dumps(state()))
         disable(); print(json.dumps(state()))

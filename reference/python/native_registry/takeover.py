@@ -9,13 +9,14 @@ reference. :func:`take_over` moves them:
 
 1. reads the stock graphs (nodes in order, with dsl name, namespace, cond,
    impl, try_initialize_runtime, unconditional flag), its filters and which
-   graphs it has a router installed for;
+   graphs it has a router installed for, and registers the nodes into the
+   reference in the same order (if the reference refuses one, it is put
+   back as it was and nothing else has changed);
 2. takes everything it put in the dispatcher out, each library by its own
    handle: the routers, the ``_native`` kernels, the fake kernels and the
    ``_native`` definitions (in that order, so nothing is ever left dangling).
    Every op it touched is then as if the stock registry had never installed;
-3. registers the nodes into the reference in the same order, applies the
-   stock filters there (which gives each node the same ``active``), and
+3. applies the stock filters in the reference (which gives each node the same ``active``), and
    installs the graphs the stock registry had installed;
 4. points the stock module's names at the reference's module, so code that
    kept the old module object reaches the one registry.
@@ -153,13 +154,21 @@ def take_over(stock: types.ModuleType, compat: types.ModuleType) -> bool:
         if compat._resolve_overload(key[0], key[1]) is None:
             raise RuntimeError(f"cannot take over the router at {key}: {key[0]}::{key[1]} "
                                "does not resolve")
+    # Register first: the reference may refuse an override (a key it does
+    # not take for that op), and then nothing may have changed, the stock
+    # registry least of all. Registering installs nothing.
+    saved = compat._reference.snapshot()
+    try:
+        for key, nodes in state.graphs.items():
+            for node in nodes:
+                compat.register_op_override(
+                    node.dsl_name, node.lib_symbol, node.op_symbol, node.dispatch_key, node.cond,
+                    node.impl, try_initialize_runtime=node.try_initialize_runtime,
+                    unconditional_override=node.unconditional_override)
+    except BaseException:
+        compat._reference.restore(saved)
+        raise
     remove_from_dispatcher(stock)
-    for key, nodes in state.graphs.items():
-        for node in nodes:
-            compat.register_op_override(
-                node.dsl_name, node.lib_symbol, node.op_symbol, node.dispatch_key, node.cond,
-                node.impl, try_initialize_runtime=node.try_initialize_runtime,
-                unconditional_override=node.unconditional_override)
     # The filters go to the core directly: upstream's deregister would also
     # (re)install every graph they name, where only those installed before
     # get a router below. Blank entries name nothing (see compat._naming).
