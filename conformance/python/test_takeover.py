@@ -276,8 +276,10 @@ print(json.dumps([n.dsl_name for n in nr.graph("aten", "bmm", "CUDA")]),
       nr.router_state("aten", "bmm", "CUDA"))
 # torch's own registry module never ran: nothing it installs is in the dispatcher
 print("_native/registry.py" in torch._C._dispatch_dump("aten::bmm"))
-print(any(getattr(m, "__file__", "") and m.__file__.endswith("torch/_native/registry.py")
-          for m in list(sys.modules.values())))
+# nor was it imported and then taken over: no such module object exists at all
+import gc, types
+print(any(isinstance(m, types.ModuleType) and m.__name__ == "torch._native.registry"
+          for m in gc.get_objects()))
 import torch.backends.python_native as pn
 pn.triton.disable(); print(nr.graph("aten", "bmm", "CUDA")[0].active)
 pn.triton.enable(); print(nr.graph("aten", "bmm", "CUDA")[0].active)
