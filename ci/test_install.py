@@ -122,10 +122,30 @@ def test_wheel_ships_the_package_and_nothing_of_the_tests(wheel):
         "native_registry/share/cmake/native_registry/native_registryConfig.cmake",
         "native_registry/share/cmake/native_registry/native_registryConfigVersion.cmake",
         "native_registry/lib/pkgconfig/native_registry.pc",
+        "native_registry/takeover.py", "native_registry/variants.py", "native_registry/declared.py",
+        # early activation: at the top of site-packages, where site runs .pth files
+        "native_registry_early.pth", "_native_registry_early.py",
     }
     assert expected <= names, expected - names
     assert any(n.startswith("native_registry/_C.") and n.endswith(".so") for n in names)
     assert not [n for n in names if "test" in n or "bench" in n or "fixture" in n]
+
+
+def test_early_activation_hook_is_installed_off_by_default(venv, wheel):
+    """The wheel's .pth costs nothing unset (torch not imported at start-up)
+    and with NATIVE_REGISTRY_AS_TORCH_NATIVE=1 makes the reference torch's
+    registry before torch's registrars run."""
+    probe = """
+import json, sys
+before = 'torch' in sys.modules
+import torch, torch._native.registry as r
+print(json.dumps([before, r.__name__]))
+"""
+    off = json.loads(run([venv / "bin/python", "-c", probe], env=clean_env()))
+    assert off == [False, "torch._native.registry"]
+    on = json.loads(run([venv / "bin/python", "-c", probe],
+                        env={**clean_env(), "NATIVE_REGISTRY_AS_TORCH_NATIVE": "1"}))
+    assert on == [False, "native_registry.upstream_compat"]
 
 
 def test_binaries_find_their_libraries_relative_to_themselves(venv, wheel):

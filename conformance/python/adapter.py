@@ -34,6 +34,12 @@ FEATURES = frozenset({
                                        # teardown included, during a call
     "torch-front-ends",                # serve_torch_front_ends(): torch.backends.python_native
                                        # and torch's DSL helpers call the implementation
+    "takes-over-torch-native",         # serve_torch_front_ends() replaces a torch._native.registry
+                                       # that already ran, taking its overrides over
+    "variants",                        # variants_module(): upstream main's torch._native.variants
+    "resolve-overload",                # resolve_overload(ns, op): main's _resolve_overload
+    "declared-overrides",              # declared_overrides(): checks and registers a module's
+                                       # _NAMESPACE/_DEFINING_MODULE/_OVERRIDES/_VARIANTS
 })
 
 
@@ -78,6 +84,9 @@ class Adapter(Protocol):
     def user_ordering_fn(self) -> Callable: ...
     def native_op(self, node: Any) -> Any: ...
     def serve_torch_front_ends(self) -> None: ...  # feature torch-front-ends
+    def variants_module(self) -> Any: ...  # feature variants
+    def resolve_overload(self, lib_symbol: str, op_symbol: str) -> Any: ...  # resolve-overload
+    def declared_overrides(self) -> Any: ...  # feature declared-overrides
 
 
 def load(spec: str | None = None) -> Adapter:

@@ -56,7 +56,8 @@ DEVICES = catalogue_module.load_devices()
 EXPECTATIONS = catalogue_module.CONFORMANCE / "expectations"
 
 
-def run_in_fresh_interpreter(impl, body: str, timeout: float = 300, stderr: list | None = None) -> list[str]:
+def run_in_fresh_interpreter(impl, body: str, timeout: float = 300, stderr: list | None = None,
+                             prelude: str = "", env: dict | None = None) -> list[str]:
     """Runs `body` in a new Python that loads the implementation under test
     again (as `impl`, after `import torch, adapter`) and returns what it
     printed, line by line (and appends what it wrote to stderr, where
@@ -64,15 +65,19 @@ def run_in_fresh_interpreter(impl, body: str, timeout: float = 300, stderr: list
     unsupported when that cannot be the same implementation (not loaded by
     spec, or the child loads another: one a pytest plugin swapped in, say); a
     failing child fails the test."""
-    env = adapter_module.subprocess_environment(impl)
-    if env is None:
+    child_env = adapter_module.subprocess_environment(impl)
+    if child_env is None:
         pytest.skip(f"unsupported: {impl.name} was not loaded by a module:factory spec, "
                     "so a subprocess cannot load it again")
-    script = (f"import sys\nsys.path.insert(0, {str(pathlib.Path(__file__).parent)!r})\n"
+    # `prelude` runs before `import torch` (import hooks a test needs in place
+    # while torch imports); `env`, if given, adds to the child's environment.
+    script = (textwrap.dedent(prelude) + "\n"
+              f"import sys\nsys.path.insert(0, {str(pathlib.Path(__file__).parent)!r})\n"
               "import torch, adapter\nimpl = adapter.load()\nprint(adapter.identity(impl))\n"
               + textwrap.dedent(body))
+    child_env.update(env or {})
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                         timeout=timeout, env=env)
+                         timeout=timeout, env=child_env)
     assert out.returncode == 0, out.stderr
     if stderr is not None:
         stderr.append(out.stderr)

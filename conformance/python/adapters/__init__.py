@@ -38,3 +38,6 @@ class UpstreamShapedAdapter:
 
     def native_op(self, node):
         return getattr(torch.ops._native, node.node_id).default
+
+    def resolve_overload(self, lib_symbol, op_symbol):
+        return self.module._resolve_overload(lib_symbol, op_symbol)

@@ -17,7 +17,8 @@ class ReferenceAdapter(UpstreamShapedAdapter):
     features = frozenset({
         "namespaces", "runtime-init", "unconditional-survives-disable", "unconditional-hatch",
         "dynamo-shortcut", "native-op-meta", "concurrent-control-plane", "reentrant-control-plane",
-        "torch-front-ends",
+        "torch-front-ends", "takes-over-torch-native", "variants", "resolve-overload",
+        "declared-overrides",
     })
 
     def __init__(self) -> None:
@@ -75,6 +76,17 @@ class ReferenceAdapter(UpstreamShapedAdapter):
         from native_registry import upstream_compat
 
         upstream_compat.install_as_torch_native()
+
+
+    def variants_module(self):
+        from native_registry import variants
+
+        return variants
+
+    def declared_overrides(self):
+        from native_registry import declared
+
+        return declared
 
 
 def make() -> ReferenceAdapter:

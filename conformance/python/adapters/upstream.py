@@ -60,6 +60,11 @@ class UpstreamAdapter(UpstreamShapedAdapter):
             features.add("dynamo-shortcut")
         if self.module is sys.modules.get("torch._native.registry"):
             features.add("torch-front-ends")  # it is the registry torch's front ends call
+        if self.variants_module() is not None:
+            features.add("variants")
+        resolve = getattr(self.module, "_resolve_overload", None)
+        if resolve is not None and len(inspect.signature(resolve).parameters) == 2:
+            features.add("resolve-overload")  # main's (namespace, op_symbol)
         self.features = frozenset(features)
 
     # ---- keys: (lib, op, key) here, (op, key) in older versions -------------
@@ -166,6 +171,14 @@ class UpstreamAdapter(UpstreamShapedAdapter):
 
     def serve_torch_front_ends(self):
         pass  # torch's front ends already call this registry
+
+    def variants_module(self):
+        """torch._native.variants where this torch has one (main; 2.13 has none)."""
+        try:
+            import torch._native.variants as variants
+        except ImportError:
+            return None
+        return variants
 
     def user_ordering_fn(self):
         from torch._native import get_user_ordering_fn

@@ -85,6 +85,22 @@ class UpstreamMainAdapter(UpstreamAdapter):
 
         return masked
 
+    def variants_module(self):
+        """main's torch/_native/variants.py, where it lies beside the registry
+        file (NATIVE_REGISTRY_UPSTREAM_MAIN's directory), loaded as that
+        package's `variants`; None where it does not."""
+        name = PACKAGE + ".variants"
+        if name in sys.modules:
+            return sys.modules[name]
+        path = os.path.join(os.path.dirname(os.environ[ENV_VAR]), "variants.py")
+        if not os.path.isfile(path):
+            return None
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+        return module
+
     def user_ordering_fn(self):
         raise NotImplementedError("main's get_user_ordering_fn (torch/_native/__init__.py) is not loaded")
 

@@ -266,8 +266,11 @@ def _resolve_iterable(entries: str | Iterable[str] | None) -> list[str]:
     return resolved
 
 
-def _resolve_overload(key: GraphKey) -> torch._ops.OpOverload | None:
-    lib_symbol, op_symbol, _ = key
+def _resolve_overload(lib_symbol: str, op_symbol: str) -> torch._ops.OpOverload | None:
+    """The OpOverload ``lib_symbol::op_symbol`` names ("bmm" is bmm.default,
+    "add.Tensor" that overload), in any namespace, or None while the op is
+    not in the dispatcher (an op Python defines resolves once its defining
+    module ran). Upstream main's signature (jkzhang7/pytorch @ 6be35214)."""
     name, _, overload = op_symbol.partition(".")
     try:
         return getattr(getattr(getattr(torch.ops, lib_symbol), name), overload or "default")
@@ -329,15 +332,38 @@ def _make_compile_router(chain: list[_C.Node], overload: torch._ops.OpOverload) 
     return compile_router
 
 
+# key -> ((router id, node ids of its published chain), compile router): the
+# router made for the chain the core publishes now. A cache of the core's
+# state, never a record: an entry is used only while the core still
+# publishes that very chain through that very router, so reading the table
+# twice gives the same router objects (upstream's dict does) and any change
+# in the core gives a fresh one.
+_compile_routers: dict[GraphKey, tuple[tuple, Callable[..., Any]]] = {}
+
+
 def _decomp_overrides() -> dict[object, Callable[..., Any]]:
     """One router per installed router that routes through a non-empty chain,
     derived from the C++ registry now."""
     table: dict[object, Callable[..., Any]] = {}
+    live: set[GraphKey] = set()
     for key in _C.router_keys():
-        chain = list(_C.published_chain(key))
-        overload = _resolve_overload(key)
-        if chain and overload is not None:
-            table[overload] = _make_compile_router(chain, overload)
+        handles = _C.published_chain(key)
+        overload = _resolve_overload(key[0], key[1])
+        if not handles or overload is None:
+            continue
+        # A node given new callables keeps its node_id: the callables' identities
+        # tell its chain from the one before (the cached router holds those, so
+        # their ids cannot be reused meanwhile).
+        signature = (_C.router_id(key), tuple((h.node_id, id(h.cond_fn), id(h.impl_fn),
+                                               id(h.try_initialize_runtime)) for h in handles))
+        cached = _compile_routers.get(key)
+        if cached is None or cached[0] != signature:
+            cached = _compile_routers[key] = (
+                signature, _make_compile_router(list(handles), overload))
+        table[overload] = cached[1]
+        live.add(key)
+    for key in set(_compile_routers) - live:
+        del _compile_routers[key]
     return table
 
 

@@ -45,11 +45,18 @@ from . import registry as _reference
 # The name upstream's tests listen on: this module stands in for that one.
 log = logging.getLogger("torch._native.registry")
 
-_ALLOWED_LIB_SYMBOLS: frozenset[str] = frozenset({"aten"})
+# Upstream main's allowlist (jkzhang7/pytorch @ 6be35214): aten, and torch_nn,
+# whose ops exist once torch.nn.modules.linear_cross_entropy has run.
+_ALLOWED_LIB_SYMBOLS: frozenset[str] = frozenset({"aten", "torch_nn"})
 _DISALLOWED_DISPATCH_KEYS = _reference._DISALLOWED_DISPATCH_KEYS
 _router_active = _reference._router_active
 _always_true = _reference._always_true
 _OverrideNode = _reference._OverrideNode
+# Upstream's type aliases, which torch's DSL helpers and registrars import.
+_OpCondFn = Callable[..., bool]
+_OpImplFn = Callable[..., Any]
+_OpRuntimeInitFn = Callable[[], bool]
+_resolve_overload = _reference._resolve_overload
 UserOrderingFn = _reference.UserOrderingFn
 GraphKey = _reference.GraphKey
 
@@ -250,6 +257,7 @@ _dsl_name_to_lib_graph = _Derived(_index(0))
 _op_symbol_to_lib_graph = _Derived(_index(1))
 _dispatch_key_to_lib_graph = _Derived(_index(2))
 _override_libs = _Derived(_installed_routers)
+_aten_override_libs = _override_libs  # torch 2.13's name (its routers were all aten's)
 _native_decomp_overrides = _Derived(_reference._decomp_overrides)
 _libs: dict = {}
 _def_libs: dict = {}
@@ -283,7 +291,13 @@ def _register_overrides_from_graph(lib_symbol: str, op_symbol: str, dispatch_key
             "filter_state: the reference installs by the registry's own filters only")
     key = (lib_symbol, op_symbol, dispatch_key)
     _graphs[key] = list(graph)
-    _C.install_graph(key, True)
+    _install_graph(key)
+
+
+def _install_graph(key: GraphKey) -> None:
+    """(Re)install one graph on a fresh capture of the op's kernel, as
+    upstream's _register_overrides_from_graph does."""
+    _C.install_graph(tuple(key), True)
 
 
 _cleanup_and_reregister_graph = _register_overrides_from_graph
@@ -312,11 +326,22 @@ def _reinstall(keys: set) -> None:
     before or not, each on a fresh capture."""
     for key in sorted(keys):
         if key in _graphs:
-            _C.install_graph(key, True)
+            _install_graph(key)
+
+
+def _naming(entries) -> list[str]:
+    """Filter entries as upstream's front end takes them: an empty (or blank)
+    name names no override, so it is dropped here, a no-op, as
+    torch.backends.python_native's callers expect (pytorch/pytorch
+    test/python_native/test_torch_backends.py @ 3cee5ea4, test_error_handling).
+    The reference's own API keeps refusing it."""
+    return [entry for entry in _reference._resolve_iterable(entries) if entry.strip()]
 
 
 def deregister_op_overrides(*, disable_dsl_names=None, disable_op_symbols=None,
                             disable_dispatch_keys=None) -> None:
+    disable_dsl_names, disable_op_symbols, disable_dispatch_keys = (
+        _naming(disable_dsl_names), _naming(disable_op_symbols), _naming(disable_dispatch_keys))
     _reference.deregister_op_overrides(disable_dsl_names=disable_dsl_names,
                                        disable_op_symbols=disable_op_symbols,
                                        disable_dispatch_keys=disable_dispatch_keys)
@@ -326,6 +351,8 @@ def deregister_op_overrides(*, disable_dsl_names=None, disable_op_symbols=None,
 
 def reenable_op_overrides(*, enable_dsl_names=None, enable_op_symbols=None,
                           enable_dispatch_keys=None) -> None:
+    enable_dsl_names, enable_op_symbols, enable_dispatch_keys = (
+        _naming(enable_dsl_names), _naming(enable_op_symbols), _naming(enable_dispatch_keys))
     _reference.reenable_op_overrides(enable_dsl_names=enable_dsl_names,
                                      enable_op_symbols=enable_op_symbols,
                                      enable_dispatch_keys=enable_dispatch_keys)
@@ -356,12 +383,20 @@ def install_as_torch_native() -> types.ModuleType:
     """Make ``torch._native.registry`` this module for the rest of the
     process, inside torch's own ``torch._native`` package (whose DSL helpers
     and dsl_registry ``torch.backends.python_native`` needs), which also gets
-    ``get_user_ordering_fn`` and ``_unconditional_masked``. Names torch's
-    helper modules bound from the replaced registry at import are re-pointed
-    here, so that ``torch.backends.python_native`` controls this registry.
-    The reference's log records go to this module's logger from then on, the
-    one code written for ``torch._native.registry`` listens on."""
+    ``get_user_ordering_fn``, ``_unconditional_masked`` and ``variants``
+    (:mod:`native_registry.variants`, upstream main's selection store).
+
+    The registry it replaces has already run torch's registrars: its
+    overrides move into the reference, its routers and ``_native`` ops leave
+    the dispatcher, and its module's names then name this module's (see
+    :mod:`native_registry.takeover`); names torch's helper modules bound from
+    it at import are re-pointed here, so that ``torch.backends.python_native``
+    controls this registry. Safe to call again: the second call finds this
+    module in place and moves nothing. The reference's log records go to this
+    module's logger from then on, the one code written for
+    ``torch._native.registry`` listens on."""
     import native_registry
+    from . import takeover, variants
 
     this = sys.modules[__name__]
     try:
@@ -370,6 +405,10 @@ def install_as_torch_native() -> types.ModuleType:
         package = types.ModuleType("torch._native")
         package.__path__ = []  # a package, so `import torch._native.registry` resolves
     replaced = sys.modules.get("torch._native.registry")
+    if replaced is not None and replaced is not this:
+        # Before take_over re-points the replaced module's own names.
+        _repoint_bound_names(replaced.__name__, replaced)
+        takeover.take_over(replaced, this)
     package.registry = this
     package.get_user_ordering_fn = native_registry.get_user_ordering_fn
     package._unconditional_masked = _unconditional_masked
@@ -377,9 +416,29 @@ def install_as_torch_native() -> types.ModuleType:
     sys.modules["torch._native.registry"] = this
     torch._native = package
     _reference.log = log
-    if replaced is not None and replaced is not this:
-        _repoint_bound_names(replaced.__name__, replaced)
+    _serve_variants(package, variants)
     return package
+
+
+def _serve_variants(package: types.ModuleType, variants: types.ModuleType) -> None:
+    """`torch._native.variants` becomes the reference's store (a torch that
+    has its own hands its selections over and forwards to it), and
+    torch.backends.python_native gets main's front end to it where torch's
+    lacks one: set_override_variant(op, name) and override_variant(op, name)."""
+    stock = sys.modules.get("torch._native.variants")
+    if stock is not None and stock is not variants:
+        for op, name in dict(getattr(stock, "_active", {})).items():
+            variants._selected.setdefault(op, name)
+        for name in ("PASSTHROUGH", "get_variant", "set_variant", "variant", "_parse_env"):
+            setattr(stock, name, getattr(variants, name))
+        stock._active = variants._selected
+    sys.modules["torch._native.variants"] = variants
+    package.variants = variants
+    import torch.backends.python_native as pn
+
+    if not hasattr(pn, "set_override_variant"):
+        pn.set_override_variant = variants.set_variant
+        pn.override_variant = variants.variant
 
 
 def _repoint_bound_names(module_name: str, replaced: types.ModuleType) -> None:
@@ -391,7 +450,8 @@ def _repoint_bound_names(module_name: str, replaced: types.ModuleType) -> None:
     function of the same name."""
     this = sys.modules[__name__]
     for name, module in list(sys.modules.items()):
-        if not name.startswith("torch._native.") or module is None or module is this:
+        if (not name.startswith("torch._native.") or module is None or module is this
+                or module is replaced):  # the replaced module's own names: take_over's
             continue
         for attr, value in list(vars(module).items()):
             fn_name = getattr(value, "__name__", None)

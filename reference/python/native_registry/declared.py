@@ -1,0 +1,103 @@
+"""Overrides a module declares, as upstream main's registrars on namespaces
+other than aten do (pytorch/pytorch test/python_native/test_override_declarations.py
+@ dcc8e13d, test_variants.py @ 3e53db82).
+
+A declaring module names
+
+* ``_NAMESPACE``: the namespace of the ops it overrides (``"torch_nn"``);
+* ``_DEFINING_MODULE``: the module whose import defines those ops (an op
+  defined by Python exists only once that module has run);
+* ``_OVERRIDES``: one row ``(op_symbol, cond, impl, ...)`` per override;
+* optionally ``_VARIANTS`` (``{op_symbol: {name: variant}}``, each variant
+  with callables ``eligible`` and ``impl``) and ``_DEFAULT_VARIANTS``
+  (``{op_symbol: name}``): the implementations one may select by name with
+  :mod:`native_registry.variants`.
+
+:func:`check` verifies a declaration without registering anything;
+:func:`register` checks, then registers every row; :func:`choose` is what an
+impl calls to find the selected variant.
+"""
+
+from __future__ import annotations
+
+import importlib
+import types
+from collections.abc import Mapping
+from typing import Any
+
+from . import registry, variants
+
+
+def _rows(module: types.ModuleType) -> list[tuple]:
+    rows = getattr(module, "_OVERRIDES", None)
+    if rows is None:
+        raise ValueError(f"{module.__name__} declares no _OVERRIDES")
+    return [tuple(row) for row in rows]
+
+
+def check(module: types.ModuleType) -> None:
+    """Raise ValueError naming the first thing wrong with ``module``'s
+    declaration: a missing ``_NAMESPACE`` or ``_DEFINING_MODULE``, an op of
+    ``_OVERRIDES`` that does not resolve once the defining module is
+    imported, a ``_VARIANTS`` table that disagrees with ``_OVERRIDES`` or
+    with ``_DEFAULT_VARIANTS``, or a variant without callable ``eligible``
+    and ``impl``."""
+    name = module.__name__
+    namespace = getattr(module, "_NAMESPACE", None)
+    defining = getattr(module, "_DEFINING_MODULE", None)
+    if not isinstance(namespace, str) or not namespace:
+        raise ValueError(f"{name} declares no _NAMESPACE")
+    if not isinstance(defining, str) or not defining:
+        raise ValueError(f"{name} declares no _DEFINING_MODULE")
+    importlib.import_module(defining)
+    ops = [row[0] for row in _rows(module)]
+    for op_symbol in ops:
+        if registry._resolve_overload(namespace, op_symbol) is None:
+            raise ValueError(f"{name} registers {namespace}::{op_symbol}, which does not "
+                             f"resolve after importing {defining}")
+    table = getattr(module, "_VARIANTS", None)
+    if table is None:
+        return
+    defaults = getattr(module, "_DEFAULT_VARIANTS", None)
+    if set(table) != set(ops):
+        raise ValueError(f"{name}: _VARIANTS covers {sorted(table)}, but the module registers "
+                         f"{sorted(ops)}")
+    if not isinstance(defaults, Mapping) or set(defaults) != set(ops):
+        raise ValueError(f"{name}: _DEFAULT_VARIANTS must name a default for each of "
+                         f"{sorted(ops)}, got {defaults!r}")
+    for op_symbol, declared in table.items():
+        for variant_name, entry in declared.items():
+            for part in ("eligible", "impl"):
+                if not callable(getattr(entry, part, None)):
+                    raise ValueError(f"{name}: {op_symbol} variant {variant_name!r} has no "
+                                     f"callable {part}")
+        if defaults[op_symbol] not in declared:
+            raise ValueError(f"{name}: default variant {defaults[op_symbol]!r} of {op_symbol} "
+                             f"is not declared; declared: {sorted(declared)}")
+
+
+def register(module: types.ModuleType, dsl_name: str, dispatch_key: str, *,
+             target: Any = registry) -> None:
+    """Check ``module``'s declaration, then register each row of its
+    ``_OVERRIDES`` (``op_symbol, cond, impl``) by ``dsl_name`` at
+    ``dispatch_key`` in its namespace, through ``target`` (a module with
+    upstream's register_op_override; the reference's registry by default).
+    Nothing is registered if the check fails."""
+    check(module)
+    for op_symbol, cond, impl, *_ in _rows(module):
+        target.register_op_override(dsl_name, module._NAMESPACE, op_symbol, dispatch_key,
+                                    cond, impl)
+
+
+def choose(qualified_op: str, declared: Mapping[str, Any], default: str) -> Any:
+    """The variant selected for ``qualified_op`` among ``declared`` (the
+    module's default when none is selected), or ``variants.PASSTHROUGH``.
+    An unknown name raises ValueError listing the declared names and
+    passthrough."""
+    name = variants.get_variant(qualified_op, default)
+    if name == variants.PASSTHROUGH:
+        return variants.PASSTHROUGH
+    if name not in declared:
+        raise ValueError(f"{qualified_op}: no variant {name!r}; it declares "
+                         f"{sorted(set(declared) | {variants.PASSTHROUGH})}")
+    return declared[name]
