@@ -145,13 +145,18 @@ struct Registry::Impl {
   // router resolves before any is installed.
   void install_graphs_locked(const std::vector<GraphKey>& keys);
   c10::OperatorHandle resolve(const GraphKey& key) const;
-  // resolve() for a key about to get a new router: also refuses what
-  // registration refuses of an op defined since (check_keeps_autograd).
+  // resolve() for a key about to get a new router: also refuses, as
+  // registration does, a key whose router would take a
+  // CompositeImplicitAutograd op out of autograd (InvalidArgumentError), for
+  // an op defined since registration.
   c10::OperatorHandle resolve_for_router(const GraphKey& key) const;
   // Throws what ensure_native_ops would for `chain`, changing nothing.
   void check_native_ops(const Graph& chain) const;
   void publish(const GraphKey& key, const Graph& chain, InstallMode mode);
   void remove_router(const GraphKey& key);
+  // Activates the `_native` op of every node of `chain` (defines it on first
+  // use); all or nothing: throws OperatorChangedError, changing nothing, if
+  // the op of one was defined for a schema its target no longer has.
   void ensure_native_ops(const Graph& chain);
   void retire_native_op(detail::NativeOp& op);
   // Queued while mutex_ is held, emitted once it is released.

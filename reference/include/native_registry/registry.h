@@ -49,7 +49,6 @@
 
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <utility>
 #include <set>
@@ -61,6 +60,7 @@ namespace native_registry {
 namespace detail {
 class Router;
 class NativeOp;
+struct SnapshotState;
 }  // namespace detail
 
 // Everything restore() needs to put a registry back. Opaque; cheap to copy.
@@ -82,8 +82,7 @@ class Snapshot {
 
  private:
   friend class Registry;
-  struct State;
-  std::shared_ptr<const State> state_;
+  std::shared_ptr<const detail::SnapshotState> state_;
 };
 
 // How install_graph treats a router that is already in place.
@@ -270,76 +269,9 @@ class Registry {
   };
 
  private:
-  friend class Snapshot;
-  struct FilterState {
-    std::set<std::string> dsl_names, op_symbols, dispatch_keys;
-    bool matches(const OverrideNode& node) const;
-  };
-  using Index = std::map<std::string, std::vector<GraphKey>>;
-  // Everything a snapshot captures and restore puts back, besides routers and
-  // `_native` ops (which live in the dispatcher): copied whole.
-  struct ControlState {
-    std::map<GraphKey, Graph> graphs;
-    Index by_dsl_name, by_op_symbol, by_dispatch_key;  // graph keys, in registration order
-    FilterState filters;                                // the disabled entries
-    std::set<std::string> allowlist{"aten"};
-    std::set<GraphKey> installed;  // graphs install_graph has taken charge of
-  };
-
-  // Holds mutex_ for a control-plane operation and runs what must not run
-  // under it once it is released: log records, then the release of
-  // whatever the operation retired (see "Locking" at the top).
-  class ControlScope;
-  struct Pending;
-
-  // Everything below expects mutex_ held (a ControlScope alive).
-  bool is_enabled_locked(const OverrideNode& node) const;
-  Graph enabled_chain(const GraphKey& key) const;
-  // What a router restored from a snapshot taken under another unconditional
-  // mask routes through: the nodes of `published` still enabled, plus the
-  // graph's unconditional nodes the filters disable, where they are enabled
-  // now; in graph order.
-  Graph chain_under_current_mask(const GraphKey& key, const Graph& published) const;
-  std::set<GraphKey> keys_named_by(const Filter& filter) const;
-  void republish_installed(const std::set<GraphKey>& keys);
-  void republish_all_installed();
-  void install_graph_locked(const GraphKey& key, InstallMode mode);
-  // install_graph for each key, all or nothing: every op that needs a new
-  // router resolves before any is installed.
-  void install_graphs_locked(const std::vector<GraphKey>& keys);
-  c10::OperatorHandle resolve(const GraphKey& key) const;
-  // resolve() for a key about to get a new router: also refuses, as
-  // registration does, a key whose router would take a
-  // CompositeImplicitAutograd op out of autograd (InvalidArgumentError).
-  c10::OperatorHandle resolve_for_router(const GraphKey& key) const;
-  void publish(const GraphKey& key, const Graph& chain, InstallMode mode);
-  void remove_router(const GraphKey& key);
-  // Activates the `_native` op of every node of `chain` (defines it on first
-  // use); all or nothing: throws OperatorChangedError, changing nothing, if
-  // the op of one was defined for a schema its target no longer has.
-  void ensure_native_ops(const Graph& chain);
-  void check_native_ops(const Graph& chain) const;
-  void retire_native_op(detail::NativeOp& op);
-  // Queued while mutex_ is held, emitted once it is released.
-  void log(LogLevel level, const std::string& message) const;
-  // Freed once mutex_ is released.
-  void defer_release(std::shared_ptr<const void> object) const;
-  // Emits at once; the caller does not hold mutex_.
-  void log_unlocked(LogLevel level, const std::string& message) const;
-
-  // Unique for the life of the process: tells this registry's snapshots from
-  // those of a registry gone before it at the same address, and its nodes
-  // from another's (OverrideNode::registry_serial).
-  const uint64_t serial_;
-  mutable std::mutex mutex_;  // serialises the control plane; never held while user code runs
-  mutable Pending* pending_ = nullptr;  // the live ControlScope's, under mutex_
-  ControlState state_;
-  int unconditional_mask_depth_ = 0;
-  EmptyChainPolicy empty_chain_policy_ = EmptyChainPolicy::kKeepDormantRouter;
-  LogSink log_sink_;
-  std::map<GraphKey, std::unique_ptr<detail::Router>> routers_;
-  // By node_id: every `_native` op this registry defined, active or retired.
-  std::map<std::string, std::unique_ptr<detail::NativeOp>> native_ops_;
+  // The state and every operation on it: reference/src/registry_impl.h.
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace native_registry
