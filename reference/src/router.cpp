@@ -54,7 +54,7 @@ C10_NOINLINE bool computed_kernel_is_fallthrough(const c10::OperatorHandle& op,
 
 }  // namespace
 
-Shared(const c10::OperatorHandle& handle, c10::DispatchKey key)
+Router::Shared::Shared(const c10::OperatorHandle& handle, c10::DispatchKey key)
     : op(handle), dispatch_key(key), watch(watch_op(handle)) {
   if (computed_kernel_is_fallthrough(op, key)) {
     fallthrough = true;
