@@ -93,6 +93,25 @@ void keep_definition(std::unique_ptr<torch::Library> definition) {
   kept->push_back(std::move(definition));
 }
 
+// What of a schema a `_native` op copies, without the op's name: each
+// argument's and result's type and name, and which arguments have defaults.
+// Built field by field: printing a whole schema with its default values
+// crashed on torch 2.11 for ops such as add.Tensor, sort and topk.
+std::string signature_of(const c10::FunctionSchema& schema) {
+  std::string out = "(";
+  for (const c10::Argument& argument : schema.arguments()) {
+    out.append(argument.type()->str()).append(" ").append(argument.name());
+    if (argument.kwarg_only()) out.append(" kw");
+    if (argument.default_value()) out.append("=?");
+    out.append(", ");
+  }
+  out.append(") -> (");
+  for (const c10::Argument& result : schema.returns()) {
+    out.append(result.type()->str()).append(" ").append(result.name()).append(", ");
+  }
+  return out.append(")");
+}
+
 std::string describe(const OverrideNode& node) {
   return "override " + node.node_id + " (dsl '" + node.dsl_name + "', " +
          node.key.to_string() + ")";
@@ -108,7 +127,7 @@ NativeOp::NativeOp(const NodePtr& node, const c10::OperatorHandle& target,
                    c10::DispatchKey dispatch_key)
     : name_(name_for(*node).name),
       description_(describe(*node)),
-      schema_(c10::toString(target.schema().cloneWithName("", ""))) {
+      schema_(signature_of(target.schema())) {
   definition_ = std::make_unique<torch::Library>(
       torch::Library::FRAGMENT, kNativeNamespace, std::nullopt, __FILE__, __LINE__);
   QuietOverrideWarning quiet;
@@ -119,7 +138,7 @@ NativeOp::NativeOp(const NodePtr& node, const c10::OperatorHandle& target,
 NativeOp::~NativeOp() { keep_definition(std::move(definition_)); }
 
 void NativeOp::check_target(const c10::OperatorHandle& target) const {
-  const std::string now = c10::toString(target.schema().cloneWithName("", ""));
+  const std::string now = signature_of(target.schema());
   if (now == schema_) return;
   throw OperatorChangedError(
       "op " + full_name(target.operator_name()) + " changed since " + description_ +
