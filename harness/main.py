@@ -1,3 +1,4 @@
+#!/usr/bin/env python3
 """The conformance harness's command line. ./harness/run calls it once the
 build is up to date (and first with --check-args, before installing or
 building anything); ci/test calls it directly. `./harness/run --help` says
