@@ -365,9 +365,12 @@ def test_coverage_of_a_python_implementation(tmp_path):
     registry.py by path, one report, Cobertura XML, and what each behaviour pins."""
     assert (BUILD / "build.ninja").exists(), f"this test runs the harness on the build in {BUILD}"
     results = tmp_path / "results"
+    # The routing tests alone (pytest reads PYTEST_ADDOPTS): the machinery is
+    # what is tested here, and the whole suite under coverage costs minutes.
+    env = dict(os.environ, PYTEST_ADDOPTS="-k test_routing")
     proc = subprocess.run([sys.executable, str(ROOT / "harness" / "main.py"), "--build", str(BUILD),
                            "--results", str(results), "--coverage", "--impl", "upstream"],
-                          cwd=tmp_path, capture_output=True, text=True)
+                          cwd=tmp_path, capture_output=True, text=True, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = results / "coverage"
     summary = json.loads((out / "summary.json").read_text())
