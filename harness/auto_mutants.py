@@ -171,7 +171,10 @@ def run(args) -> int:
     for part, (count, why) in parts_left_out.items():
         print(f"  not mutated: {part} ({count} candidates): {why}")
 
-    baseline = mutant_runner.measure_baseline(target, out, args.own_tests)
+    if args.baseline_from is not None:
+        baseline = mutant_runner.baseline_from_results(args.baseline_from, args.implementations[0].file_stem)
+    else:
+        baseline = mutant_runner.measure_baseline(target, out, args.own_tests)
     if baseline is None:
         return 1
     records = out / f"auto-{target.layer}.jsonl"

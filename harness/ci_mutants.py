@@ -2,7 +2,8 @@
 generated mutants, a new seed each day, within a fixed time budget, so that
 a loss of the suite's power shows on every CI run without the GPU machine.
 
-    python harness/ci_mutants.py --build build [--sample 3] [--budget 210] [--seed S]
+    python harness/ci_mutants.py --build build [--sample 3] [--budget 150] [--seed S]
+                                [--baseline-from DIR]
 
 The Python layer because its mutants need no build (they run against the
 extension of --build); the core's and the binding's each cost a rebuild,
@@ -62,13 +63,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--results", type=pathlib.Path, default=None)
     p.add_argument("--sample", type=int, default=3)
     p.add_argument("--seed", type=int, default=None, help="default: the UTC date, YYYYMMDD")
-    p.add_argument("--budget", type=int, default=210, help="seconds for the whole run (default 210)")
+    p.add_argument("--budget", type=int, default=150, help="seconds for the whole run (default 150)")
+    p.add_argument("--baseline-from", type=pathlib.Path, default=None, metavar="DIR",
+                   help="a conformance run's --results DIR on the same build: its Python suite's results "
+                        "stand for the baseline, so the budget goes to mutants")
     args = p.parse_args(argv)
     seed = daily_seed() if args.seed is None else args.seed
     results = args.results or args.build / "ci-mutants"
     print(f"ci mutants: {args.sample} Python-layer mutants, seed {seed}, budget {args.budget} s", flush=True)
     cmd = [sys.executable, str(HERE / "main.py"), "--build", str(args.build), "--mutants", "auto",
            "--mutate", "python", "--sample", str(args.sample), "--seed", str(seed), "--results", str(results)]
+    if args.baseline_from is not None:
+        cmd += ["--baseline-from", str(args.baseline_from)]
     report = results / "mutants" / "auto-python.json"
     report.unlink(missing_ok=True)  # a report of an earlier run judges nothing
     # SIGTERM at the budget: the runner kills its suites, restores the

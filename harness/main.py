@@ -95,7 +95,7 @@ def resolve_paths(args) -> None:
     """Every path option against the caller's directory (./harness/run runs
     this in the directory it was called from), absolute from here on: the
     suites run in subprocesses with other working directories."""
-    for option in ("build", "results", "spec", "upstream_tests"):
+    for option in ("build", "results", "spec", "upstream_tests", "baseline_from"):
         value = getattr(args, option)
         if value is not None:
             setattr(args, option, value.expanduser().resolve())
@@ -107,6 +107,8 @@ def resolve_paths(args) -> None:
     if args.mutants != "auto" and (args.sample is not None or args.mutate != "cpp" or args.seed != 1
                                    or args.resume or args.own_tests):
         raise UsageError("--sample, --seed, --mutate, --resume and --own-tests go with --mutants auto")
+    if args.baseline_from is not None and (args.mutants != "auto" or args.mutate != "python"):
+        raise UsageError("--baseline-from goes with --mutants auto --mutate python")
     if args.jobs < 1:
         raise UsageError(f"--jobs {args.jobs}: give a positive number of workspaces")
     if args.mutants == "auto" and len(args.implementations) != 1:
@@ -263,6 +265,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true",
                    help="with --mutants auto: keep the verdicts an interrupted run of the same sample recorded "
                         "(results/mutants/auto-<layer>.jsonl) and run only the mutants it did not reach")
+    p.add_argument("--baseline-from", type=pathlib.Path, metavar="DIR",
+                   help="with --mutants auto --mutate python: the Python suite's results of a conformance run "
+                        "of the reference on the same build (its --results DIR) stand for the baseline run, "
+                        "which is then not repeated (ci/test's mutant sample)")
     p.add_argument("--upstream-tests", type=pathlib.Path, metavar="PATH",
                    help="run an upstream PyTorch test file (such as test/test_registry.py) against the "
                         "installed torch._native and against the reference; table in "

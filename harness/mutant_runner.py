@@ -12,6 +12,7 @@ import json
 import pathlib
 import signal
 import threading
+import xml.etree.ElementTree as ET
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -206,6 +207,27 @@ def measure_baseline(target: Target, out: pathlib.Path, own_tests: bool = False,
         print(f"  {name}: {duration(took)} (a mutant's run is killed after {duration(limit)})", flush=True)
     baseline["timeouts"] = timeouts
     return baseline
+
+
+def baseline_from_results(results: pathlib.Path, stem: str) -> dict | None:
+    """The baseline of a Python-layer run read from a conformance run's
+    results (python-<stem>.jsonl and .xml) instead of measured again: its
+    failures and misses (a mutant run fails on any level) kill nothing and
+    are deselected; the timeout derives from the suite's time as
+    measure_baseline's does. None when the results are not there."""
+    report, xml = results / f"python-{stem}.jsonl", results / f"python-{stem}.xml"
+    if not report.exists() or not xml.exists():
+        print(f"baseline: no conformance results of {stem} in {results}")
+        return None
+    rows = [json.loads(line) for line in report.read_text().splitlines()]
+    failing = [r for r in rows if r["outcome"] in ("fail", "miss")]
+    took = max(float(s.get("time", 0)) for s in ET.parse(xml).getroot().iter("testsuite"))
+    limit = max(60.0, 3 * took + 30)
+    print(f"== baseline: the conformance run's results in {results} ({len(rows)} rows, "
+          f"{len(failing)} failing; a mutant's run is killed after {duration(limit)})", flush=True)
+    return {"python conformance": sorted({r["test"] for r in failing}),
+            "deselect": sorted({r["nodeid"] for r in failing if "nodeid" in r}),
+            "timeouts": {"build": 900.0, "python": limit}}
 
 
 def run_all(chosen: list, equivalents: dict[str, str], records: pathlib.Path, baseline: dict, resume: bool,
