@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import argparse
 import pathlib
-import re
 import subprocess
 import sys
+
+import doc_sections
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DOC = ROOT / "doc" / "measurements.md"
@@ -30,20 +31,6 @@ SECTIONS = {
     "bench-table": ("harness/bench/run  (harness/bench/report.py --readme doc/measurements.md)", False),
     "gpu-run": ("python3 harness/gpu/report.py --from results/gpu/out --doc doc/measurements.md", False),
 }
-
-
-def markers(name: str) -> tuple[re.Pattern, str]:
-    return re.compile(rf"<!-- {re.escape(name)}:begin[^>]*-->\n"), f"<!-- {name}:end -->"
-
-
-def section(text: str, name: str) -> tuple[int, int] | None:
-    """The span of a section's body (between its markers), or None."""
-    begin_re, end = markers(name)
-    begin = begin_re.search(text)
-    if begin is None:
-        return None
-    stop = text.find(end, begin.end())
-    return None if stop < 0 else (begin.end(), stop)
 
 
 def mutant_figures() -> str:
@@ -66,18 +53,23 @@ def main() -> int:
     text = args.doc.read_text()
     if args.list:
         for name, (command, _) in SECTIONS.items():
-            print(f"{name}: {command}" + ("" if section(text, name) else "  (markers missing)"))
+            try:
+                doc_sections.span(text, name)
+                print(f"{name}: {command}")
+            except doc_sections.MarkerError as error:
+                print(f"{name}: {command}  (markers missing or repeated: {error})")
         return 0
     stale = []
     for name, generate in GENERATORS.items():
-        span = section(text, name)
-        if span is None:
-            print(f"docgen: {args.doc}: no {name} markers", file=sys.stderr)
+        try:
+            current = doc_sections.body(text, name, str(args.doc))
+        except doc_sections.MarkerError as error:
+            print(f"docgen: {error}", file=sys.stderr)
             return 2
-        body = generate()
-        if text[span[0]:span[1]] != body:
+        new = generate()
+        if current != new:
             stale.append(name)
-            text = text[:span[0]] + body + text[span[1]:]
+            text = doc_sections.replace(text, name, new, str(args.doc))
     if args.check:
         for name in stale:
             print(f"docgen: the {name} section of {args.doc} is stale; run: {SECTIONS[name][0]}",
