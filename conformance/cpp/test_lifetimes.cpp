@@ -17,6 +17,36 @@ using namespace native_registry::fixtures;
 at::Tensor mul_of_2_3_and_4_5() { return call_mul(tensor({2, 3}), tensor({4, 5})); }
 const at::Tensor kStockProduct = tensor({8, 15});
 
+// Run in a death test's child: an implementation that undefines an op
+// still held leaves the handle dangling, a crash that must fail this test,
+// not the suite.
+[[noreturn]] void call_native_held_past_its_scope(RegistryAdapter& registry,
+                                                  const std::function<void()>& add_override,
+                                                  const Key& key) {
+  alarm(60);  // a hang fails this test within a minute, not the suite at meson's limit
+  std::optional<c10::OperatorHandle> native;
+  std::string node_id;
+  {
+    std::unique_ptr<Scope> inner = registry.scope();
+    add_override();
+    registry.install(key);
+    const NodeInfo node = registry.graph(key).at(0);
+    node_id = node.node_id;
+    native = registry.native_op(node);
+    if (!native) std::_Exit(3);
+  }
+  Stack stack{tensor({2}), tensor({4})};
+  try {
+    native->callBoxed(&stack);
+    std::fputs("the _native op of a torn-down override still ran\n", stderr);
+    std::_Exit(1);
+  } catch (const std::exception& e) {
+    const bool named = std::string(e.what()).find(node_id) != std::string::npos;
+    if (!named) std::fprintf(stderr, "the error names no %s: %s\n", node_id.c_str(), e.what());
+    std::_Exit(named ? 0 : 1);
+  }
+}
+
 TEST_P(Conformance, ACondThatTearsDownItsOwnOpFinishesOnTheOldChain) {
   BEHAVIOUR("lifetime.teardown-inside-a-call");
   REQUIRE_FEATURE("reentrant-control-plane");
@@ -51,35 +81,6 @@ TEST_P(Conformance, AnImplThatTearsDownOrDisablesItsOwnOpFinishes) {
   EXPECT_TRUE(same(mul_of_2_3_and_4_5(), tensor({6, 6})));
   EXPECT_TRUE(same(mul_of_2_3_and_4_5(), kStockProduct));
   adapter().enable({{"test_dsl"}, {}, {}});
-}
-
-// Run in a death test's child: an implementation that undefines an op
-// still held leaves the handle dangling, a crash that must fail this test,
-// not the suite.
-[[noreturn]] void call_native_held_past_its_scope(RegistryAdapter& registry,
-                                                  const std::function<void()>& add_override,
-                                                  const Key& key) {
-  std::optional<c10::OperatorHandle> native;
-  std::string node_id;
-  {
-    std::unique_ptr<Scope> inner = registry.scope();
-    add_override();
-    registry.install(key);
-    const NodeInfo node = registry.graph(key).at(0);
-    node_id = node.node_id;
-    native = registry.native_op(node);
-    if (!native) std::_Exit(3);
-  }
-  Stack stack{tensor({2}), tensor({4})};
-  try {
-    native->callBoxed(&stack);
-    std::fputs("the _native op of a torn-down override still ran\n", stderr);
-    std::_Exit(1);
-  } catch (const std::exception& e) {
-    const bool named = std::string(e.what()).find(node_id) != std::string::npos;
-    if (!named) std::fprintf(stderr, "the error names no %s: %s\n", node_id.c_str(), e.what());
-    std::_Exit(named ? 0 : 1);
-  }
 }
 
 TEST_P(Conformance, ANativeOpHeldPastTeardownRaisesNamingTheOverride) {
