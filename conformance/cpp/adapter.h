@@ -135,6 +135,9 @@ class RegistryAdapter {
   virtual bool namespace_allowed(const std::string& lib_symbol) = 0;
 
   // The `_native::<node_id>` op carrying a node, if the implementation has one.
+  // The handle stays valid while the adapter lives, also once the override is
+  // torn down (an implementation that undefines retired ops holds the op as
+  // a program recorded with it would).
   virtual std::optional<c10::OperatorHandle> native_op(const NodeInfo& node) = 0;
 };
 

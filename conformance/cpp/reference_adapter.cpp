@@ -116,7 +116,12 @@ class ReferenceAdapter final : public RegistryAdapter {
   }
 
   std::optional<c10::OperatorHandle> native_op(const NodeInfo& node) override {
-    return c10::Dispatcher::singleton().findSchema({"_native::" + node.node_id, ""});
+    // Held while the adapter lives, as a recorded program holds the op: the
+    // reference undefines a retired op nothing holds.
+    auto held = nr::hold_native_op(node.node_id);
+    if (!held) return std::nullopt;
+    held_native_ops_.push_back(held);
+    return *held;
   }
 
  private:
@@ -127,6 +132,8 @@ class ReferenceAdapter final : public RegistryAdapter {
 
   nr::Registry registry_;
   std::vector<std::string> warnings_;
+  // Released before the registry goes, whose destruction then undefines them.
+  std::vector<std::shared_ptr<const c10::OperatorHandle>> held_native_ops_;
 };
 
 }  // namespace

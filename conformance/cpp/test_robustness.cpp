@@ -1,11 +1,21 @@
 // Holds up where users actually go (issue 23): a target op redefined under a
-// live `_native` op, or gone from the dispatcher. The crash-prone cases run
-// in a death test's child, so a regression fails the test instead of the
-// suite. (Fork during control-plane work is tested from Python.)
+// live `_native` op, or gone from the dispatcher; fork while another thread
+// is in the control plane; an op defined after its override was registered.
+// The crash- and hang-prone cases run in a child (a death test's, or a
+// fork's) under alarm(), so a regression fails its test within a minute
+// instead of the suite at meson's limit.
 
 #include "suite.h"
 
 #include <ATen/ATen.h>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
 
 
 namespace conformance {
@@ -59,6 +69,7 @@ std::string outcome(const c10::OperatorHandle& op, const at::Tensor& x) {
 // calls both raise naming the override, else 1 with what happened.
 [[noreturn]] void call_native_after_redefinition(RegistryAdapter& registry, bool remove_first,
                                                  const std::function<void(const Key&)>& add) {
+  alarm(60);  // a hang fails the test within a minute
   const Key key{kRedefNs, "foo", "CPU"};
   auto lib = define_foo(false);
   add(key);
@@ -72,7 +83,8 @@ std::string outcome(const c10::OperatorHandle& op, const at::Tensor& x) {
   int bad = 0;
   for (const at::Tensor& x : {tensor({1, 1}), at::ones({2}, at::device(at::kMeta))}) {
     const std::string what = outcome(*native, x);
-    if (what.rfind("raised", 0) != 0 || what.find(node.node_id) == std::string::npos) {
+    if (what.rfind("raised", 0) != 0 || what.find(node.node_id) == std::string::npos ||
+        what.find(std::string(kRedefNs) + "::foo") == std::string::npos) {
       std::fprintf(stderr, "the _native op's call on %s: %s\n", x.device().str().c_str(),
                    what.c_str());
       ++bad;
@@ -80,6 +92,136 @@ std::string outcome(const c10::OperatorHandle& op, const at::Tensor& x) {
   }
   std::fflush(stderr);
   std::_Exit(bad == 0 ? 0 : 1);
+}
+
+// Runs in a death-test child: scopes left out of order (the outer one first,
+// which tears the override down), the target defined again with another
+// schema in between, then the inner one, whose snapshot had the `_native` op
+// active. Exits 0 if that restore warned naming the override and left the
+// op raising, and the new op computes its own result.
+[[noreturn]] void restore_after_redefinition(RegistryAdapter& registry,
+                                             const std::function<void(const Key&)>& add) {
+  alarm(60);
+  const Key key{kRedefNs, "foo", "CPU"};
+  auto lib = define_foo(false);
+  std::unique_ptr<Scope> outer = registry.scope();
+  add(key);
+  registry.install(key);
+  const NodeInfo node = registry.graph(key).at(0);
+  std::optional<c10::OperatorHandle> native = registry.native_op(node);
+  if (!native) std::_Exit(3);
+  std::unique_ptr<Scope> inner = registry.scope();  // the op active in its snapshot
+  outer.reset();
+  lib.reset();
+  lib = define_foo(true);
+  const size_t warned_before = registry.warnings().size();
+  inner.reset();  // would re-activate the op on the new schema
+  int bad = 0;
+  const std::vector<std::string> warnings = registry.warnings();
+  bool named = false;
+  for (size_t i = warned_before; i < warnings.size(); ++i) {
+    named |= warnings[i].find(node.node_id) != std::string::npos &&
+             warnings[i].find("foo") != std::string::npos;
+  }
+  if (!named) {
+    std::fprintf(stderr, "the restore logged no warning naming %s and the op (%zu warnings)\n",
+                 node.node_id.c_str(), warnings.size() - warned_before);
+    ++bad;
+  }
+  const std::string what = outcome(*native, tensor({1, 1}));
+  if (what.rfind("raised", 0) != 0 || what.find(node.node_id) == std::string::npos) {
+    std::fprintf(stderr, "the _native op after the restore: %s\n", what.c_str());
+    ++bad;
+  }
+  auto foo = c10::Dispatcher::singleton().findSchemaOrThrow((std::string(kRedefNs) + "::foo").c_str(), "");
+  Stack stack{tensor({1, 1}), tensor({1, 1}), tensor({1, 1})};
+  foo.callBoxed(&stack);
+  if (!same(stack.at(0).toTensor(), tensor({4, 4}))) {
+    std::fputs("the redefined op did not compute its own result\n", stderr);
+    ++bad;
+  }
+  std::fflush(stderr);
+  std::_Exit(bad == 0 ? 0 : 1);
+}
+
+// The background work of the fork test: each kind of control-plane change in
+// turn, until stopped.
+void control_plane_load(RegistryAdapter& registry, const std::function<void()>& add_background,
+                        const Key& key, const std::atomic<bool>& stop) {
+  for (int round = 0; !stop.load(); ++round) {
+    switch (round % 5) {
+      case 0: {
+        std::unique_ptr<Scope> scope = registry.scope();
+        for (int i = 0; i < 5; ++i) add_background();
+        break;
+      }
+      case 1:
+        registry.install(key);
+        break;
+      case 2:
+        registry.disable({{"bg_dsl"}, {}, {}});
+        registry.enable({{"bg_dsl"}, {}, {}});
+        break;
+      case 3:
+        registry.reorder([](const std::string&, const std::string&, const std::vector<NodeInfo>& graph) {
+          std::vector<std::string> ids;
+          for (auto it = graph.rbegin(); it != graph.rend(); ++it) ids.push_back(it->node_id);
+          return ids;
+        });
+        break;
+      default: {
+        std::unique_ptr<Scope> scope = registry.scope();
+        add_background();
+        registry.install(key);
+      }
+    }
+  }
+}
+
+// A forked child's work: a scope with a registration and an install, and a
+// routed call. Exit code 0 if the call took the child's override.
+[[noreturn]] void use_registry_in_child(RegistryAdapter& registry,
+                                        const std::function<void()>& add_child, const Key& key) {
+  alarm(20);  // a child that hangs dies, and counts
+  int code = 1;
+  try {
+    std::unique_ptr<Scope> scope = registry.scope();
+    add_child();
+    registry.install(key);
+    code = same(call_mul(tensor({2, 3}), tensor({4, 5})), tensor({9, 9})) ? 0 : 3;
+  } catch (...) {
+    code = 2;
+  }
+  std::_Exit(code);
+}
+
+// Waits for `pid` up to `limit`, then kills it. Whether it exited 0 in time.
+bool finished_cleanly(pid_t pid, std::chrono::seconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  for (;;) {
+    int status = 0;
+    const pid_t done = waitpid(pid, &status, WNOHANG);
+    if (done == pid) return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    if (done < 0) return false;
+    if (std::chrono::steady_clock::now() > deadline) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      return false;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+
+constexpr const char* kLateNs = "_native_registry_late_cpp";
+
+// An op defined only now, whose one kernel is CompositeImplicitAutograd.
+std::unique_ptr<torch::Library> define_late_composite() {
+  auto lib = std::make_unique<torch::Library>(torch::Library::DEF, kLateNs, std::nullopt,
+                                              __FILE__, __LINE__);
+  lib->def("late(Tensor x) -> Tensor");
+  lib->impl("late", torch::dispatch(c10::DispatchKey::CompositeImplicitAutograd,
+                                    [](const at::Tensor& x) { return x * 2; }));
+  return lib;
 }
 
 TEST_P(Conformance, ANativeOpWhoseTargetWasRedefinedRaisesNamingTheOverride) {
@@ -104,6 +246,81 @@ TEST_P(Conformance, ANativeOpWhoseTargetLeftTheDispatcherRaises) {
   };
   EXPECT_EXIT(call_native_after_redefinition(adapter(), true, add_override),
               ::testing::ExitedWithCode(0), "");
+}
+
+TEST_P(Conformance, ARestoreAfterTheTargetWasRedefinedWarnsAndLeavesTheOpRaising) {
+  BEHAVIOUR("robustness.native-op-target-redefined");
+  REQUIRE_FEATURE("native-op-meta");
+  REQUIRE_FEATURE("namespaces");
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  auto add_override = [&](const Key& key) {
+    add(key, constant_cond(true), fill_impl(7), "redef_dsl");
+  };
+  EXPECT_EXIT(restore_after_redefinition(adapter(), add_override), ::testing::ExitedWithCode(0), "");
+}
+
+// Forty children forked while another thread registers, installs, toggles,
+// reorders and restores: each completes a scope, a registration, an install
+// and a routed call within 20 s (a lock held across the fork hung them).
+TEST_P(Conformance, AChildForkedDuringControlPlaneWorkCanUseTheRegistry) {
+  BEHAVIOUR("robustness.fork-during-control-plane");
+  if (!adapter().supports("concurrent-control-plane")) {
+    GTEST_SKIP() << "unsupported: " << adapter().name() << " lacks feature concurrent-control-plane";
+  }
+  const Key key = mul_key();
+  add(key, constant_cond(false), fill_impl(1), "bg_dsl");
+  adapter().install(key);
+  std::atomic<bool> stop{false};
+  std::thread busy(control_plane_load, std::ref(adapter()),
+                   [&] { add(key, constant_cond(false), fill_impl(1), "bg_dsl"); }, key,
+                   std::cref(stop));
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  constexpr int kForks = 40;
+  int failed = 0;
+  for (int i = 0; i < kForks; ++i) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      use_registry_in_child(adapter(), [&] { add(key, constant_cond(true), fill_impl(9), "child_dsl"); },
+                            key);
+    }
+    failed += pid < 0 || !finished_cleanly(pid, std::chrono::seconds(30));
+  }
+  stop = true;
+  busy.join();
+  EXPECT_EQ(failed, 0) << failed << " of " << kForks
+                       << " children forked during control-plane work hung or failed";
+}
+
+// An override registered at CPU for an op not yet defined; the op is then
+// defined with only a CompositeImplicitAutograd kernel (a library loaded
+// late). Installing it is refused as registering it would have been: a
+// router at CPU would take the op out of autograd.
+TEST_P(Conformance, AnOpDefinedCompositeAfterRegistrationIsRefusedAtInstall) {
+  BEHAVIOUR("validation.composite-implicit-refused-at-install");
+  REQUIRE_FEATURE("namespaces");
+  const Key key{kLateNs, "late", "CPU"};
+  add(key, constant_cond(false), forbidden_impl(), "late_dsl");
+  auto lib = define_late_composite();
+  for (const bool all : {false, true}) {
+    try {
+      if (all) {
+        adapter().install_all();
+      } else {
+        adapter().install(key);
+      }
+      ADD_FAILURE() << "a router at CPU for the CompositeImplicitAutograd op " << kLateNs
+                    << "::late was installed (" << (all ? "install_all" : "install") << ")";
+    } catch (const InvalidArgument& e) {
+      EXPECT_THAT(e.what(), ::testing::HasSubstr(std::string(kLateNs) + "::late"));
+      EXPECT_THAT(e.what(), ::testing::HasSubstr("CompositeImplicitAutograd"));
+      EXPECT_THAT(e.what(), ::testing::HasSubstr("AutogradCPU"));
+    }
+    EXPECT_FALSE(adapter().router_installed(key));
+  }
+  const at::Tensor x = at::ones({2}).requires_grad_(true);
+  auto late = c10::Dispatcher::singleton().findSchemaOrThrow((std::string(kLateNs) + "::late").c_str(), "");
+  late.typed<at::Tensor(const at::Tensor&)>().call(x).sum().backward();
+  EXPECT_TRUE(same(x.grad(), tensor({2, 2})));
 }
 
 }  // namespace

@@ -40,6 +40,8 @@ FEATURES = frozenset({
     "resolve-overload",                # resolve_overload(ns, op): main's _resolve_overload
     "declared-overrides",              # declared_overrides(): checks and registers a module's
                                        # _NAMESPACE/_DEFINING_MODULE/_OVERRIDES/_VARIANTS
+    "native-predicates",               # predicates_module(): conds evaluated outside Python
+                                       # (dtype_in(*dtypes), ...), taken as a cond by register
 })
 
 
@@ -87,6 +89,7 @@ class Adapter(Protocol):
     def variants_module(self) -> Any: ...  # feature variants
     def resolve_overload(self, lib_symbol: str, op_symbol: str) -> Any: ...  # resolve-overload
     def declared_overrides(self) -> Any: ...  # feature declared-overrides
+    def predicates_module(self) -> Any: ...  # feature native-predicates
 
 
 def load(spec: str | None = None) -> Adapter:

@@ -163,6 +163,7 @@ PY_FEATURE_USES = {
     "dynamo-shortcut": re.compile(r"\.in_reentrant_call\(|declining_cond_noting_the_guard\("),
     "namespaces": re.compile(r"\bnamespaces\b|\.allow_namespace\(|\bNS2?\b|\bMISSING_NS\b"),
     "torch-front-ends": re.compile(r"\.serve_torch_front_ends\("),
+    "native-predicates": re.compile(r"\.predicates_module\("),
 }
 CPP_FEATURE_USES = {
     "native-op-meta": re.compile(r"\.native_op\("),

@@ -9,6 +9,7 @@ import dataclasses
 import gc
 import weakref
 
+import pytest
 import torch
 
 from conftest import behaviour
@@ -152,6 +153,26 @@ def test_export_declines_where_eager_declines_on_a_keyword_tensor(impl):
     assert not any("_native" in str(n.target) for n in ep.graph.nodes if n.op == "call_function")
 
 
+@behaviour("binding.compile-router-sees-keywords")
+def test_export_declines_where_eager_declines_with_a_native_predicate(impl):
+    """The same call with a cond evaluated outside Python (issue 23's case:
+    dtype_in(float32) sees the int64 sorter in eager; the compile router's
+    predicate must see it too)."""
+    supported = "native-predicates" in impl.features
+    if not supported:
+        pytest.skip(f"unsupported: {impl.name} lacks feature native-predicates")
+    predicates = impl.predicates_module()
+    impl.register("test_dsl", *SEARCHSORTED, predicates.dtype_in(torch.float32),
+                  lambda s, v, **kwargs: torch.full(v.shape, 99, dtype=torch.long))
+    impl.install(*SEARCHSORTED)
+    eager = torch.searchsorted(SORTED, PROBES, sorter=SORTER)
+    assert torch.equal(eager, torch.tensor([2])), "eager took the override"
+    ep = torch.export.export(SearchWithSorter(), (SORTED, PROBES, SORTER))
+    ep = ep.run_decompositions(impl.decomp_table())
+    assert torch.equal(ep.module()(SORTED, PROBES, SORTER), eager)
+    assert not any("_native" in str(n.target) for n in ep.graph.nodes if n.op == "call_function")
+
+
 # ---- cycles through the registry ---------------------------------------------------------
 
 def assert_collected(ref: weakref.ref, what: str) -> None:
@@ -177,3 +198,27 @@ def test_a_cond_holding_its_own_node_is_collected_after_its_scope(impl):
         ref = register_self_referencing()
     assert torch.equal(mul(), STOCK)
     assert_collected(ref, "a cond whose closure holds its node")
+
+
+@behaviour("binding.cycles-through-the-registry-collected")
+def test_a_cond_holding_a_snapshot_taken_after_it_is_collected_after_restore(impl):
+    module = impl.module
+    if not hasattr(module, "snapshot") or not hasattr(module, "restore"):
+        pytest.skip(f"unsupported: {impl.name} has no snapshot() and restore()")
+
+    def register_holding_a_snapshot():
+        holder = {}
+
+        def cond(*args, **kwargs):
+            return holder["snapshot"] is not None
+
+        impl.register("test_dsl", *KEY, cond, seven)
+        # Taken after the registration, the snapshot holds the node, whose
+        # cond's closure holds the snapshot: a cycle through C++.
+        holder["snapshot"] = module.snapshot()
+        return weakref.ref(cond)
+
+    saved = module.snapshot()
+    ref = register_holding_a_snapshot()
+    module.restore(saved)
+    assert_collected(ref, "a cond whose closure holds a snapshot taken after its registration")

@@ -6,6 +6,7 @@ registry can ship; none of this is in the seed file, so the behaviours are
 
 from __future__ import annotations
 
+import textwrap
 import threading
 
 import pytest
@@ -173,3 +174,80 @@ def test_register_and_teardown_cycles_leave_no_residue(impl):
         print(rss_kb() - start)
     """, timeout=600)[-1]
     assert int(grew) < 1024, f"RSS grew by {grew} kB over 50,000 register + teardown cycles"
+
+
+# ---- a scope per test (issue 23) ---------------------------------------------------
+
+COUNT_NATIVE_OPS = """
+    import resource
+    def native_ops_defined():
+        return sum(n.startswith("_native::") for n in torch._C._dispatch_get_all_op_names())
+    def rss_kib():
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * resource.getpagesize() // 1024
+"""
+
+
+def with_counters(body: str) -> str:
+    """`body` after the counters above, each dedented on its own."""
+    return textwrap.dedent(COUNT_NATIVE_OPS) + textwrap.dedent(body)
+
+
+@behaviour("lifetime.scope-cycles-stay-flat")
+def test_scope_cycles_leave_no_native_op_behind(impl):
+    """300 scopes, each registering and installing one override and calling
+    the op, after 50 to warm up, in a fresh interpreter (a clean RSS)."""
+    ops_left, grew = run_in_fresh_interpreter(impl, with_counters("""
+        import gc
+        a, b = torch.ones(2), torch.ones(2)
+        def cycle():
+            with impl.scope():
+                impl.register("cycle_dsl", "aten", "mul.Tensor", "CPU", lambda *args: True,
+                              lambda x, y: torch.full_like(x, 7.0))
+                impl.install("aten", "mul.Tensor", "CPU")
+                assert torch.mul(a, b).tolist() == [7.0, 7.0]
+        for _ in range(50):
+            cycle()
+        gc.collect()
+        before, start = native_ops_defined(), rss_kib()
+        for _ in range(300):
+            cycle()
+        gc.collect()
+        print(native_ops_defined() - before)
+        print(rss_kib() - start)
+    """), timeout=300)[-2:]
+    assert int(ops_left) <= 0, f"300 scope cycles left {ops_left} _native ops defined"
+    assert int(grew) <= 2 * 300, f"RSS grew {grew} KiB over 300 scope cycles (at most 2 KiB each)"
+
+
+@behaviour("lifetime.scope-cycles-stay-flat")
+def test_a_native_op_held_past_its_scope_goes_once_let_go(impl):
+    """Held (a torch.ops object, as a recorded program holds it): defined and
+    raising after its scope; let go, undefined by the next teardown. In a
+    child: an op undefined while held leaves a dangling handle."""
+    lines = run_in_fresh_interpreter(impl, with_counters("""
+        import gc
+        with impl.scope():
+            impl.register("held_dsl", "aten", "mul.Tensor", "CPU", lambda *args: True,
+                          lambda x, y: torch.full_like(x, 7.0))
+            impl.install("aten", "mul.Tensor", "CPU")
+            node = impl.graph("aten", "mul.Tensor", "CPU")[0]
+            native = impl.native_op(node)
+        name = "_native::" + node.node_id
+        print("id: " + node.node_id)
+        print("defined while held: " + str(name in torch._C._dispatch_get_all_op_names()))
+        try:
+            native(torch.ones(2), torch.ones(2))
+            print("call: returned")
+        except Exception as e:
+            print("call: raised " + " ".join(str(e).split()))
+        del native
+        gc.collect()
+        with impl.scope():
+            pass
+        print("defined once let go: " + str(name in torch._C._dispatch_get_all_op_names()))
+    """), timeout=300)
+    results = dict(line.split(": ", 1) for line in lines if ": " in line)
+    assert results["defined while held"] == "True"
+    assert results["call"].startswith("raised") and results["id"] in results["call"], results["call"]
+    assert results["defined once let go"] == "False", "a released _native op outlived the next teardown"

@@ -8,8 +8,10 @@ file: the behaviours are `recommended`."""
 from __future__ import annotations
 
 import textwrap
+import warnings
 
 import pytest
+import torch
 
 from conftest import behaviour, run_in_fresh_interpreter
 
@@ -79,6 +81,12 @@ def test_a_restore_after_the_target_was_redefined_does_not_revive_the_old_op(imp
     if not hasattr(module, "snapshot") or not hasattr(module, "restore"):
         pytest.skip(f"unsupported: {impl.name} has no snapshot() and restore()")
     lines = run_in_fresh_interpreter(impl, script(REDEF_SETUP, """
+        import logging
+        warned = []
+        class Keep(logging.Handler):
+            def emit(self, record):
+                warned.append(record.getMessage())
+        logging.getLogger(impl.log_name).addHandler(Keep(level=logging.WARNING))
         saved = impl.module.snapshot()           # the _native op active
         with impl.scope():
             pass
@@ -86,12 +94,14 @@ def test_a_restore_after_the_target_was_redefined_does_not_revive_the_old_op(imp
         before = impl.module.snapshot()
     """, REDEFINE, """
         impl.module.restore(saved)              # would re-activate it on the new op
+        print("warned: " + str(any(node.node_id in m and "foo" in m for m in warned)))
         print("id: " + node.node_id)
         print("eager: " + outcome(native, x))
         print("meta: " + outcome(native, torch.ones(2, device="meta")))
         print("new op: " + outcome(getattr(torch.ops, NS).foo, x, x, x))
     """), timeout=120)
     results = check_named_error(lines)
+    assert results["warned"] == "True", "the restore logged no warning naming the override and the op"
     for what in ("eager", "meta"):
         assert results[what].startswith("raised"), f"the _native op's {what} call: {results[what]}"
         assert results["id"] in results[what], results[what]
@@ -122,9 +132,10 @@ def test_a_native_op_whose_target_left_the_dispatcher_raises(impl):
     results = check_named_error(lines)
     for what in ("eager", "meta"):
         assert "1000" not in results[what], f"the _native op dispatched to an unrelated op: {results[what]}"
-        if what == "meta" or results[what].startswith("raised"):
-            assert results[what].startswith("raised"), results[what]
-            assert results["id"] in results[what] or "foo" in results[what], results[what]
+        assert results[what].startswith("raised"), (
+            f"the _native op's {what} call after its target left: {results[what]}")
+        assert results["id"] in results[what] and "foo" in results[what], (
+            f"the error names neither the override nor the op: {results[what]}")
 
 
 # ---- fork ----------------------------------------------------------------------
@@ -234,3 +245,38 @@ def test_multiprocessing_workers_can_use_the_registry(impl, method, tmp_path):
         thread.join(30)
     """, timeout=300)[-1]
     assert results == str([[float(v)] * 2 for v in range(6)])
+
+
+# ---- an op defined after its override was registered ----------------------------------
+
+LATE_NS = "_native_registry_late_py"
+
+
+@behaviour("validation.composite-implicit-refused-at-install")
+@pytest.mark.parametrize("how", ["install", "install_all"])
+def test_an_op_defined_composite_after_registration_is_refused_at_install(impl, how):
+    """Registered at CPU before the op exists; the op then defined with only
+    a CompositeImplicitAutograd kernel: a router at CPU would take it out of
+    autograd, so installing is refused as registering would have been."""
+    impl.allow_namespace(LATE_NS)
+    impl.register("late_dsl", LATE_NS, "late", "CPU", lambda *a, **k: False, lambda x: x)
+    lib = torch.library.Library(LATE_NS, "DEF")
+    try:
+        lib.define("late(Tensor x) -> Tensor")
+        lib.impl("late", lambda x: x * 2, "CompositeImplicitAutograd")
+        with pytest.raises(ValueError) as error:
+            if how == "install":
+                impl.install(LATE_NS, "late", "CPU")
+            else:
+                impl.install_all()
+        message = str(error.value)
+        assert f"{LATE_NS}::late" in message and "CompositeImplicitAutograd" in message, message
+        assert "AutogradCPU" in message, "the message says where to register instead"
+        assert not impl.router_installed(LATE_NS, "late", "CPU")
+        x = torch.ones(2, requires_grad=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # "an autograd kernel was not registered ..."
+            getattr(torch.ops, LATE_NS).late(x).sum().backward()
+        assert x.grad.tolist() == [2.0, 2.0]
+    finally:
+        lib._destroy()

@@ -17,6 +17,8 @@
 #include <cstdlib>
 #include <vector>
 
+#include "retired_native_ops.h"
+
 namespace native_registry::detail {
 namespace {
 
@@ -34,15 +36,15 @@ std::vector<std::mutex*>& registered() {
 void prepare() {
   registration_mutex().lock();
   for (std::mutex* lock : registered()) lock->lock();
+  retired_native_ops_mutex().lock();
   op_watch_mutex().lock();
-  kept_definitions_mutex().lock();
 }
 
 // In the parent, and in the child, where the forking thread (the only one
 // copied) is the one that took them.
 void release() {
-  kept_definitions_mutex().unlock();
   op_watch_mutex().unlock();
+  retired_native_ops_mutex().unlock();
   for (auto it = registered().rbegin(); it != registered().rend(); ++it) (*it)->unlock();
   registration_mutex().unlock();
 }
@@ -51,7 +53,7 @@ void install_handlers() {
   static const bool installed = [] {
     // Made before the handlers can run, so prepare allocates nothing.
     (void)op_watch_mutex();
-    (void)kept_definitions_mutex();
+    (void)retired_native_ops_mutex();
     if (pthread_atfork(prepare, release, release) != 0) {
       std::fputs("[native_registry] pthread_atfork failed: a fork while another thread is "
                  "inside the registry may hang the child\n", stderr);
@@ -73,11 +75,6 @@ void unregister_fork_lock(std::mutex& lock) {
   std::lock_guard<std::mutex> guard(registration_mutex());
   auto& locks = registered();
   locks.erase(std::remove(locks.begin(), locks.end(), &lock), locks.end());
-}
-
-std::mutex& kept_definitions_mutex() {
-  static auto* mutex = new std::mutex();
-  return *mutex;
 }
 
 }  // namespace native_registry::detail

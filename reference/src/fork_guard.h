@@ -6,8 +6,10 @@
 // other threads running, so every lock the control plane and the call path
 // take is held across fork() by pthread_atfork handlers:
 //   prepare  takes this module's lock, then every registered lock in
-//            registration order, then the leaf locks (op watches, kept
-//            `_native` definitions);
+//            registration order, then the retired `_native` ops' store's
+//            lock (taken under a registry's; the dispatcher's lock and the
+//            op watches' are taken under it), then the op watches' lock (a
+//            leaf);
 //   parent   and child release them all, in reverse.
 // So a fork waits until no thread is inside a critical section of the
 // registry, and the child starts with every lock free and every structure
@@ -33,8 +35,5 @@ namespace native_registry::detail {
 // handlers are installed on the first call.
 void register_fork_lock(std::mutex& lock);
 void unregister_fork_lock(std::mutex& lock);
-
-// The lock of the kept `_native` definitions (native_op.cpp), a leaf.
-std::mutex& kept_definitions_mutex();
 
 }  // namespace native_registry::detail

@@ -7,9 +7,11 @@
 
 #include "names.h"
 #include "native_op.h"
+#include "retired_native_ops.h"
 #include "router.h"
 
 #include <algorithm>
+#include <optional>
 
 namespace native_registry {
 
@@ -41,29 +43,51 @@ c10::OperatorHandle Registry::Impl::resolve_for_router(const GraphKey& key) cons
   return op;
 }
 
-void Registry::Impl::check_native_ops(const Graph& chain) const {
+void Registry::Impl::check_native_ops(const Graph& chain,
+                                      const detail::NativeRecords* recorded) const {
   for (const NodePtr& node : chain) {
     auto it = native_ops_.find(node->node_id);
-    if (it == native_ops_.end() || (it->second->active() && !it->second->target_gone())) continue;
-    it->second->check_target(resolve(node->key));
+    if (it != native_ops_.end()) {
+      if (it->second->target_gone()) it->second->check_target(resolve(node->key));
+      continue;
+    }
+    // Retired: kept in the store, or undefined (and redefined on the op as
+    // it is now, unless a snapshot recorded what it was defined for).
+    std::optional<std::string> signature = detail::retired_signature(node->node_id);
+    if (!signature && recorded != nullptr) {
+      auto record = recorded->find(node->node_id);
+      if (record != recorded->end()) signature = record->second.signature;
+    }
+    if (signature) detail::check_signature(*node, *signature, resolve(node->key));
   }
 }
 
-void Registry::Impl::ensure_native_ops(const Graph& chain) {
-  check_native_ops(chain);  // all or nothing: no op of the chain changes if one cannot
+void Registry::Impl::ensure_native_ops(const Graph& chain, const detail::NativeRecords* recorded) {
+  check_native_ops(chain, recorded);  // all or nothing: no op of the chain changes if one cannot
   for (const NodePtr& node : chain) {
     auto it = native_ops_.find(node->node_id);
-    if (it != native_ops_.end() && it->second->active() && !it->second->target_gone()) {
+    if (it != native_ops_.end() && !it->second->target_gone()) {
       // The common case, unless the node was given new callables since.
-      if (it->second->node() != node) it->second->rebind(node);
+      if (it->second->node() != node) defer_release(it->second->rebind(node));
       continue;
     }
     const c10::DispatchKey key = detail::parse_override_dispatch_key(node->key.dispatch_key);
     if (it != native_ops_.end()) {
       it->second->activate(node, resolve(node->key), key);
-    } else {
-      native_ops_[node->node_id] = std::make_unique<NativeOp>(node, resolve(node->key), key);
+      continue;
     }
+    std::unique_ptr<NativeOp> op = detail::take_retired(node->node_id);
+    if (!op) {
+      native_ops_[node->node_id] = std::make_unique<NativeOp>(node, resolve(node->key), key);
+      continue;
+    }
+    try {
+      op->activate(node, resolve(node->key), key);
+    } catch (...) {
+      detail::keep_retired(std::move(op));  // as it was
+      throw;
+    }
+    native_ops_[node->node_id] = std::move(op);
   }
 }
 
@@ -80,7 +104,18 @@ Graph Registry::Impl::chain_under_current_mask(const GraphKey& key, const Graph&
   return chain;
 }
 
-void Registry::Impl::retire_native_op(NativeOp& op) { defer_release(op.retire()); }
+void Registry::Impl::retire_native_op(const std::string& node_id) {
+  auto it = native_ops_.find(node_id);
+  if (it == native_ops_.end()) return;
+  std::unique_ptr<NativeOp> op = std::move(it->second);
+  native_ops_.erase(it);
+  if (op->held_outside()) {
+    defer_release(op->retire());
+    detail::keep_retired(std::move(op));
+  } else {
+    defer_release(op->release());  // and the op leaves the dispatcher here
+  }
+}
 
 void Registry::Impl::remove_router(const GraphKey& key) {
   auto it = routers_.find(key);

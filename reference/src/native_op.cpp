@@ -18,6 +18,8 @@
 #include <mutex>
 #include <vector>
 
+#include <torch/csrc/jit/runtime/operator.h>
+
 namespace native_registry::detail {
 namespace {
 
@@ -63,11 +65,10 @@ class CallImpl final : public c10::OperatorKernel {
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
                   Stack* stack) {
     // Held for the call: the impl may retire this op, and this functor with
-    // it; the binding keeps every node it ever held.
-    const std::shared_ptr<NativeOp::Binding> pinned = binding_;
+    // it, or a rebind may replace the node.
     const std::shared_ptr<const Target> target = target_;
     const c10::OperatorHandle& target_op = target->checked();
-    const OverrideNode* node = pinned->current.load(std::memory_order_acquire);
+    const NodePtr node = binding_->current.load(std::memory_order_acquire);
     if (!node->ensure_runtime()) {
       target->checked();  // the runtime check may have run anything
       target_op.callBoxed(stack);
@@ -94,19 +95,36 @@ class RaiseRetired final : public c10::OperatorKernel {
   std::string message_;
 };
 
-// Definitions of retired ops, kept for the life of the process (see the
-// header). Reachable from a global, so leak checkers do not count them.
-void keep_definition(std::unique_ptr<torch::Library> definition) {
-  static auto* kept = new std::vector<std::unique_ptr<torch::Library>>();
-  std::lock_guard<std::mutex> lock(kept_definitions_mutex());
-  kept->push_back(std::move(definition));
+std::string describe(const OverrideNode& node) {
+  return "override " + node.node_id + " (dsl '" + node.dsl_name + "', " +
+         node.key.to_string() + ")";
 }
 
-// What of a schema a `_native` op copies, without the op's name: each
-// argument's and result's type and name, and which arguments have defaults.
+// The op's torch::jit::Operator, which every torch.ops object of the op
+// holds; null if LibTorch made none.
+std::shared_ptr<torch::jit::Operator> jit_operator(const std::string& name) {
+  return torch::jit::findOperatorFor(c10::OperatorName(name, ""));
+}
+
+// Throws OperatorChangedError, changing nothing, unless `target`'s schema
+// is the one of `signature`: the `_native` op `name` of `description` was
+// defined for that schema.
+void check_unchanged(const c10::OperatorHandle& target, const std::string& signature,
+                     const std::string& description, const std::string& name) {
+  const std::string now = NativeOp::signature_of(target.schema());
+  if (now == signature) return;
+  throw OperatorChangedError(
+      "op " + full_name(target.operator_name()) + " changed since " + description +
+      " was first installed: its schema was (" + signature + "), it is now (" + now +
+      ") (its library destroyed and the op defined again); " + name +
+      " was defined for the old schema, so register the override again for the op as it is now");
+}
+
+}  // namespace
+
 // Built field by field: printing a whole schema with its default values
 // crashed on torch 2.11 for ops such as add.Tensor, sort and topk.
-std::string signature_of(const c10::FunctionSchema& schema) {
+std::string NativeOp::signature_of(const c10::FunctionSchema& schema) {
   std::string out = "(";
   for (const c10::Argument& argument : schema.arguments()) {
     out.append(argument.type()->str()).append(" ").append(argument.name());
@@ -121,12 +139,10 @@ std::string signature_of(const c10::FunctionSchema& schema) {
   return out.append(")");
 }
 
-std::string describe(const OverrideNode& node) {
-  return "override " + node.node_id + " (dsl '" + node.dsl_name + "', " +
-         node.key.to_string() + ")";
+void check_signature(const OverrideNode& node, const std::string& signature,
+                     const c10::OperatorHandle& target) {
+  check_unchanged(target, signature, describe(node), NativeOp::name_for(node).name);
 }
-
-}  // namespace
 
 c10::OperatorName NativeOp::name_for(const OverrideNode& node) {
   return {std::string(kNativeNamespace) + "::" + node.node_id, ""};
@@ -134,26 +150,40 @@ c10::OperatorName NativeOp::name_for(const OverrideNode& node) {
 
 NativeOp::NativeOp(const NodePtr& node, const c10::OperatorHandle& target,
                    c10::DispatchKey dispatch_key)
-    : name_(name_for(*node).name),
+    : node_id_(node->node_id),
+      name_(name_for(*node).name),
       description_(describe(*node)),
-      schema_(signature_of(target.schema())) {
+      signature_(signature_of(target.schema())) {
   definition_ = std::make_unique<torch::Library>(
       torch::Library::FRAGMENT, kNativeNamespace, std::nullopt, __FILE__, __LINE__);
   QuietOverrideWarning quiet;
   definition_->def(target.schema().cloneWithName(name_, ""));
-  activate(node, target, dispatch_key);
+  // Nothing outside can hold the op yet: what holds its operator now is
+  // LibTorch's own bookkeeping.
+  if (auto op = jit_operator(name_)) jit_holders_baseline_ = op.use_count() - 1;
+  try {
+    activate(node, target, dispatch_key);
+  } catch (...) {
+    definition_.reset();
+    throw;
+  }
 }
 
-NativeOp::~NativeOp() { keep_definition(std::move(definition_)); }
+NativeOp::~NativeOp() {
+  // Kernels first, then the definition: the op leaves the dispatcher whole.
+  retired_.reset();
+  kernels_.reset();
+  definition_.reset();
+}
+
+bool NativeOp::held_outside() const {
+  if (jit_holders_baseline_ < 0) return false;
+  const std::shared_ptr<torch::jit::Operator> op = jit_operator(name_);
+  return op && op.use_count() - 1 > jit_holders_baseline_;
+}
 
 void NativeOp::check_target(const c10::OperatorHandle& target) const {
-  const std::string now = signature_of(target.schema());
-  if (now == schema_) return;
-  throw OperatorChangedError(
-      "op " + full_name(target.operator_name()) + " changed since " + description_ +
-      " was first installed: its schema was (" + schema_ + "), it is now (" + now +
-      ") (its library destroyed and the op defined again); " + name_ +
-      " keeps the old schema, so register the override again for the op as it is now");
+  check_unchanged(target, signature_, description_, name_);
 }
 
 void NativeOp::activate(const NodePtr& node, const c10::OperatorHandle& target,
@@ -170,8 +200,7 @@ void NativeOp::activate(const NodePtr& node, const c10::OperatorHandle& target,
           "and rebuild any program that recorded " + name_});
   retired_.reset();
   binding_ = std::make_shared<Binding>();
-  binding_->kept.push_back(node);
-  binding_->current.store(node.get(), std::memory_order_release);
+  binding_->current.store(node, std::memory_order_release);
   kernels_ = std::make_unique<torch::Library>(
       torch::Library::IMPL, kNativeNamespace, std::nullopt, __FILE__, __LINE__);
   kernels_->impl(name_.c_str(),
@@ -185,12 +214,17 @@ void NativeOp::activate(const NodePtr& node, const c10::OperatorHandle& target,
   node_ = node;
 }
 
-void NativeOp::rebind(const NodePtr& node) {
+NodePtr NativeOp::rebind(const NodePtr& node) {
   TORCH_INTERNAL_ASSERT(active() && node && node->node_id == node_->node_id);
-  if (node == node_) return;
-  binding_->kept.push_back(node);
-  binding_->current.store(node.get(), std::memory_order_release);
+  if (node == node_) return nullptr;
   node_ = node;
+  return binding_->current.exchange(node, std::memory_order_acq_rel);
+}
+
+std::shared_ptr<const void> NativeOp::release() {
+  if (!active()) return nullptr;
+  node_.reset();
+  return std::move(binding_);
 }
 
 std::shared_ptr<const void> NativeOp::retire() {
@@ -208,8 +242,7 @@ std::shared_ptr<const void> NativeOp::retire() {
                           "destruction) removed it after this op was recorded, e.g. by "
                           "torch.export or torch.compile; rebuild the program with the "
                           "override installed, or without it"))));
-  node_.reset();
-  return std::move(binding_);
+  return release();
 }
 
 }  // namespace native_registry::detail

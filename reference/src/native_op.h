@@ -11,11 +11,17 @@
 //    destroyed), every call raises an error naming the override that is
 //    gone.
 //
-// The definition is kept for the life of the process, as upstream keeps its
-// `_native` ops: programs exported or compiled while the override was
-// installed hold handles to the op, and an undefined op would leave those
-// handles dangling (a crash on the next call). Only the `_native` namespace
-// keeps anything; every other op's dispatch table is restored exactly.
+// Reclaimed, not kept (issue 23: a scope per test left one defined op per
+// scope): a retired op is undefined as soon as nothing outside the registry
+// can hold it, and otherwise kept (retired_native_ops.h) until nothing does.
+// What can hold one is a handle to it: programs exported or compiled while
+// the override was installed hold its torch.ops objects, and an undefined
+// op would leave those handles dangling (a crash on the next call). Every
+// torch.ops object of an op holds the op's torch::jit::Operator, which
+// LibTorch makes for each op it defines, so held_outside() counts the
+// holders of that operator beyond LibTorch's own; C++ code holds an op the
+// same way through hold_native_op() (registry.h). A bare OperatorHandle
+// from Dispatcher::findSchema is valid only while the op is active.
 //
 // A call of the active impl holds a reference to the node for its whole
 // length, so an impl that retires its own op (restore() from inside) finishes.
@@ -23,7 +29,10 @@
 // A node given new callables (Registry::replace_node_callables) is a new
 // node with the same node_id; rebind() points the active op's kernel at it
 // with one atomic store, without touching the dispatcher, so it is as safe
-// while other threads call the op as a router's publish.
+// while other threads call the op as a router's publish. The binding holds
+// the current node only: a call holds the node it loaded, and the node
+// replaced goes back to the caller to free, so writes in a loop keep
+// nothing.
 //
 // The target op may leave the dispatcher while this op lives (its library
 // destroyed, the op perhaps defined again with another schema). The kernels
@@ -53,15 +62,19 @@ class NativeOp {
   // Defines the op and activates it for `node`.
   NativeOp(const NodePtr& node, const c10::OperatorHandle& target,
            c10::DispatchKey dispatch_key);
-  // Keeps the definition (see above). The owner retires the op first, and
-  // frees the node retire() hands back once it holds no lock; an op destroyed
-  // active would be left defined with no kernel at all.
+  // Undefines the op: its kernels and its definition leave the dispatcher.
+  // Only for an op nothing outside holds (held_outside() false). The owner
+  // first takes out what holds the node(s) with retire() or release(), and
+  // frees it once it holds no lock.
   ~NativeOp();
   NativeOp(const NativeOp&) = delete;
   NativeOp& operator=(const NativeOp&) = delete;
 
   // "_native::<node_id>", the name the dispatcher knows it by.
   static c10::OperatorName name_for(const OverrideNode& node);
+  // What of a schema a `_native` op copies, as text: each argument's and
+  // result's type and name, which arguments have defaults; not the name.
+  static std::string signature_of(const c10::FunctionSchema& schema);
 
   // Routes the op's calls to `node` again (a restore to a snapshot taken
   // while it was active). No-op when active on a target still in the
@@ -71,8 +84,9 @@ class NativeOp {
   void activate(const NodePtr& node, const c10::OperatorHandle& target,
                 c10::DispatchKey dispatch_key);
   // Points the active op at `node`, a node of the same node_id with other
-  // callables (see above). The op must be active.
-  void rebind(const NodePtr& node);
+  // callables (see above), and hands back the node it replaces, for the
+  // caller to free once it holds no lock. The op must be active.
+  NodePtr rebind(const NodePtr& node);
   // Throws what activate() would for `target`.
   void check_target(const c10::OperatorHandle& target) const;
   // Whether the target op this op was last activated for has left the
@@ -85,23 +99,32 @@ class NativeOp {
   // host objects whose release enters the host runtime). No-op (null) when
   // retired.
   std::shared_ptr<const void> retire();
+  // For an op about to be destroyed: hands back what held the node(s), as
+  // retire() does, without installing the raising kernel.
+  std::shared_ptr<const void> release();
+  // Whether anything outside the registry holds the op (see above): a
+  // torch.ops object, a program holding one, a hold_native_op() handle.
+  bool held_outside() const;
 
-  // The node the active op's kernel runs, and every node it ran since it
-  // was activated: a call may still be inside one it loaded before a
-  // rebind, so all stay alive until the op is retired. Shared with the
-  // kernel, which holds it for each call.
+  // The node the active op's kernel runs. Shared with the kernel, which
+  // loads it once per call and holds it for the call.
   struct Binding {
-    std::atomic<const OverrideNode*> current{nullptr};
-    std::vector<NodePtr> kept;  // changed under the registry's lock only
+    std::atomic<NodePtr> current;
   };
 
   bool active() const { return node_ != nullptr; }
   const NodePtr& node() const { return node_; }  // null when retired
+  const std::string& node_id() const { return node_id_; }
+  const std::string& signature() const { return signature_; }
 
  private:
+  std::string node_id_;
   std::string name_;         // "_native::<node_id>"
   std::string description_;  // which override, for the retired op's error
-  std::string schema_;       // the target's schema this op was defined with, as text
+  std::string signature_;    // signature_of() the target's schema this op was defined with
+  // Holders of the op's torch::jit::Operator that are LibTorch's own,
+  // counted right after the definition; -1 if LibTorch made none.
+  long jit_holders_baseline_ = -1;
   NodePtr node_;  // the bound node, null when retired
   std::shared_ptr<Binding> binding_;  // while active
   std::shared_ptr<const OpWatch> target_watch_;  // of the target last activated for
@@ -109,5 +132,11 @@ class NativeOp {
   std::unique_ptr<torch::Library> kernels_;  // while active
   std::unique_ptr<torch::Library> retired_;  // while retired
 };
+
+// Throws OperatorChangedError, naming `node` and the op, if `target`'s
+// schema is not the one of `signature` (NativeOp::signature_of): for an op
+// of `node` defined with that signature and since reclaimed.
+void check_signature(const OverrideNode& node, const std::string& signature,
+                     const c10::OperatorHandle& target);
 
 }  // namespace native_registry::detail

@@ -7,10 +7,12 @@
 
 #include "fork_guard.h"
 #include "native_op.h"
+#include "retired_native_ops.h"
 #include "router.h"
 
 #include <atomic>
 #include <utility>
+#include <vector>
 
 namespace native_registry {
 
@@ -30,8 +32,10 @@ Registry::Impl::~Impl() {
   // Routers first: they may route to the `_native` ops' impls.
   for (auto& entry : routers_) defer_release(entry.second->keep_alive());
   routers_.clear();
-  for (auto& entry : native_ops_) retire_native_op(*entry.second);
-  native_ops_.clear();
+  std::vector<std::string> ids;
+  for (const auto& entry : native_ops_) ids.push_back(entry.first);
+  for (const std::string& id : ids) retire_native_op(id);  // undefined, or kept while held
+  detail::reclaim_retired();
   defer_release(std::make_shared<std::map<GraphKey, Graph>>(std::move(state_.graphs)));
 }
 

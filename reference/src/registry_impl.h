@@ -22,7 +22,15 @@
 //    and every index entry names a graph that exists;
 //  * a router exists only for a key in `installed`; it routes only through
 //    that key's nodes of this registry, each with its `_native` op active;
-//  * `_native` is never on the allowlist; the mask depth is never negative.
+//  * `_native` is never on the allowlist; the mask depth is never negative;
+//  * native_ops_ holds active ops only, none of them in the retired store.
+//    A `_native` op a teardown retires is undefined at once unless something
+//    outside holds it, and then kept in the process-wide retired store
+//    (retired_native_ops.h) until nothing does: the `_native` ops defined in
+//    the process are the active ones plus the store's, which holds at most
+//    max(kRetiredSweepFloor, 2 x the ops held at its last sweep). So a
+//    scope per test leaves no op behind, and memory and time per scope stay
+//    flat.
 
 #include <native_registry/registry.h>
 
@@ -67,8 +75,18 @@ struct SnapshotState {
   };
   std::map<GraphKey, RouterRecord> routers;
   int unconditional_mask_depth = 0;  // in force when the snapshot was taken
-  std::map<std::string, NodePtr> native_nodes;  // nodes whose `_native` op was active
+  // Nodes whose `_native` op was active, by node_id, each with the
+  // signature its op was defined with: a restore that must define the op
+  // again (undefined since) refuses a target of another schema, as the op
+  // itself would.
+  struct NativeRecord {
+    NodePtr node;
+    std::string signature;
+  };
+  std::map<std::string, NativeRecord> native_nodes;
 };
+
+using NativeRecords = std::map<std::string, SnapshotState::NativeRecord>;
 
 }  // namespace detail
 
@@ -151,14 +169,18 @@ struct Registry::Impl {
   // an op defined since registration.
   c10::OperatorHandle resolve_for_router(const GraphKey& key) const;
   // Throws what ensure_native_ops would for `chain`, changing nothing.
-  void check_native_ops(const Graph& chain) const;
+  void check_native_ops(const Graph& chain, const detail::NativeRecords* recorded) const;
   void publish(const GraphKey& key, const Graph& chain, InstallMode mode);
   void remove_router(const GraphKey& key);
-  // Activates the `_native` op of every node of `chain` (defines it on first
-  // use); all or nothing: throws OperatorChangedError, changing nothing, if
-  // the op of one was defined for a schema its target no longer has.
-  void ensure_native_ops(const Graph& chain);
-  void retire_native_op(detail::NativeOp& op);
+  // Activates the `_native` op of every node of `chain` (defines it if it is
+  // not defined, takes it back from the retired store if kept there); all or
+  // nothing: throws OperatorChangedError, changing nothing, if the op of one
+  // was defined for a schema its target no longer has (an op undefined
+  // since: the signature `recorded` for it, when a snapshot recorded one).
+  void ensure_native_ops(const Graph& chain, const detail::NativeRecords* recorded = nullptr);
+  // Retires the active op of `node_id`: undefined at once when nothing
+  // outside holds it, else kept in the retired store.
+  void retire_native_op(const std::string& node_id);
   // Queued while mutex_ is held, emitted once it is released.
   void log(LogLevel level, const std::string& message) const;
   // Freed once mutex_ is released.
@@ -178,7 +200,8 @@ struct Registry::Impl {
   EmptyChainPolicy empty_chain_policy_ = EmptyChainPolicy::kKeepDormantRouter;
   LogSink log_sink_;
   std::map<GraphKey, std::unique_ptr<detail::Router>> routers_;
-  // By node_id: every `_native` op this registry defined, active or retired.
+  // By node_id: the active `_native` ops of this registry's nodes (retired
+  // ones are undefined or in the retired store).
   std::map<std::string, std::unique_ptr<detail::NativeOp>> native_ops_;
 };
 

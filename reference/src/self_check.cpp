@@ -5,6 +5,7 @@
 #include "registry_impl.h"
 
 #include "native_op.h"
+#include "retired_native_ops.h"
 #include "router.h"
 
 #include <algorithm>
@@ -62,6 +63,17 @@ void Registry::Impl::check_invariants() const {
       }
     }
   }
+  // `_native` ops: the active ones here, the retired ones held outside in
+  // the store, within its bound; no other is defined (registry_impl.h).
+  for (const auto& [id, native_op] : native_ops_) {
+    if (!native_op->active()) fail("_native::" + id + " is retired but kept as active");
+    if (detail::retired_signature(id)) fail("_native::" + id + " is both active and retired");
+  }
+  const detail::RetiredCounts retired = detail::retired_counts();
+  if (retired.kept > retired.bound) {
+    fail("the retired store holds " + std::to_string(retired.kept) + " _native ops, over its bound of " +
+         std::to_string(retired.bound));
+  }
 }
 
 std::string Registry::Impl::dump_state() const {
@@ -89,7 +101,8 @@ std::string Registry::Impl::dump_state() const {
   };
   out << "disabled: dsl=[" << join(state_.filters.dsl_names) << "] op=[" << join(state_.filters.op_symbols)
       << "] key=[" << join(state_.filters.dispatch_keys) << "] mask=" << unconditional_mask_depth_
-      << " allow=[" << join(state_.allowlist) << "] native_ops=" << native_ops_.size() << "\n";
+      << " allow=[" << join(state_.allowlist) << "] native_ops=" << native_ops_.size()
+      << " retired_kept=" << detail::retired_counts().kept << "\n";
   return out.str();
 }
 

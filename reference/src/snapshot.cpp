@@ -9,6 +9,7 @@
 
 #include "names.h"
 #include "native_op.h"
+#include "retired_native_ops.h"
 #include "router.h"
 
 #include <utility>
@@ -29,7 +30,7 @@ std::shared_ptr<const detail::SnapshotState> Registry::Impl::snapshot() const {
   }
   state->unconditional_mask_depth = unconditional_mask_depth_;
   for (const auto& [id, native_op] : native_ops_) {
-    if (native_op->active()) state->native_nodes[id] = native_op->node();
+    state->native_nodes[id] = {native_op->node(), native_op->signature()};
   }
   return state;
 }
@@ -61,16 +62,20 @@ void Registry::Impl::restore(const detail::SnapshotState* snapshot) {
   // `_native` ops: active are those active at the snapshot, no others. Ops
   // activated since (for nodes registered since, or first published since)
   // are retired; ops a restore to an earlier snapshot retired come back.
-  for (auto& [id, native_op] : native_ops_) {
-    if (!saved.native_nodes.count(id)) retire_native_op(*native_op);
+  // A retired op nothing holds is undefined here (see registry_impl.h).
+  std::vector<std::string> retiring;
+  for (const auto& [id, native_op] : native_ops_) {
+    if (!saved.native_nodes.count(id)) retiring.push_back(id);
   }
-  for (const auto& [id, node] : saved.native_nodes) {
+  for (const std::string& id : retiring) retire_native_op(id);
+  for (const auto& [id, record] : saved.native_nodes) {
     try {
-      ensure_native_ops({node});
+      ensure_native_ops({record.node}, &saved.native_nodes);
     } catch (const OperatorChangedError& e) {
-      unrestorable.push_back(node->key.to_string() + " (for _native::" + id + ": " + e.what() + ")");
+      unrestorable.push_back(record.node->key.to_string() + " (for _native::" + id + ": " +
+                             e.what() + ")");
     } catch (const OperatorNotFoundError&) {
-      unrestorable.push_back(node->key.to_string() + " (for _native::" + id + ")");
+      unrestorable.push_back(record.node->key.to_string() + " (for _native::" + id + ")");
     }
   }
   // Each router the snapshot had comes back (dormant if need be, so the
@@ -86,7 +91,7 @@ void Registry::Impl::restore(const detail::SnapshotState* snapshot) {
     auto it = routers_.find(key);
     if (it != routers_.end()) {
       try {
-        ensure_native_ops(chain);
+        ensure_native_ops(chain, &saved.native_nodes);
         it->second->publish(chain);
       } catch (const OperatorNotFoundError& e) {
         // Its op changed under it (OperatorChangedError): nothing routes the old nodes.
@@ -97,7 +102,7 @@ void Registry::Impl::restore(const detail::SnapshotState* snapshot) {
     }
     try {
       const c10::OperatorHandle op = resolve(key);
-      ensure_native_ops(chain);
+      ensure_native_ops(chain, &saved.native_nodes);
       routers_[key] = std::make_unique<Router>(
           op, detail::parse_override_dispatch_key(key.dispatch_key), chain);
     } catch (const OperatorChangedError& e) {
@@ -112,6 +117,7 @@ void Registry::Impl::restore(const detail::SnapshotState* snapshot) {
                                 " no longer exists; what the registry had put there was "
                                 "not rebuilt");
   }
+  detail::reclaim_retired();  // ops kept earlier may be free by now
 }
 
 void Snapshot::visit_nodes_held_only_here(
@@ -132,7 +138,7 @@ void Snapshot::visit_nodes_held_only_here(
   for (const auto& [key, record] : state_->routers) {
     for (const NodePtr& node : record.chain) count(node);
   }
-  for (const auto& [id, node] : state_->native_nodes) count(node);
+  for (const auto& [id, record] : state_->native_nodes) count(record.node);
   for (const auto& [raw, entry] : held) {
     if (entry.first->use_count() == entry.second) visit(*raw);
   }

@@ -81,7 +81,8 @@ TEST_P(LifetimeTest, ANativeOpsImplThatRetiresItFinishes) {
   const NodePtr node = register_override(mul_cpu(), constant_cond(false),
                                          impl_doing([&] { registry().restore(empty); }, 4));
   registry().install_all();
-  auto native = c10::Dispatcher::singleton().findSchema({"_native::" + node->node_id, ""});
+  // Held, as whatever calls a `_native` op holds it (a torch.ops object).
+  auto native = hold_native_op(node->node_id);
   ASSERT_TRUE(native);
   Stack stack{tensor({2}), tensor({4})};
   native->callBoxed(&stack);

@@ -81,7 +81,8 @@ TEST_F(NativeOpTest, RestoreRetiresOpsOfNodesRegisteredSince) {
   auto added = register_override(mul_cpu(), constant_cond(false), fill_impl(2));
   registry().install_graph(mul_cpu());
   const Snapshot with_added = registry().snapshot();
-  auto added_op = native_op(*added);
+  // Held, as a program recorded with it holds it: retired, not undefined.
+  auto added_op = hold_native_op(added->node_id);
   ASSERT_TRUE(added_op);
   registry().restore(snapshot);
 
@@ -105,6 +106,48 @@ TEST_F(NativeOpTest, RestoreRetiresOpsOfNodesRegisteredSince) {
   added_op->callBoxed(&again);
   EXPECT_TRUE(same(again.at(0).toTensor(), tensor({2})));
   registry().restore(snapshot);
+  registry().check_invariants();
+}
+
+// A retired op nothing holds leaves the dispatcher at the teardown that
+// retires it; a restore to a snapshot taken while it was active defines it
+// again, running its impl.
+TEST_F(NativeOpTest, RestoreUndefinesRetiredOpsNothingHolds) {
+  const Snapshot empty = registry().snapshot();
+  auto node = register_override(mul_cpu(), constant_cond(false), fill_impl(3));
+  registry().install_graph(mul_cpu());
+  const Snapshot installed = registry().snapshot();
+  ASSERT_TRUE(native_op(*node));
+  registry().restore(empty);
+  EXPECT_FALSE(native_op(*node)) << "a retired op nothing holds is still defined";
+  registry().check_invariants();
+  registry().restore(installed);
+  auto op = native_op(*node);
+  ASSERT_TRUE(op);
+  Stack stack{tensor({2}), tensor({4})};
+  op->callBoxed(&stack);
+  EXPECT_TRUE(same(stack.at(0).toTensor(), tensor({3})));
+  registry().restore(empty);
+  EXPECT_FALSE(native_op(*node));
+}
+
+// Held past its teardown, an op is kept (raising) until the holder lets go;
+// the next teardown then undefines it.
+TEST_F(NativeOpTest, AHeldRetiredOpIsUndefinedOnceReleased) {
+  const Snapshot empty = registry().snapshot();
+  auto node = register_override(mul_cpu(), constant_cond(false), fill_impl(3));
+  registry().install_graph(mul_cpu());
+  auto held = hold_native_op(node->node_id);
+  ASSERT_TRUE(held);
+  registry().restore(empty);
+  ASSERT_TRUE(native_op(*node));
+  Stack stack{tensor({2}), tensor({4})};
+  EXPECT_THROW(held->callBoxed(&stack), c10::Error);
+  registry().check_invariants();
+  held.reset();
+  registry().restore(empty);
+  EXPECT_FALSE(native_op(*node)) << "released, but kept past the next teardown";
+  EXPECT_FALSE(hold_native_op(node->node_id));
 }
 
 }  // namespace

@@ -119,6 +119,7 @@ TEST_F(TeardownTest, RestoreWarnsAboutOpsThatNoLongerExist) {
   registry().install_graph(key);
   EXPECT_TRUE(same(library->twice(tensor({1})), tensor({9})));
   const Snapshot with_router = registry().snapshot();
+  auto held = hold_native_op(node->node_id);  // as a program recorded with it would
   registry().restore(empty);
   library.reset();  // the op is gone
   registry().restore(with_router);
@@ -129,11 +130,14 @@ TEST_F(TeardownTest, RestoreWarnsAboutOpsThatNoLongerExist) {
                                                 node->node_id + ")"));
   EXPECT_THAT(warnings[1], ::testing::HasSubstr("restore: the op of " + key.to_string() +
                                                 " no longer exists"));
-  // Its `_native` op stays retired: defined, raising on every call.
-  auto native = c10::Dispatcher::singleton().findSchema({"_native::" + node->node_id, ""});
-  ASSERT_TRUE(native);
+  // Its `_native` op stays retired while held: defined, raising on every
+  // call; undefined at the next teardown once nothing holds it.
+  ASSERT_TRUE(c10::Dispatcher::singleton().findSchema({"_native::" + node->node_id, ""}));
   Stack stack{tensor({1})};
-  EXPECT_THROW(native->callBoxed(&stack), c10::Error);
+  EXPECT_THROW(held->callBoxed(&stack), c10::Error);
+  held.reset();
+  registry().restore(empty);
+  EXPECT_FALSE(c10::Dispatcher::singleton().findSchema({"_native::" + node->node_id, ""}));
   warnings.clear();
 }
 

@@ -18,7 +18,7 @@ class ReferenceAdapter(UpstreamShapedAdapter):
         "namespaces", "runtime-init", "unconditional-survives-disable", "unconditional-hatch",
         "dynamo-shortcut", "native-op-meta", "concurrent-control-plane", "reentrant-control-plane",
         "torch-front-ends", "takes-over-torch-native", "variants", "resolve-overload",
-        "declared-overrides",
+        "declared-overrides", "native-predicates",
     })
 
     def __init__(self) -> None:
@@ -87,6 +87,11 @@ class ReferenceAdapter(UpstreamShapedAdapter):
         from native_registry import declared
 
         return declared
+
+    def predicates_module(self):
+        from native_registry import predicates
+
+        return predicates
 
 
 def make() -> ReferenceAdapter:

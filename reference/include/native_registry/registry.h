@@ -37,8 +37,11 @@
 //  * Lifetimes: a call holds its router's shared state (chains, nodes) for
 //    its whole length, and a `_native` op's impl holds its node, so a call
 //    during which the control plane tears down its own router finishes on
-//    what it started with. `_native` ops are retired, not undefined (see
-//    src/native_op.h).
+//    what it started with. A `_native` op torn down is retired (a call
+//    raises, naming the override) while anything outside the registry holds
+//    it (a torch.ops object, a program recorded with one, hold_native_op()),
+//    and undefined once nothing does, so a scope per test leaves no op
+//    behind (see src/native_op.h and src/retired_native_ops.h).
 //
 // Installing or removing a kernel while another thread calls that op is
 // unsafe in LibTorch itself; install and teardown inherit that rule.
@@ -289,5 +292,13 @@ class Registry {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// The `_native::<node_id>` op of an override, held: while the returned
+// handle lives, the op stays defined even once its override is torn down
+// (it then raises when called, naming the override), as for a program
+// recorded with it. Null if no such op is defined now. A bare handle from
+// c10::Dispatcher::findSchema is valid only while the override is
+// installed: the teardown that retires an op nothing holds undefines it.
+std::shared_ptr<const c10::OperatorHandle> hold_native_op(const std::string& node_id);
 
 }  // namespace native_registry

@@ -341,6 +341,15 @@ def _make_compile_router(chain: list[_C.Node], overload: torch._ops.OpOverload) 
 _compile_routers: dict[GraphKey, tuple[tuple, Callable[..., Any]]] = {}
 
 
+def _chain_signature(key: GraphKey, handles: list) -> tuple:
+    """What tells a published chain from the one before: the router id, and
+    each node's id and callables (a node given new callables keeps its
+    node_id; the cached router holds those callables, so their ids cannot be
+    reused meanwhile)."""
+    return (_C.router_id(key), tuple((h.node_id, id(h.cond_fn), id(h.impl_fn),
+                                      id(h.try_initialize_runtime)) for h in handles))
+
+
 def _decomp_overrides() -> dict[object, Callable[..., Any]]:
     """One router per installed router that routes through a non-empty chain,
     derived from the C++ registry now."""
@@ -351,11 +360,7 @@ def _decomp_overrides() -> dict[object, Callable[..., Any]]:
         overload = _resolve_overload(key[0], key[1])
         if not handles or overload is None:
             continue
-        # A node given new callables keeps its node_id: the callables' identities
-        # tell its chain from the one before (the cached router holds those, so
-        # their ids cannot be reused meanwhile).
-        signature = (_C.router_id(key), tuple((h.node_id, id(h.cond_fn), id(h.impl_fn),
-                                               id(h.try_initialize_runtime)) for h in handles))
+        signature = _chain_signature(key, handles)
         cached = _compile_routers.get(key)
         if cached is None or cached[0] != signature:
             cached = _compile_routers[key] = (
@@ -365,6 +370,30 @@ def _decomp_overrides() -> dict[object, Callable[..., Any]]:
     for key in set(_compile_routers) - live:
         del _compile_routers[key]
     return table
+
+
+def _drop_stale_compile_routers() -> None:
+    """After a teardown: a cached compile router of a chain no longer
+    published holds the `_native` ops of its nodes, which would keep retired
+    ones defined (see restore)."""
+    live = set(_C.router_keys())
+    for key, (signature, _) in list(_compile_routers.items()):
+        if key not in live or _chain_signature(key, list(_C.published_chain(key))) != signature:
+            del _compile_routers[key]
+
+
+def _drop_cached_native_packets() -> None:
+    """torch.ops caches every op object it hands out, and each holds its op,
+    so a `_native` op looked up once (by a compile router, an export) would
+    count as held for the life of the process. Dropping the cache is safe:
+    whoever holds an object keeps it, and with it the op (still defined,
+    raising once retired); the next look-up makes a fresh object."""
+    namespace = torch.ops.__dict__.get("_native")
+    if namespace is None:
+        return
+    for name in namespace._dir:
+        namespace.__dict__.pop(name, None)
+    namespace._dir.clear()
 
 
 def register_op_override(
@@ -564,10 +593,15 @@ def restore(saved: Snapshot) -> None:
     """Put back what :func:`snapshot` captured: routers installed since are
     removed, routers replaced since are rebuilt on the op's own kernel, and
     ``_native`` ops of nodes registered since are retired: a program exported
-    or compiled with one raises an error naming the override when called."""
+    or compiled with one raises an error naming the override when called.
+    A retired op that nothing holds any more is undefined (at this restore,
+    or once the program holding it is gone, at a later one), so a scope per
+    test leaves no op behind."""
     if not isinstance(saved, Snapshot):
         raise TypeError(f"restore takes a Snapshot, got {type(saved).__name__}")
+    _drop_cached_native_packets()
     _C.restore(saved._native)
+    _drop_stale_compile_routers()
 
 
 @contextlib.contextmanager

@@ -70,6 +70,25 @@ def test_a_written_cond_takes_effect_at_the_next_install_in_eager_and_export_ali
     reg._C.check_invariants()
 
 
+def test_impls_written_in_a_loop_are_released_once_replaced(reg):
+    """The `_native` op's binding holds the node it runs now, not every node
+    it ran (issue 23: a list of them grew with each write until teardown)."""
+    node = installed_node(reg)
+    native = getattr(torch.ops._native, node.node_id).default
+    written = []
+    for value in range(1, 21):
+        def impl(a, *rest, value=value):
+            return torch.full_like(a, float(value))
+        written.append(weakref.ref(impl))
+        node.impl_fn = impl
+        reg._C.install_graph(KEY, True)  # a fresh router: the old one's chains go with it
+        assert torch.equal(native(A, B), torch.full((2,), float(value)))
+        del impl
+    gc.collect()
+    alive = [i + 1 for i, ref in enumerate(written) if ref() is not None]
+    assert alive == [20], f"impls replaced by later writes still held: {alive[:-1]}"
+
+
 def test_a_filter_change_naming_the_graph_publishes_the_written_impl(reg):
     node = installed_node(reg)
     node.impl_fn = nine
