@@ -182,7 +182,7 @@ void control_plane_load(RegistryAdapter& registry, const std::function<void()>& 
 // routed call. Exit code 0 if the call took the child's override.
 [[noreturn]] void use_registry_in_child(RegistryAdapter& registry,
                                         const std::function<void()>& add_child, const Key& key) {
-  alarm(20);  // a child that hangs dies, and counts
+  alarm(10);  // a child that hangs dies, and counts
   int code = 1;
   try {
     std::unique_ptr<Scope> scope = registry.scope();
@@ -276,19 +276,23 @@ TEST_P(Conformance, AChildForkedDuringControlPlaneWorkCanUseTheRegistry) {
                    std::cref(stop));
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   constexpr int kForks = 40;
-  int failed = 0;
-  for (int i = 0; i < kForks; ++i) {
+  int forked = 0;
+  bool failed = false;
+  // The first child that hangs or fails ends the test: a lock held across
+  // fork hangs most of them, and forty 10-second waits would outlast meson.
+  while (forked < kForks && !failed) {
     const pid_t pid = fork();
     if (pid == 0) {
       use_registry_in_child(adapter(), [&] { add(key, constant_cond(true), fill_impl(9), "child_dsl"); },
                             key);
     }
-    failed += pid < 0 || !finished_cleanly(pid, std::chrono::seconds(30));
+    ++forked;
+    failed = pid < 0 || !finished_cleanly(pid, std::chrono::seconds(15));
   }
   stop = true;
   busy.join();
-  EXPECT_EQ(failed, 0) << failed << " of " << kForks
-                       << " children forked during control-plane work hung or failed";
+  EXPECT_FALSE(failed) << "child " << forked << " of " << kForks
+                       << ", forked during control-plane work, hung or failed";
 }
 
 // An override registered at CPU for an op not yet defined; the op is then

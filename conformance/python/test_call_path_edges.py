@@ -66,21 +66,25 @@ def test_leaving_a_scope_releases_the_impl_of_an_override_it_removed(impl):
 # ---- a `_native` op that comes back ------------------------------------------------
 
 @behaviour("fake.native-op-back-after-restore")
-def test_a_native_op_brought_back_by_a_restore_shape_infers_again(impl):
+@pytest.mark.parametrize("held", [False, True], ids=["let-go", "held"])
+def test_a_native_op_brought_back_by_a_restore_shape_infers_again(impl, held):
     """The outer scope is left first, tearing the override down; leaving
-    the inner one, entered while it was installed, brings it back."""
+    the inner one, entered while it was installed, brings it back. Held
+    meanwhile (as a recorded program holds it), the op is the one retired;
+    let go, an implementation may have undefined it and defines it again."""
     outer = impl.scope()
     outer.__enter__()
     impl.register("test_dsl", *KEY, lambda *a, **k: True, lambda a, b: torch.full_like(a, 7.0))
     impl.install(*KEY)
     node = impl.graph(*KEY)[0]
+    kept = impl.native_op(node) if held else None
     inner = impl.scope()
     inner.__enter__()
     outer.__exit__(None, None, None)
     assert torch.equal(mul(), STOCK)
     inner.__exit__(None, None, None)
     assert torch.equal(mul(), SEVEN)
-    native = impl.native_op(node)
+    native = kept if held else impl.native_op(node)
     assert torch.equal(native(A, B), SEVEN)
     with FakeTensorMode():
         out = native(torch.empty(3, 4), torch.empty(3, 4))

@@ -195,6 +195,8 @@ FORK_BODY = """
                 stuck += 1
                 break
             time.sleep(0.002)
+        if stuck:
+            break  # one is enough: a lock held across fork hangs most, 20 s each
     stop.set()
     thread.join(30)
     print(stuck)
@@ -206,7 +208,7 @@ FORK_BODY = """
 def test_a_child_forked_during_control_plane_work_can_use_the_registry(impl, kind):
     forks = 40
     stuck = run_in_fresh_interpreter(impl, FORK_BODY.format(kind=kind, forks=forks), timeout=600)[-1]
-    assert int(stuck) == 0, f"{stuck} of {forks} children forked during {kind} hung or failed"
+    assert int(stuck) == 0, f"a child forked during {kind} hung or failed (forking stops at the first)"
 
 
 MP_WORKER = '''
