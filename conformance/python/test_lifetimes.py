@@ -101,10 +101,9 @@ def test_an_exported_program_called_after_its_scope_raises(impl):
 
 
 ORDERING_AND_LOG_HANDLER = """
-import logging
+import logging, os, threading
 
 KEY = ("aten", "mul.Tensor", "CPU")
-
 seen = []
 
 class Querying(logging.Handler):
@@ -115,24 +114,34 @@ def ordering(op_symbol, dispatch_key, graph):
     seen.append(("order", impl.dsl_operations("test_dsl")))
     raise ValueError("no")  # a failed transformation: logged
 
-logger = logging.getLogger(impl.log_name)
-handler = Querying(level=logging.WARNING)
-logger.addHandler(handler)
-try:
-    with impl.scope():
-        impl.register("test_dsl", *KEY, lambda *a: False, lambda a, *rest: torch.full_like(a, 7.0))
-        impl.reorder(ordering)
-finally:
-    logger.removeHandler(handler)
+def body():
+    logger = logging.getLogger(impl.log_name)
+    handler = Querying(level=logging.WARNING)
+    logger.addHandler(handler)
+    try:
+        with impl.scope():
+            impl.register("test_dsl", *KEY, lambda *a: False, lambda a, *rest: torch.full_like(a, 7.0))
+            impl.reorder(ordering)
+    finally:
+        logger.removeHandler(handler)
+
+# The body takes milliseconds; one that has not ended in 20 s is deadlocked
+# (torch's import, before it, is outside this limit).
+worker = threading.Thread(target=body, daemon=True)
+worker.start()
+worker.join(20)
+if worker.is_alive():
+    print("deadlocked", flush=True)
+    os._exit(0)
 print(("order", ["mul.Tensor"]) in seen, ("log", ["mul.Tensor"]) in seen)
 """
 
 
 @behaviour("locking.callbacks-may-use-the-control-plane")
 def test_an_ordering_function_and_a_log_handler_may_use_the_control_plane(impl):
-    # In a child with a time limit: a registry that runs either callback
+    # In a child, under a watchdog: a registry that runs either callback
     # under its own lock deadlocks there, which fails this test, not the run.
-    lines = run_in_fresh_interpreter(impl, ORDERING_AND_LOG_HANDLER, timeout=90)
+    lines = run_in_fresh_interpreter(impl, ORDERING_AND_LOG_HANDLER, timeout=120)
     assert lines == ["True True"], lines
 
 
