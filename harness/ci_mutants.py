@@ -9,9 +9,9 @@ extension of --build); the core's and the binding's each cost a rebuild,
 which the population runs on the GPU machine measure instead.
 
 It fails only on a regression, never on chance: a sampled mutant that
-survives although a record in harness/mutant-runs (the population records
-and the samples before them) says the suites killed it, or a baseline that
-crashes. A survivor no record knows (new code, a new operator) is listed as
+survives although fixtures/faults/killed_mutants.txt (the keys the runs'
+records say the suites killed: harness/mutant_figures.py --record-killed)
+lists it, or a baseline that crashes. A survivor no record knows (new code, a new operator) is listed as
 unreviewed without failing: whether a random draw finds one would otherwise
 decide the day's colour, and the population run is where every survivor is
 resolved. Reviewed equivalents are never a failure. Mutants the budget
@@ -31,18 +31,12 @@ import sys
 
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parent
-RECORDS = HERE / "mutant-runs"
+KILLED = ROOT / "fixtures" / "faults" / "killed_mutants.txt"
 
 
-def killed_before(layer: str = "python") -> set[str]:
-    """The keys of the mutants a record says the suites killed."""
-    keys = set()
-    for path in sorted(RECORDS.glob(f"*{layer}*.jsonl")):
-        for line in path.read_text().splitlines():
-            record = json.loads(line)
-            if record.get("verdict") == "killed":
-                keys.add(record["key"])
-    return keys
+def killed_before() -> set[str]:
+    """The keys of the Python-layer mutants a run's record says the suites killed."""
+    return {line for line in KILLED.read_text().splitlines() if line and not line.startswith("#")}
 
 
 def daily_seed(today: datetime.date | None = None) -> int:

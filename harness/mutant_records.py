@@ -3,7 +3,7 @@ mutant, as it comes, so that an interrupted run resumes), the reviewed
 equivalents, the figures computed from outcomes, and the reports.
 
 Shared by --mutants (seeded faults), --mutants auto, the GPU runner and
-harness/mutant-runs/figures.py.
+harness/mutant_figures.py.
 """
 
 from __future__ import annotations

@@ -15,6 +15,8 @@ import json
 import sys
 from pathlib import Path
 
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # harness/, for doc_sections
+import doc_sections  # noqa: E402
 from bench_plot import plot
 from bench_rows import (CPP_TARGET, PY_TARGET, add_ratios, find, fmt_ns, fmt_s, load_cpp, load_instructions,
                         load_toggle_instructions)
@@ -156,18 +158,15 @@ def main() -> int:
     return 0
 
 
-README_BEGIN, README_END = "<!-- bench-table:begin -->", "<!-- bench-table:end -->"
-
-
 def update_readme(path: Path, table: str) -> None:
-    """Replaces what lies between the markers with the table, whose long
-    listing of every row stays in results/bench/table.md."""
-    readme = path.read_text()
-    begin, end = readme.find(README_BEGIN), readme.find(README_END)
-    if begin < 0 or end < begin:
-        raise SystemExit(f"{path}: no {README_BEGIN} ... {README_END} markers")
+    """Replaces the bench-table section of `path` (harness/doc_sections.py)
+    with the table, whose long listing of every row stays in
+    results/bench/table.md."""
     short = table.split("\n### Every row", 1)[0].rstrip() + "\n"
-    path.write_text(readme[:begin + len(README_BEGIN)] + "\n" + short + readme[end:])
+    try:
+        doc_sections.write(path, "bench-table", short)
+    except doc_sections.MarkerError as error:
+        raise SystemExit(str(error))
 
 
 if __name__ == "__main__":

@@ -10,8 +10,9 @@ and how to reproduce the run.
 DIR is the device's $OUT as it comes back (matrix.md, results.json,
 bench-cuda.json, facts.json side by side) or the run's results folder
 (results/gpu, conformance/results.json inside); the run's files stay there,
-out of the source tree. --doc replaces the section between its markers in
-that file, or puts it before "## Reliability" the first time.
+out of the source tree. --doc replaces the section between its gpu-run
+markers in that file (harness/doc_sections.py); markers missing or repeated
+are an error, and the file is left as it was.
 A file the run did not write is named as missing in the section; nothing is
 made up.
 """
@@ -23,9 +24,10 @@ import json
 import pathlib
 import sys
 
-BEGIN = "<!-- gpu-run:begin (written by harness/gpu/report.py; edit there, not here) -->"
-END = "<!-- gpu-run:end -->"
-BEFORE = "## Reliability"
+sys.path.append(str(pathlib.Path(__file__).resolve().parents[1]))  # harness/, for doc_sections
+import doc_sections  # noqa: E402
+
+SECTION = "gpu-run"  # <!-- gpu-run:begin ... --> ... <!-- gpu-run:end --> in doc/measurements.md
 REPRODUCE = """\
 On the GPU machine, from the repository's root, one command builds the
 reference with that machine's python3 and torch (Meson directly, no
@@ -138,7 +140,7 @@ def section(base: pathlib.Path, facts_path: pathlib.Path | None, device_seconds:
     doc = load_json(find(base, "results.json"))
     bench = load_json(find(base, "bench-cuda.json"))
     run = (doc or {}).get("run")
-    lines = [BEGIN, "## The latest GPU run", "",
+    lines = ["## The latest GPU run", "",
              machine_line(facts, run) + "."]
     if device_seconds is not None:
         lines[-1] += f" Device time used: {device_seconds:.0f} s."
@@ -146,25 +148,14 @@ def section(base: pathlib.Path, facts_path: pathlib.Path | None, device_seconds:
         lines += ["", doc.get("summary", "")]
     lines += ["", "### Conformance at the CUDA keys", "", *matrix_section(doc),
               "", "### CUDA benchmark rows", "", *bench_section(bench),
-              "", "### How to reproduce", "", REPRODUCE, END]
+              "", "### How to reproduce", "", REPRODUCE]
     return "\n".join(lines) + "\n"
 
 
 def write_into_doc(doc: pathlib.Path, text: str) -> None:
-    current = doc.read_text()
-    if BEGIN in current and END in current:
-        head, rest = current.split(BEGIN, 1)
-        tail = rest.split(END, 1)[1].lstrip("\n")
-        updated = head + text + "\n" + tail
-    elif BEFORE in current:
-        head, tail = current.split(BEFORE, 1)
-        updated = head + text + "\n" + BEFORE + tail
-    else:
-        updated = current.rstrip("\n") + "\n\n" + text
-    doc.write_text(updated)
-
-
-write_into_readme = write_into_doc  # its name when the section lived in README.md
+    """Replaces the gpu-run section of `doc`; MarkerError (nothing written)
+    unless its markers are there, once each."""
+    doc_sections.write(doc, SECTION, text)
 
 
 def main() -> int:
@@ -183,7 +174,12 @@ def main() -> int:
     if args.out:
         args.out.write_text(text)
     if args.doc:
-        write_into_doc(args.doc, text)
+        try:
+            write_into_doc(args.doc, text)
+        except doc_sections.MarkerError as error:
+            print(f"report.py: {error}; put the markers where the section belongs "
+                  f"(see harness/doc_sections.py), then run this again", file=sys.stderr)
+            return 1
     if not (args.out or args.doc):
         sys.stdout.write(text)
     return 0

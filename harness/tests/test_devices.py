@@ -135,13 +135,28 @@ def test_the_readme_section_is_written_from_the_runs_files_and_replaced_next_tim
     assert "| `routing.first-match-wins` | pass |" in text
     assert "ordering.env-var-unset" not in text, "a behaviour with no cuda cell is not in the GPU table"
     assert "| 2 | decline_cpp | 5.40 µs | +0.40 µs | 1.080 |" in text
-    readme = tmp_path / "README.md"
-    readme.write_text("# x\n\n## Benchmarks\n\nb\n\n## Reliability\n\nr\n")
-    report.write_into_readme(readme, text)
-    report.write_into_readme(readme, text.replace("312 s", "99 s"))
-    written = readme.read_text()
-    assert written.count(report.BEGIN) == 1 and "99 s" in written and "312 s" not in written
-    assert written.index("## Benchmarks") < written.index(report.BEGIN) < written.index("## Reliability")
+    doc = tmp_path / "measurements.md"
+    doc.write_text("# x\n\n## Benchmarks\n\nb\n\n<!-- gpu-run:begin (by report.py) -->\nold\n"
+                   "<!-- gpu-run:end -->\n\n## Reliability\n\nr\n")
+    report.write_into_doc(doc, text)
+    report.write_into_doc(doc, text.replace("312 s", "99 s"))
+    written = doc.read_text()
+    assert written.count("## The latest GPU run") == 1 and "99 s" in written and "312 s" not in written
+    assert "old" not in written
+    assert (written.index("## Benchmarks") < written.index("gpu-run:begin") < written.index("99 s")
+            < written.index("gpu-run:end") < written.index("## Reliability"))
+
+
+@pytest.mark.parametrize("markers", ["", "<!-- gpu-run:end -->\n",
+                                     "<!-- gpu-run:begin -->\n<!-- gpu-run:end -->\n" * 2])
+def test_the_doc_is_left_alone_unless_its_section_markers_are_there_once_each(tmp_path, markers):
+    """A missing or repeated marker is an error, never a section made up
+    somewhere (the doc once held the GPU section twice that way)."""
+    doc = tmp_path / "measurements.md"
+    doc.write_text(before := f"# x\n\n{markers}\n## Reliability\n")
+    with pytest.raises(report.doc_sections.MarkerError, match="gpu-run"):
+        report.write_into_doc(doc, report.section(tmp_path, None, None))
+    assert doc.read_text() == before
 
 
 def test_a_run_that_brought_nothing_back_says_so(tmp_path):

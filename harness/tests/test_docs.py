@@ -190,3 +190,17 @@ def test_generated_sections_are_current():
     listed = subprocess.run([sys.executable, str(ROOT / "harness" / "docgen.py"), "--list"],
                             capture_output=True, text=True, timeout=60).stdout
     assert "markers missing" not in listed, listed
+
+
+@pytest.mark.parametrize("doc", [rel(d) for d in DOCS])
+def test_each_generated_section_has_its_markers_once_and_no_section_heading_repeats(doc):
+    """A section written twice (one copy orphaned by a move, say) is stale in
+    one place at least; a writer refuses to run on such a doc, and so does this."""
+    sys.path.insert(0, str(ROOT / "harness"))
+    import doc_sections
+    text = prose((ROOT / doc).read_text())
+    for name in sorted(doc_sections.names(text)):
+        doc_sections.span(text, name, doc)  # raises MarkerError naming the section
+    headings = re.findall(r"^## (.+)$", text, flags=re.M)
+    repeated = sorted({h for h in headings if headings.count(h) > 1})
+    assert not repeated, f"{doc}: the heading(s) {repeated} appear more than once"

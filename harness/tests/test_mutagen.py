@@ -355,7 +355,9 @@ def test_ci_sample_fails_on_a_regression_only():
     assert [o["key"] for o in unreviewed] == ["new"]
     import datetime
     assert ci_mutants.daily_seed(datetime.date(2026, 12, 2)) == 20261202
-    assert ci_mutants.killed_before(), "the records in harness/mutant-runs know killed mutants"
+    killed = ci_mutants.killed_before()
+    assert killed and all(k.startswith("reference/python/native_registry/") for k in killed), \
+        "fixtures/faults/killed_mutants.txt lists the killed Python-layer mutants"
 
 
 def test_resume_keeps_only_verdicts_of_this_source_and_with_the_own_tests_when_asked(tmp_path):

@@ -1,4 +1,8 @@
 // Registration-time check for CompositeImplicitAutograd ops (see names.h).
+// Apart from names.cpp because it reads the dispatcher (the op's kernels).
+//
+// Owns: check_keeps_autograd. May not touch: registry state or the
+// dispatcher's tables: it only reads which kernel the op has at which key.
 
 #include "names.h"
 

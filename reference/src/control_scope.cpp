@@ -3,6 +3,8 @@
 // and objects to free while it is held and emits and frees them once it is
 // released, so no user code (log handlers, callables' destructors) ever runs
 // under the lock. The settings the scope reads (the log sink) live here too.
+// Owns: the scope, its deferred records and releases, the log sink. May not
+// touch: graphs, routers or `_native` ops (the operations the scope guards).
 
 #include "registry_impl.h"
 

@@ -1,3 +1,11 @@
+// The fork handlers fork_guard.h describes: the list of registered locks, the
+// pthread_atfork handlers that take and release them in order, and the lock of
+// the kept `_native` definitions.
+//
+// Owns: which locks are held across fork() and in what order. May not touch:
+// what those locks guard (registry state, routers, the dispatcher); the
+// handlers take and release locks and allocate nothing.
+
 #include "fork_guard.h"
 
 #include "op_watch.h"

@@ -20,6 +20,10 @@
 // Locks LibTorch takes inside its own dispatcher are LibTorch's: the
 // registry enters the dispatcher only under its own lock, so a fork never
 // catches the registry there, but another thread defining ops directly may.
+//
+// Owns: the list of locks held across fork and their order. May not touch:
+// what the locks guard; a new lock of the registry is registered here, never
+// held across fork by handlers of its own.
 
 #include <mutex>
 

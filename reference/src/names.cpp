@@ -1,3 +1,11 @@
+// The checks and conversions names.h declares (check_keeps_autograd, which
+// reads the dispatcher, is composite.cpp's): what a caller's names must look
+// like, which dispatch keys an override may use, a graph key's operator name,
+// and the fragment `_native` op names are made from.
+//
+// Owns: the spelling rules of every name the registry takes. May not touch:
+// registry state or the dispatcher: these are functions of their arguments.
+
 #include "names.h"
 
 #include <native_registry/errors.h>

@@ -2,6 +2,9 @@
 
 // Checking and turning the names a caller passes into what the dispatcher
 // understands. Every check throws InvalidArgumentError naming the bad value.
+//
+// Owns: the declarations (names.cpp and composite.cpp define them). May not
+// touch: registry state; nothing declared here changes anything.
 
 #include <native_registry/types.h>
 

@@ -1,3 +1,12 @@
+// The `_native` ops of native_op.h: their definition (kept for the life of
+// the process), the kernels an active op runs (the node's impl at its key,
+// the target op at Meta), the kernel of a retired op (an error naming the
+// override), and the check that a target op still has the schema it had.
+//
+// Owns: everything the registry puts into the `_native` namespace of the
+// dispatcher. May not touch: registry state (install.cpp and snapshot.cpp
+// decide when an op is activated, rebound or retired) or any router.
+
 #include "native_op.h"
 
 #include "fork_guard.h"

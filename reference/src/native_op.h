@@ -31,6 +31,9 @@
 // the override and the op, and never touches the stale handle. activate()
 // refuses a target whose schema is not this op's (OperatorChangedError),
 // changing nothing.
+//
+// Owns: NativeOp's interface (native_op.cpp defines it). May not touch:
+// registry state or any op outside `_native`.
 
 #include "op_watch.h"
 

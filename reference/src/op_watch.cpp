@@ -1,3 +1,10 @@
+// The watches of op_watch.h: the table of live watches by op name and the
+// registration listener that marks them when an op's schema is removed.
+//
+// Owns: that table and the listener (installed once, kept for the life of
+// the process). May not touch: registry state, routers or `_native` ops;
+// they read the flag a watch carries and decide what to do.
+
 #include "op_watch.h"
 
 #include <unordered_map>

@@ -18,6 +18,10 @@
 // module's lock (a leaf: nothing is called while it is held). watch_op
 // takes the dispatcher's lock once (to install the listener), never while
 // holding this module's lock.
+//
+// Owns: OpWatch and the lock of the watch table (op_watch.cpp defines them).
+// May not touch: what a watcher does once its op is gone (the router's and
+// the `_native` op's errors are theirs).
 
 #include <ATen/core/dispatch/Dispatcher.h>
 

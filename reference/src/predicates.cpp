@@ -1,3 +1,11 @@
+// The composable C++ conds of native_registry/predicates.h: the expression
+// tree a Predicate holds, its evaluation on a boxed call (short-circuiting,
+// allocating nothing), its description, and the factories.
+//
+// Owns: what each predicate decides and how it describes itself. May not
+// touch: registry state or the call path (a predicate is a cond like any
+// other; the Python factories are the binding's, predicates_py.cpp).
+
 #include <native_registry/predicates.h>
 
 #include <c10/core/impl/COW.h>

@@ -1,3 +1,9 @@
+// The scoped warning filter of quiet_override_warning.h.
+//
+// Owns: the test of which warning is the kernel-override notice. May not
+// touch: any other warning (each reaches the handler that was in place) or
+// the dispatcher.
+
 #include "quiet_override_warning.h"
 
 namespace native_registry::detail {

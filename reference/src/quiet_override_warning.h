@@ -4,6 +4,9 @@
 // previously registered kernel" (once per process). Overriding is the point
 // of this registry, so that one warning is dropped while the registry edits
 // the dispatcher; every other warning reaches the handler that was in place.
+//
+// Owns: the filter's scope (c10's warning handler is replaced for the
+// object's lifetime). May not touch: the warnings it does not drop.
 
 #include <c10/util/Exception.h>
 

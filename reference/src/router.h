@@ -30,6 +30,10 @@
 //    from call to call, and routes exactly as the boxed kernel does (the
 //    conds and impls are boxed, the fallback is called through its
 //    SafeKernelFunction). Every other op gets the boxed kernel.
+//
+// Owns: the Router's interface (router.cpp builds it, call_path.cpp runs its
+// kernels). May not touch: registry state; a router knows its chain and its
+// fallback, never the graphs or the filters that made the chain.
 
 #include <native_registry/types.h>
 

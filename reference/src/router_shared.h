@@ -3,6 +3,9 @@
 // What a router's kernel shares with its Router (router.h), and the kernels
 // themselves: router.cpp builds and installs routers (install time, under the
 // registry's lock); call_path.cpp is every call's path through them.
+//
+// Owns: Router::Shared and the kernel types. May not touch: registry state,
+// or the dispatcher outside the router's own library handle.
 
 #include "op_watch.h"
 #include "router.h"

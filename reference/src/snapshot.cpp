@@ -2,6 +2,8 @@
 // id and published chain, the mask depth and the active `_native` ops;
 // restore puts back exactly that, removing routers installed or replaced
 // since and rebuilding replaced ones on a fresh capture (see registry.h).
+// Owns: what a snapshot holds and the order restore puts it back in. May not
+// touch: the dispatcher but through install.cpp's and native_op.h's calls.
 
 #include "registry_impl.h"
 

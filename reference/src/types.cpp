@@ -1,3 +1,10 @@
+// The few behaviours of the vocabulary types (native_registry/types.h): a
+// graph key's printed form, and a node's runtime check and impl run with the
+// check of what the impl left on the stack.
+//
+// Owns: those member functions. May not touch: registry state, routers or
+// the dispatcher; a node runs its own callables and nothing else.
+
 #include <native_registry/types.h>
 
 #include <algorithm>

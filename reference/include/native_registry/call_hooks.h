@@ -3,6 +3,11 @@
 // Process-wide hooks of the call path, set by a host runtime (the Python
 // binding sets both): what a router consults before its conds. They are not
 // part of a registry's state; routers read them with one atomic load each.
+// For host runtimes (the Python binding, gil.cpp and trace_shortcut.cpp), and
+// tests; adopters registering C++ overrides need neither.
+//
+// Owns: the declarations of the two hooks (call_path.cpp holds them). May not
+// touch: any registry; a hook is process-wide.
 
 namespace native_registry {
 

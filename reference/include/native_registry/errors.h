@@ -3,6 +3,9 @@
 // The exceptions the registry raises. Every one is thrown *before* the
 // registry or the dispatcher is changed, so catching it leaves both exactly
 // as they were. The Python binding maps them onto upstream's exception types.
+//
+// Owns: the exception types. May not touch: anything else; every other
+// header throws these.
 
 #include <stdexcept>
 #include <string>

@@ -12,6 +12,9 @@
 //   Predicate small_f32 = dtype_in({at::kFloat}) && max_numel(1 << 16) && contiguous();
 //   registry.register_op_override("dsl", "aten", "mul.Tensor", "CPU",
 //                                 small_f32.as_cond(), impl);
+//
+// Owns: the Predicate type and its factories (predicates.cpp defines them).
+// May not touch: registry state; a predicate only reads the call's stack.
 
 #include <native_registry/types.h>
 

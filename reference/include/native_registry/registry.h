@@ -43,6 +43,17 @@
 // Installing or removing a kernel while another thread calls that op is
 // unsafe in LibTorch itself; install and teardown inherit that rule.
 // Everything else may run while other threads call overridden ops.
+//
+// Owns: the public class and its contract (the invariants above); the state
+// and every operation's logic are Registry::Impl's (src/registry_impl.h).
+// May not touch: any src/ type but through the forward declarations below.
+//
+// Who calls what: adopters use registration, filters, ordering,
+// installation, teardown, namespaces, queries, settings and the mask. A few
+// members are public only for the Python binding and the tests (the binding
+// is another library, linked against this API, so a src/ header would not
+// reach it), each marked "Not for adopters": replace_node_callables,
+// replace_graph, erase_graph, router_id, check_invariants and dump_state.
 
 #include <native_registry/errors.h>
 #include <native_registry/types.h>
@@ -132,6 +143,7 @@ class Registry {
   // store each. Checked as register_op_override checks them; the
   // unconditional_override flag cannot change. Throws InvalidArgumentError,
   // changing nothing, if no node of that node_id is in `node`'s graph.
+  // Not for adopters: the binding's write of a node's field.
   NodePtr replace_node_callables(const OverrideNode& node, CondFn cond, ImplFn impl,
                                  OverrideOptions options);
 
@@ -172,10 +184,12 @@ class Registry {
   // it). For layers that keep graph structure themselves (the upstream
   // compatibility module). Installs nothing. Throws InvalidArgumentError,
   // changing nothing, for a null, foreign, unknown or repeated node.
+  // Not for adopters: upstream_compat.py's graph dict.
   void replace_graph(const GraphKey& key, const Graph& nodes);
   // Forgets the graph of `key` (its index entries too), as deleting a graph
   // from upstream's dict does; a router already installed stays, and so do
   // its `_native` ops. For the same layers; replace_graph brings it back.
+  // Not for adopters: upstream_compat.py's graph dict.
   void erase_graph(const GraphKey& key);
 
   // ---- installation ------------------------------------------------------
@@ -226,6 +240,7 @@ class Registry {
   std::vector<GraphKey> router_keys() const;
   // Tells the router of `key` from any other before or after it at that key
   // (Router ids are unique for the life of the process); 0 if there is none.
+  // Not for adopters: the tests, and the binding's view of router identity.
   uint64_t router_id(const GraphKey& key) const;
   // The chain the router of `key` routes through now (empty if none).
   Graph published_chain(const GraphKey& key) const;
@@ -251,6 +266,7 @@ class Registry {
   // fuzz and model tests call it after every step.
   void check_invariants() const;
   // The whole state in a readable form, for failure messages.
+  // Not for adopters (both self-checks): the tests.
   std::string dump_state() const;
 
   // While alive, unconditional nodes that the filters disable are masked too

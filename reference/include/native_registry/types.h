@@ -2,6 +2,11 @@
 
 // The vocabulary of the registry: graph keys, override nodes, the callables a
 // DSL author supplies, and the options of a registration.
+//
+// Owns: those types (types.cpp defines their few functions). May not touch:
+// the registry: nothing here refers to Registry or to src/.
+// OverrideNode::run_impl and ensure_runtime are for the core's call path
+// (call_path.cpp, native_op.cpp), public only because nodes are.
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>

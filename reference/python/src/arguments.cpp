@@ -1,3 +1,11 @@
+// The argument plans of arguments.h: per schema, which arguments go
+// positionally and which by keyword (as torch.library passes them), which
+// hold their defaults and may be left out, and how each IValue becomes a
+// Python object; the count of schema removals that retires every plan.
+//
+// Owns: those plans and the conversion itself. May not touch: registry
+// state, the GIL (every call here already holds it) or what a callable returns.
+
 #include "arguments.h"
 
 #include <torch/csrc/DynamicTypes.h>

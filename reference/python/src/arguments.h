@@ -2,6 +2,10 @@
 // hands them to a Python kernel (see call_with_arguments). What a schema's
 // arguments need is worked out once per schema, into an ArgumentPlan, so that
 // a call only converts and compares.
+//
+// Owns: ArgumentPlan(s) and the conversion of a boxed call's arguments to
+// Python (arguments.cpp defines them). May not touch: registry state, or what
+// a callable returns (callables.cpp converts results).
 
 #pragma once
 

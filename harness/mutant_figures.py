@@ -1,0 +1,196 @@
+#!/usr/bin/env python3
+"""The kill rates of the generated mutants, from the runs' records and the
+summaries kept in doc/.
+
+    python3 harness/mutant_figures.py                  each layer's population, from its record
+    python3 harness/mutant_figures.py --samples        the samples of 2026-12-01, from their summary
+    python3 harness/mutant_figures.py --record-killed  adds the Python-layer mutants the records
+                                                       say were killed to fixtures/faults/killed_mutants.txt
+
+Records stay out of the source tree, under results/mutant-runs/ (ignored):
+population-<layer>.jsonl (layer cpp, binding, python) is what `bash
+harness/gpu/mutants-on-device <layer> all ...` (--mutants auto --mutate
+<layer> --own-tests over every candidate) brings back, one JSON line per
+mutant with the commit and the source digest it ran at. Per file: the
+candidates generated from today's tree (less the parts left out), how many
+have a verdict, stillborn, killed by the conformance suites, killed only by
+the reference's own tests, reviewed equivalent, survived; and per layer the
+kill rate of the conformance suites alone and with the reference's own
+tests, with and without the equivalents. A record of mixed sources is
+reported as such (its verdicts are of different trees).
+
+What stays in the tree is what code and docs need: a dated summary of a
+few KB per measurement (doc/mutant-samples-2026-12-01.json, which
+harness/docgen.py renders into doc/measurements.md through --samples) and
+the keys of the killed Python-layer mutants, which harness/ci_mutants.py
+reads to tell a regression from a survivor no run has seen.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import sys
+
+HERE = pathlib.Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+import auto_mutants  # noqa: E402
+import mutagen  # noqa: E402
+
+RECORDS = ROOT / "results" / "mutant-runs"
+SAMPLES = ROOT / "doc" / "mutant-samples-2026-12-01.json"
+KILLED = ROOT / "fixtures" / "faults" / "killed_mutants.txt"
+KILLED_HEAD = """\
+# The generated mutants of the Python layer that a run of the conformance
+# suites killed, one key (mutagen.py's) a line: harness/ci_mutants.py fails
+# when one of them survives. Written by python3 harness/mutant_figures.py
+# --record-killed from the records under results/mutant-runs/ (it only adds).
+"""
+
+
+def outcomes(path: pathlib.Path) -> list[auto_mutants.Outcome]:
+    return [auto_mutants.Outcome(**json.loads(line)) for line in path.read_text().splitlines()]
+
+
+# ---- the samples, from their summary ------------------------------------------------
+
+def files_now(keys: list[str], layer: str) -> dict[str, list[str]]:
+    """Per key, the files of today's tree holding a mutant of the same
+    operator and change on a line of the same text (the key less its file
+    and occurrence): where a survivor's code lives now, [] where it is gone."""
+    shape = lambda key: tuple(key.split("|")[1:4])  # noqa: E731  operator, change, line hash
+    wanted = {shape(key) for key in keys}
+    found: dict[tuple, set[str]] = {}
+    for path in sorted(ROOT.glob(auto_mutants.LAYERS[layer])):
+        rel = str(path.relative_to(ROOT))
+        for m in mutagen.mutants_of(rel, path.read_text()):
+            if shape(m.key) in wanted:
+                found.setdefault(shape(m.key), set()).add(rel)
+    return {key: sorted(found.get(shape(key), ())) for key in keys}
+
+
+def print_survivors(survivors: list[dict], layer: str) -> None:
+    now = files_now([s["key"] for s in survivors], layer)
+    for s in survivors:
+        _, kind, change, _, _ = s["key"].split("|")
+        there = ", ".join(f.rsplit("/", 1)[-1] for f in now[s["key"]]) or "gone from today's tree"
+        print(f"  survived: {s['where']} {kind}: {change}  (today: {there})")
+
+
+def samples() -> None:
+    """The samples of 2026-12-01, rendered from their kept summary."""
+    s = json.loads(SAMPLES.read_text())
+    print(f"Samples measured {s['measured']}; summary {SAMPLES.relative_to(ROOT)} "
+          f"(computed at {s['computed_at']}); 'today' is where a survivor's line is in this tree.")
+    cpp = s["cpp"]
+    print(f"\nC++ core, {sum(cpp['classes'].values())} sampled at {cpp['sampled_at']}:")
+    for name, count in sorted(cpp["classes"].items()):
+        print(f"{count:4d}  {name}")
+    c = cpp["classes"]
+    killed = c.get("killed at the first run", 0) + c.get("killed at the re-run", 0)
+    survived = c.get("survived at the re-run", 0) + c.get("not re-run", 0)
+    equivalent = c.get("reviewed equivalent", 0)
+    print(f"kill rate without equivalents: {killed}/{killed + survived} = {100 * killed / (killed + survived):.1f} %")
+    print(f"counting equivalents as survivors: {killed}/{killed + survived + equivalent} = "
+          f"{100 * killed / (killed + survived + equivalent):.1f} %")
+    print_survivors(cpp["survivors"], "cpp")
+    py = s["python"]
+    rate = 100 * py["killed"] / (py["killed"] + py["survived"] - py["equivalent"])
+    print(f"\nPython layer, {py['sampled']} sampled: {py['stillborn']} stillborn, {py['killed']} killed "
+          f"({py['killed_at_first_run']} at the first run), {py['survived']} survived "
+          f"({py['equivalent']} reviewed equivalent); kill rate without equivalents {rate:.1f} %")
+    print_survivors(py["survivors"], "python")
+    fresh = py["fresh_run"]
+    print(f"fresh run: {fresh['killed']} killed, {fresh['survived']} survived")
+
+
+# ---- populations, from their records ---------------------------------------------------
+
+def population_rows(layer: str, records: list[auto_mutants.Outcome], equivalents: dict[str, str]
+                    ) -> tuple[list[dict], dict]:
+    """Per file and for the whole layer: the counts and rates."""
+    files = sorted(str(p.relative_to(ROOT)) for p in ROOT.glob(auto_mutants.LAYERS[layer])
+                   if str(p.relative_to(ROOT)) not in auto_mutants.NOT_MUTATED)
+    target = auto_mutants.Target(layer, files, {rel: ROOT / rel for rel in files})
+    candidates, _ = auto_mutants.generate(target)
+    by_file: dict[str, list[auto_mutants.Outcome]] = {}
+    for o in records:
+        by_file.setdefault(o.where.rsplit(":", 1)[0], []).append(o)
+    rows = []
+    for rel in files + sorted(set(by_file) - set(files)):
+        rows.append(counts(rel, sum(m.file == rel for m in candidates), by_file.get(rel, []), equivalents))
+    total = counts(f"{layer} (all)", len(candidates), records, equivalents)
+    return rows, total
+
+
+def counts(name: str, candidates: int, outcomes: list[auto_mutants.Outcome], equivalents: dict[str, str]) -> dict:
+    killed = sum(o.verdict == "killed" for o in outcomes)
+    survivors = [o for o in outcomes if o.verdict == "survived"]
+    equivalent = sum(o.key in equivalents for o in survivors)
+    own = sum(o.own_tests == "killed" for o in survivors if o.key not in equivalents)
+    left = len(survivors) - equivalent - own
+    real = killed + own + left
+    rate = lambda k, n: f"{100 * k / n:.1f} %" if n else "n/a"  # noqa: E731
+    return {"file": name, "candidates": candidates, "verdicts": len(outcomes),
+            "stillborn": sum(o.verdict == "stillborn" for o in outcomes), "killed": killed,
+            "killed by own tests": own, "equivalent": equivalent, "survived": left,
+            "conformance": rate(killed, real), "conformance (equivalents as survivors)": rate(killed, real + equivalent),
+            "with own tests": rate(killed + own, real),
+            "not run by own tests": sum(not o.own_tests for o in survivors)}
+
+
+def populations() -> None:
+    equivalents = auto_mutants.load_equivalents()
+    found = False
+    for layer in auto_mutants.LAYERS:
+        path = RECORDS / f"population-{layer}.jsonl"
+        if not path.exists():
+            continue
+        found = True
+        records = outcomes(path)
+        sources = sorted({(o.commit, o.source) for o in records})
+        print(f"\n{layer}: {path.relative_to(ROOT)}, at " + ", ".join(f"{c} (source {s})" for c, s in sources)
+              + ("  MIXED: verdicts of different trees" if len({s for _, s in sources}) > 1 else ""))
+        rows, total = population_rows(layer, records, equivalents)
+        columns = list(total)
+        print(" | ".join(columns))
+        for row in rows + [total]:
+            print(" | ".join(str(row[c]) for c in columns))
+    if not found:
+        print(f"no population record in {RECORDS.relative_to(ROOT)}/ (population-<layer>.jsonl, "
+              f"from harness/gpu/mutants-on-device); --samples gives the samples' figures")
+
+
+# ---- the killed keys harness/ci_mutants.py reads ----------------------------------------
+
+def killed_keys() -> set[str]:
+    """The keys fixtures/faults/killed_mutants.txt holds."""
+    if not KILLED.exists():
+        return set()
+    return {line for line in KILLED.read_text().splitlines() if line and not line.startswith("#")}
+
+
+def record_killed() -> int:
+    layer = auto_mutants.LAYERS["python"].rsplit("/", 1)[0] + "/"
+    keys = killed_keys()
+    before = len(keys)
+    for path in sorted(RECORDS.glob("**/*.jsonl")):
+        for line in path.read_text().splitlines():
+            record = json.loads(line)
+            if record.get("verdict") == "killed" and record.get("key", "").startswith(layer):
+                keys.add(record["key"])
+    KILLED.write_text(KILLED_HEAD + "".join(f"{key}\n" for key in sorted(keys)))
+    print(f"{KILLED.relative_to(ROOT)}: {len(keys)} keys ({len(keys) - before} new from {RECORDS.relative_to(ROOT)})")
+    return 0
+
+
+if __name__ == "__main__":
+    if "--help" in sys.argv[1:] or "-h" in sys.argv[1:]:
+        print(__doc__)
+    elif "--record-killed" in sys.argv[1:]:
+        sys.exit(record_killed())
+    elif "--samples" in sys.argv[1:]:
+        samples()
+    else:
+        populations()

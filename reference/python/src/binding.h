@@ -1,0 +1,184 @@
+// What the files of the _C extension share (private to the binding): the
+// registry they bind, Python references the core may hold, the GIL helpers,
+// the functor types that carry Python callables into the core, and the
+// conversions between the core's keys and nodes and their Python forms. Each
+// bind_* function adds one concern's Python API to the module; module.cpp
+// calls them in order.
+//
+// Owns: these declarations only; every definition lives in the file named at
+// its group. May not touch: registry state (that is the core's, reached
+// through registry()); nothing here is visible outside the extension.
+//
+// The extension compiles as one unity file (meson.build), so a helper private
+// to one file sits in an anonymous namespace there and must not share its name
+// with another file's.
+
+#pragma once
+
+#include "arguments.h"
+
+#include <native_registry/native_registry.h>
+#include <native_registry/predicates.h>
+
+#include <pybind11/functional.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace native_registry::python {
+
+namespace py = pybind11;
+namespace P = native_registry::predicates;
+
+inline Registry& registry() { return Registry::global(); }
+
+// Owns one Python reference and drops it under the GIL from any thread.
+class PyRef {
+ public:
+  explicit PyRef(py::object object) : object_(object.release().ptr()) {}
+  ~PyRef() {
+    if (Py_IsInitialized()) {
+      py::gil_scoped_acquire gil;
+      Py_DECREF(object_);
+    }
+  }
+  PyRef(const PyRef&) = delete;
+  PyRef& operator=(const PyRef&) = delete;
+  py::handle get() const { return object_; }
+
+ private:
+  PyObject* object_;
+};
+
+// ---- the GIL (gil.cpp; the rules are at its head) ----------------------------
+
+// Whether this thread is inside a host scope and still holds the GIL the
+// scope took, as a Python cond and the trace shortcut usually are.
+bool in_host_scope_holding_gil();
+
+// Holds the GIL for a scope, through CPython's PyGILState API: it costs half
+// of pybind11's gil_scoped_acquire on the call path and interoperates with it.
+// Inside the router's host scope, where the GIL is held already, it only
+// checks that (in_host_scope_holding_gil), which costs a tenth of the
+// PyGILState calls it saves.
+class GilForPython {
+ public:
+  GilForPython() : held_(in_host_scope_holding_gil()) {
+    if (!held_) state_ = PyGILState_Ensure();
+  }
+  ~GilForPython() {
+    if (!held_) PyGILState_Release(state_);
+  }
+  GilForPython(const GilForPython&) = delete;
+  GilForPython& operator=(const GilForPython&) = delete;
+
+ private:
+  bool held_;
+  PyGILState_STATE state_{};
+};
+
+// Runs `work` with the GIL released: see the GIL rules at gil.cpp's head.
+template <class Work>
+auto without_gil(Work&& work) -> decltype(work()) {
+  py::gil_scoped_release released;
+  return work();
+}
+
+// Makes the core's routers make their choice inside the host scope (with_gil).
+void install_host_scope();
+
+// Works with the pybind11 of every PyTorch we build against.
+inline std::string type_name(const py::handle& value) { return Py_TYPE(value.ptr())->tp_name; }
+
+inline bool truthy(const py::object& value) {
+  const int answer = PyObject_IsTrue(value.ptr());
+  if (answer < 0) throw py::error_already_set();
+  return answer == 1;
+}
+
+// ---- Python callables in the core (callables.cpp) -------------------------------
+
+// The Python callables of a node, as named functor types, so that the
+// binding can hand the very objects back (Node.cond_fn, ...) from what the
+// core stores: the core is the one record of every node, and Python's node
+// objects are views of it. Each also keeps the argument plans of its op's
+// schema (see arguments.h).
+struct PythonCond {
+  std::shared_ptr<PyRef> fn;
+  std::shared_ptr<ArgumentPlans> plans = std::make_shared<ArgumentPlans>();
+  bool operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, const Stack& stack) const;
+};
+
+struct PythonImpl {
+  std::shared_ptr<PyRef> fn;
+  std::shared_ptr<ArgumentPlans> plans = std::make_shared<ArgumentPlans>();
+  void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, Stack* stack) const;
+};
+
+struct PythonTryInitialize {
+  std::shared_ptr<PyRef> fn;
+  bool operator()() const;
+};
+
+std::shared_ptr<PyRef> hold(py::object fn);
+
+// The Python object behind a node's callable, or None (a C++ callable, or none).
+template <class Functor, class Fn>
+py::object python_object_of(const Fn& fn) {
+  if (const auto* functor = fn.template target<Functor>()) {
+    return py::reinterpret_borrow<py::object>(functor->fn->get());
+  }
+  return py::none();
+}
+
+// A node's cond as Python sees it: the Predicate, the Python callable, or None.
+py::object cond_object(const OverrideNode& node);
+
+void require_callable(const char* what, const py::object& value);
+
+// A node's callables from Python, as registration and a write of cond_fn,
+// impl_fn or try_initialize_runtime take them.
+struct Callables {
+  CondFn cond;
+  ImplFn impl;
+  OverrideOptions options;
+};
+
+Callables python_callables(const py::object& cond, const py::object& impl,
+                           const py::object& try_initialize_runtime, bool unconditional_override);
+
+// `node`'s callables with `field` (cond_fn, impl_fn or try_initialize_runtime)
+// replaced by `value`, as a write of that field on its Python view asks.
+Callables replaced_callables(const OverrideNode& node, const std::string& field,
+                             const py::object& value);
+
+// ---- keys and nodes in Python (node_views.cpp) -----------------------------------
+
+using MutableNode = std::shared_ptr<OverrideNode>;
+// A graph key as Python passes it: (lib_symbol, op_symbol, dispatch_key).
+using KeyTuple = std::tuple<std::string, std::string, std::string>;
+
+GraphKey to_key(const KeyTuple& key);
+py::tuple from_key(const GraphKey& key);
+MutableNode mutable_node(const NodePtr& node);
+py::list nodes_to_list(const Graph& graph);
+py::list keys_to_list(const std::vector<GraphKey>& keys);
+py::dict index_to_dict(const std::map<std::string, std::vector<GraphKey>>& index);
+
+// ---- what each file adds to the module -------------------------------------------
+
+void bind_node_views(py::module_& m);         // node_views.cpp: Node, Snapshot
+void bind_registration(py::module_& m);       // registry_api.cpp: nodes in and out
+void bind_graph_control(py::module_& m);      // registry_api.cpp: graphs, installs, state
+void bind_queries(py::module_& m);            // queries.cpp: what the registry holds
+void bind_settings(py::module_& m);           // registry_api.cpp: policy, log sink, masks
+void capture_dynamo_flag();                   // trace_shortcut.cpp
+void bind_trace_shortcut(py::module_& m);     // trace_shortcut.cpp
+void bind_predicates(py::module_& m);         // predicates_py.cpp
+
+}  // namespace native_registry::python

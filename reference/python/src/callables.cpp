@@ -1,0 +1,162 @@
+// Python callables as a node's cond, impl and try_initialize_runtime: the
+// functors that call them on the call path (their arguments in torch.library's
+// form, arguments.cpp; their results converted to the op's return types), and
+// the checks and flags a callable from Python brings at registration and at a
+// write of a node's field.
+//
+// Owns: PythonCond, PythonImpl, PythonTryInitialize and what they return,
+// python_callables and replaced_callables (which decide divert_when_tracing
+// and needs_host_scope for Python callables). May not touch: registry state
+// (the caller hands what these build to the core), or the GIL but through
+// GilForPython.
+
+#include "binding.h"
+
+#include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/jit/python/pybind_utils.h>
+
+namespace native_registry::python {
+
+namespace {
+
+// One returned value as the IValue the schema promises. toIValue would turn
+// None into an undefined tensor; an impl that returns None for a Tensor is a
+// bug to report, not a result to pass on.
+c10::IValue returned_value(const c10::OperatorHandle& op, const c10::Argument& ret,
+                           const py::handle& value) {
+  if (ret.real_type()->kind() == c10::TypeKind::TensorType && !THPVariable_Check(value.ptr())) {
+    throw py::type_error("the impl of " + c10::toString(op.operator_name()) + " returned " +
+                         type_name(value) + " where the schema promises a Tensor");
+  }
+  return torch::jit::toIValue(value, ret.real_type());
+}
+
+// Pushes what a Python impl returned, converted to the op's return types.
+void push_python_result(const c10::OperatorHandle& op, Stack* stack, const py::object& out) {
+  const auto& returns = op.schema().returns();
+  if (returns.empty()) return;
+  if (returns.size() == 1) {
+    stack->push_back(returned_value(op, returns[0], out));
+    return;
+  }
+  // Any sequence, as torch.library takes a Python kernel's results (and so
+  // upstream's router): a tuple, a torch.return_types tuple, a list. Not a
+  // str, bytes or a mapping; and of exactly the schema's length, where
+  // torch.library drops extra values without a word.
+  const bool sequence = PySequence_Check(out.ptr()) && !PyUnicode_Check(out.ptr()) &&
+                        !PyBytes_Check(out.ptr()) && !PyByteArray_Check(out.ptr());
+  const Py_ssize_t length = sequence ? PySequence_Size(out.ptr()) : -1;
+  if (length < 0) PyErr_Clear();  // a sequence whose len() raised: reported below
+  if (length != static_cast<Py_ssize_t>(returns.size())) {
+    throw py::type_error(
+        "the impl of " + c10::toString(op.operator_name()) + " must return a tuple or list of " +
+        std::to_string(returns.size()) + " values, got " + type_name(out) +
+        (length >= 0 ? " of " + std::to_string(length) + " values" : std::string()));
+  }
+  for (size_t i = 0; i < returns.size(); ++i) {
+    auto value = py::reinterpret_steal<py::object>(
+        PySequence_GetItem(out.ptr(), static_cast<Py_ssize_t>(i)));
+    if (!value) throw py::error_already_set();
+    stack->push_back(returned_value(op, returns[i], value));
+  }
+}
+
+}  // namespace
+
+bool PythonCond::operator()(const c10::OperatorHandle& op, c10::DispatchKeySet,
+                            const Stack& stack) const {
+  GilForPython gil;
+  return truthy(call_with_arguments(*plans, fn->get(), op, stack));
+}
+
+void PythonImpl::operator()(const c10::OperatorHandle& op, c10::DispatchKeySet,
+                            Stack* stack) const {
+  GilForPython gil;
+  py::object out = call_with_arguments(*plans, fn->get(), op, *stack);
+  torch::jit::drop(*stack, op.schema().arguments().size());
+  push_python_result(op, stack, out);
+}
+
+bool PythonTryInitialize::operator()() const {
+  GilForPython gil;
+  return truthy(fn->get()());
+}
+
+std::shared_ptr<PyRef> hold(py::object fn) { return std::make_shared<PyRef>(std::move(fn)); }
+
+py::object cond_object(const OverrideNode& node) {
+  if (const auto* predicate = node.cond.target<P::Predicate>()) return py::cast(*predicate);
+  return python_object_of<PythonCond>(node.cond);
+}
+
+void require_callable(const char* what, const py::object& value) {
+  if (!PyCallable_Check(value.ptr())) {
+    throw py::type_error(std::string(what) + " must be callable, got " + type_name(value));
+  }
+}
+
+Callables python_callables(const py::object& cond, const py::object& impl,
+                           const py::object& try_initialize_runtime, bool unconditional_override) {
+  Callables out;
+  out.options.unconditional_override = unconditional_override;
+  if (py::isinstance<P::Predicate>(cond)) {
+    out.cond = cond.cast<P::Predicate>();
+  } else if (!cond.is_none()) {
+    require_callable("cond", cond);
+    out.cond = PythonCond{hold(cond)};
+  }
+  require_callable("impl", impl);
+  if (!try_initialize_runtime.is_none()) {
+    require_callable("try_initialize_runtime", try_initialize_runtime);
+    out.options.try_initialize_runtime = PythonTryInitialize{hold(try_initialize_runtime)};
+  }
+  // A Python cond or runtime check runs on every call the router sees,
+  // so a tracer must be able to divert those calls first. Chains whose
+  // conds are all C++ predicates decline without touching Python.
+  out.options.divert_when_tracing =
+      static_cast<bool>(out.cond) && !py::isinstance<P::Predicate>(cond);
+  out.options.divert_when_tracing |= !try_initialize_runtime.is_none();
+  out.options.divert_when_tracing |= cond.is_none();  // unconditional: the impl runs
+  // The same nodes need the GIL to choose (a Python cond or runtime
+  // check, or the shortcut): the router takes it once for all of them.
+  out.options.needs_host_scope = out.options.divert_when_tracing;
+  out.impl = PythonImpl{hold(impl)};
+  return out;
+}
+
+// The node's other callables are kept as they are, C++ ones included. A
+// Python callable makes the node consult the trace shortcut and the host
+// scope, as at registration; the flags are never lowered (a node that
+// diverts without needing to is only slower while Dynamo traces).
+Callables replaced_callables(const OverrideNode& node, const std::string& field,
+                             const py::object& value) {
+  Callables out{node.cond, node.impl, node.options};
+  bool python = false;
+  if (field == "cond_fn") {
+    if (py::isinstance<P::Predicate>(value)) {
+      out.cond = value.cast<P::Predicate>();
+    } else {
+      require_callable("cond_fn", value);
+      out.cond = PythonCond{hold(value)};
+      python = true;
+    }
+  } else if (field == "impl_fn") {
+    require_callable("impl_fn", value);
+    out.impl = PythonImpl{hold(value)};
+  } else if (field == "try_initialize_runtime") {
+    if (value.is_none()) {
+      out.options.try_initialize_runtime = nullptr;
+    } else {
+      require_callable("try_initialize_runtime", value);
+      out.options.try_initialize_runtime = PythonTryInitialize{hold(value)};
+      python = true;
+    }
+  } else {
+    throw py::value_error("replace_callable: no callable field '" + field + "'");
+  }
+  out.options.divert_when_tracing |= python;
+  out.options.needs_host_scope |= python;
+  return out;
+}
+
+}  // namespace native_registry::python
