@@ -3,8 +3,10 @@
 // hold their defaults and may be left out, and how each IValue becomes a
 // Python object; the count of schema removals that retires every plan.
 //
-// Owns: those plans and the conversion itself. May not touch: registry
-// state, the GIL (every call here already holds it) or what a callable returns.
+// Owns: those plans, the conversion itself, and SharedArguments (a call's
+// converted arguments kept for its impl once a cond accepted; call_cond reads
+// the cond's answer for that, and only that). May not touch: registry state,
+// the GIL (every call here already holds it) or what an impl returns.
 
 #include "arguments.h"
 
@@ -275,7 +277,7 @@ PyObject* keyword_arguments_by_name(const ArgumentPlan& plan, const c10::IValue*
 }  // namespace
 
 SharedArguments::~SharedArguments() {
-  for (size_t i = 1; i < size_; ++i) Py_DECREF(values_[i]);
+  for (PyObject** value = values_ + 1; value < values_ + size_; ++value) Py_DECREF(*value);
 }
 
 // Fills a SharedArguments (its members are private to everything else).
@@ -357,12 +359,14 @@ void convert(ArgumentPlan& plan, const c10::IValue* args, Converted& out) {
   out.names = names;
 }
 
-py::object steal(PyObject* out) {
+// What a vectorcall returned, owned; its exception raised.
+py::object returned_by_call(PyObject* out) {
   if (out == nullptr) throw py::error_already_set();
   return py::reinterpret_steal<py::object>(out);
 }
 
-bool truthy(const py::object& value) {
+// A cond's answer: the truth of what it returned.
+bool cond_answer(const py::object& value) {
   const int answer = PyObject_IsTrue(value.ptr());
   if (answer < 0) throw py::error_already_set();
   return answer == 1;
@@ -389,13 +393,13 @@ py::object call_with_arguments(ArgumentPlans& plans, const py::handle& fn,
   const c10::FunctionSchema& schema = op.schema();
   const c10::IValue* args = arguments_of(schema, stack);
   if (shared != nullptr && shared->matches(args, schema)) {
-    return steal(SharedArgumentsAccess::call(*shared, fn));
+    return returned_by_call(SharedArgumentsAccess::call(*shared, fn));
   }
   ArgumentPlan& plan = plans.for_schema(schema);
   PlanInUse in_use(plan);
   Converted converted(plan.slots.size());
   convert(plan, args, converted);
-  return steal(PyObject_Vectorcall(fn.ptr(), converted.argv.arguments(),
+  return returned_by_call(PyObject_Vectorcall(fn.ptr(), converted.argv.arguments(),
                                    converted.positional | PY_VECTORCALL_ARGUMENTS_OFFSET,
                                    converted.names));
 }
@@ -405,13 +409,13 @@ bool call_cond(ArgumentPlans& plans, const py::handle& fn, const c10::OperatorHa
   const c10::FunctionSchema& schema = op.schema();
   const c10::IValue* args = arguments_of(schema, stack);
   if (shared != nullptr && shared->matches(args, schema)) {
-    return truthy(steal(SharedArgumentsAccess::call(*shared, fn)));
+    return cond_answer(returned_by_call(SharedArgumentsAccess::call(*shared, fn)));
   }
   ArgumentPlan& plan = plans.for_schema(schema);
   PlanInUse in_use(plan);
   Converted converted(plan.slots.size());
   convert(plan, args, converted);
-  const bool accepted = truthy(steal(PyObject_Vectorcall(
+  const bool accepted = cond_answer(returned_by_call(PyObject_Vectorcall(
       fn.ptr(), converted.argv.arguments(), converted.positional | PY_VECTORCALL_ARGUMENTS_OFFSET,
       converted.names)));
   if (accepted && shared != nullptr && shared->empty()) {

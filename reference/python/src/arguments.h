@@ -3,9 +3,9 @@
 // arguments need is worked out once per schema, into an ArgumentPlan, so that
 // a call only converts and compares.
 //
-// Owns: ArgumentPlan(s) and the conversion of a boxed call's arguments to
-// Python (arguments.cpp defines them). May not touch: registry state, or what
-// a callable returns (callables.cpp converts results).
+// Owns: ArgumentPlan(s), the conversion of a boxed call's arguments to
+// Python and SharedArguments (arguments.cpp defines them). May not touch:
+// registry state, or what an impl returns (callables.cpp converts results).
 
 #pragma once
 
