@@ -142,7 +142,9 @@ def reference(cond: Any, impl: Callable[..., Any] = forbidden_impl
 def library_impl(op_symbol: str, chain: int) -> Iterator[None]:
     """``prepared`` as the op's CPU kernel, through torch.library."""
     library = torch.library.Library("aten", "IMPL", "CPU")
-    library.impl(op_symbol, prepared, "CPU")
+    with warnings.catch_warnings():  # "Overriding a previously registered kernel": meant
+        warnings.simplefilter("ignore")
+        library.impl(op_symbol, prepared, "CPU")
     try:
         yield
     finally:
