@@ -145,6 +145,24 @@ def test_an_accepting_override_hands_its_impl_the_same_arguments(impl):
     assert seen == [(2, []), torch.float64]
 
 
+@behaviour("arguments.accepting-cond-hands-its-arguments-on")
+def test_the_impl_gets_the_arguments_as_the_accepting_cond_left_them(impl):
+    seen = []
+
+    def extending_cond(x, dim, keepdim=False, *, dtype=None):
+        dim.append(0)  # the cond changes a list argument, then accepts
+        return True
+
+    def sum_impl(x, dim, keepdim=False, *, dtype=None):
+        seen.append(list(dim))
+        return torch.full((), 7.0)
+
+    impl.register("test_dsl", "aten", "sum.dim_IntList", "CPU", extending_cond, sum_impl)
+    impl.install("aten", "sum.dim_IntList", "CPU")
+    assert torch.ones(3).sum(dim=[0]).item() == 7.0
+    assert seen == [[0, 0]], "the impl did not get the list the cond was given"
+
+
 class TopkAndSum(torch.nn.Module):
     def forward(self, x):
         return torch.topk(x, 2).values.sum(dim=[0], dtype=torch.float64)

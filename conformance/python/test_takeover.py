@@ -24,6 +24,7 @@ import sys
 import pytest
 
 from conftest import behaviour, run_in_fresh_interpreter
+from torch_fixtures import WITHOUT_TORCH_NATIVE
 
 # registrar -> (its module under torch._native.ops, the function it runs at
 # import, its DSL, the graph keys it registers).
@@ -184,21 +185,57 @@ stock.register_op_override("extra_dsl", "aten", first[1], first[2], None,
                            lambda *a, **k: None, unconditional_override=True)
 stock._register_all_overrides()
 stock.deregister_op_overrides(disable_dsl_names=DSL)
-expected = [[(n.dsl_name, n.active, n.unconditional_override) for n in stock._graphs[stock_key(k)]]
-            for k in KEYS]
+stock_nodes = [list(stock._graphs[stock_key(k)]) for k in KEYS]
+stock_always_true = stock._always_true
 installed = [stock_key(k) in router_libs for k in KEYS]
 stock_native_ops = ["_native::" + name for name in stock._defined_native_ops]
 assert stock_native_ops
+# Its private helpers that install kernels (torch 2.13's names).
+helpers = [name for name in ("_install_aten_override", "_register_node_impl")
+           if hasattr(stock, name)]
+
+def cond_of(node, always_true):
+    # an unconditional override registered with cond None holds an always-true cond
+    return None if node.unconditional_override and node.cond_fn is always_true else node.cond_fn
+
+def differences(old, new, new_always_true):
+    """The fields in which a migrated node differs from the stock one."""
+    checks = {{
+        "dsl_name": old.dsl_name == new.dsl_name,
+        "lib_symbol": getattr(old, "lib_symbol", "aten") == new.lib_symbol,
+        "op_symbol": old.op_symbol == new.op_symbol,
+        "dispatch_key": old.dispatch_key == new.dispatch_key,
+        "active": old.active == new.active,
+        "unconditional_override": old.unconditional_override == new.unconditional_override,
+        "cond": cond_of(old, stock_always_true) is cond_of(new, new_always_true),
+        "impl": old.impl_fn is new.impl_fn,
+        "try_initialize_runtime": getattr(old, "try_initialize_runtime", None)
+                                  is new.try_initialize_runtime,
+    }}
+    return [field for field, same in checks.items() if not same]
+
 with impl.scope():
     impl.serve_torch_front_ends()
     import torch._native.registry as reg
-    got = [[(n.dsl_name, n.active, n.unconditional_override) for n in impl.graph(*k)] for k in KEYS]
-    print(json.dumps(got == expected))
+    got = [impl.graph(*k) for k in KEYS]
+    print(json.dumps([len(g) for g in got] == [len(g) for g in stock_nodes]))
+    print(json.dumps([differences(o, n, reg._always_true) for g_old, g_new in zip(stock_nodes, got)
+                      for o, n in zip(g_old, g_new)]))
     print(json.dumps([impl.router_installed(*k) for k in KEYS] == installed))
     print(json.dumps([impl.router_installed(*k) for k in KEYS]))
     # The replaced module's names reach the one registry.
     print(json.dumps([stock.register_op_override is reg.register_op_override,
                       stock._graphs is reg._graphs, stock._filter_state is reg._filter_state]))
+    # Its helpers without a counterpart refuse, naming themselves.
+    refused = {{}}
+    for name in helpers:
+        try:
+            getattr(stock, name)(first[1], first[2], lambda *a, **k: None)
+        except RuntimeError as e:
+            refused[name] = name in str(e) and "took over" in str(e)
+        else:
+            refused[name] = False
+    print(json.dumps(refused == {{name: True for name in helpers}} and bool(helpers)))
     stock.reenable_op_overrides(enable_dsl_names=DSL)
     print(json.dumps([all(n.active for n in impl.graph(*k)) for k in KEYS]))
     # A second call moves nothing.
@@ -206,6 +243,10 @@ with impl.scope():
     impl.serve_torch_front_ends()
     print(json.dumps(ids == [[n.node_id for n in impl.graph(*k)] for k in KEYS]))
     print(json.dumps(dispatcher_state(stock_native_ops)["stock_native_ops_left"]))
+    # torch 2.13's router teardown reaches the reference's router.
+    if hasattr(stock, "_destroy_aten_override"):
+        stock._destroy_aten_override(first[1], first[2])
+    print(json.dumps(impl.router_installed(*first)))
 print(json.dumps(dispatcher_state(stock_native_ops)))
 '''
 
@@ -219,13 +260,17 @@ def test_takeover_moves_torchs_overrides_and_leaves_no_trace(impl, registrar):
     body = f"KEYS = {keys!r}\n" + DISPATCHER_STATE + TAKEOVER_BODY.format(dsl=dsl)
     lines = run_in_fresh_interpreter(impl, body, prelude=prelude(registrar))
     results = [json.loads(line) for line in lines]
-    (same_graphs, same_routers, routers, forwarding, reenabled, idempotent, left_inside,
-     after) = results
-    assert same_graphs, "the reference's graphs differ from the stock registry's"
+    (same_lengths, differences, same_routers, routers, forwarding, refused, reenabled, idempotent,
+     left_inside, destroyed, after) = results
+    assert same_lengths, "the reference's graphs hold other nodes than the stock registry's"
+    # Each migrated node is the stock one in every field, its callables the very objects.
+    assert differences == [[] for _ in differences] and differences, differences
     # a router where the stock registry had one: at the first key (the
     # unconditional override survives the disable), at no other
     assert same_routers and routers == [True] + [False] * (len(keys) - 1), routers
     assert forwarding == [True, True, True]
+    assert refused, "a stock helper that installs kernels stays live after the takeover"
+    assert destroyed is False, "the replaced module's router teardown did not reach the reference"
     assert reenabled == [True] * len(keys)
     assert idempotent
     assert left_inside == [], "the stock registry's _native ops are still defined"
@@ -304,3 +349,24 @@ print(reg.__name__, "native_registry" in sys.modules)
         assert "NATIVE_REGISTRY_AS_TORCH_NATIVE" in stderr and "'yes'" in stderr
     else:
         assert "NATIVE_REGISTRY_AS_TORCH_NATIVE" not in stderr
+
+
+# ---- a PyTorch without torch._native ------------------------------------------------
+
+
+@behaviour("frontends.features-follow-host-torch")
+def test_a_torch_without_torch_native_gets_no_front_end_features(impl):
+    if getattr(getattr(impl, "module", None), "__name__", "").startswith("torch._native"):
+        pytest.skip("unsupported: the implementation is torch's own torch._native, which such a "
+                    "PyTorch does not have")
+    lines = run_in_fresh_interpreter(impl, """
+        print(sorted({"torch-front-ends", "takes-over-torch-native"} & set(impl.features)))
+        # The registry itself still works there.
+        key = ("aten", "mul.Tensor", "CPU")
+        with impl.scope():
+            impl.register("test_dsl", *key, lambda a, b: True, lambda a, b: torch.full_like(a, 7.0))
+            impl.install(*key)
+            print(torch.mul(torch.ones(2), torch.ones(2)).tolist())
+        print(torch.mul(torch.ones(2), torch.ones(2)).tolist())
+    """, prelude=WITHOUT_TORCH_NATIVE)
+    assert lines == ["[]", "[7.0, 7.0]", "[1.0, 1.0]"]

@@ -327,3 +327,42 @@ def test_the_declared_variant_selected_is_the_one_chosen(impl, declaring):
     with variants.variant(qualified, "no_such_variant"):
         with pytest.raises(ValueError, match="no_such_variant.*declares .*passthrough"):
             declared.choose(qualified, table, "kernel")
+
+
+@behaviour("declared.passthrough")
+def test_passthrough_hands_matched_calls_to_the_op(impl, declaring):
+    declared = impl.declared_overrides()
+    variants = impl.variants_module()
+    qualified = f"{LATE_NS}::declared"
+    key = (LATE_NS, "declared", "CPU")
+    reluctant = _Variant(8.0)
+    reluctant.eligible = lambda *args, **kwargs: False
+    declaring._VARIANTS["declared"]["reluctant"] = reluctant
+    declaring._OVERRIDES = declared.variant_rows(LATE_NS, declaring._VARIANTS,
+                                                 declaring._DEFAULT_VARIANTS)
+    with impl.scope():
+        impl.allow_namespace(LATE_NS)
+        declared.register(declaring, "test_dsl", "CPU")
+        impl.install(*key)
+        op = getattr(torch.ops, LATE_NS).declared.default
+        x = torch.ones(2)
+
+        def result():
+            return op(x).tolist()
+
+        assert result() == [4.0, 4.0]  # the default variant
+        with variants.variant(qualified, "other"):
+            assert result() == [5.0, 5.0]
+        with variants.variant(qualified, variants.PASSTHROUGH):
+            assert result() == [10.0, 10.0]  # the op's own kernel: x * 10
+            assert [n.active for n in impl.graph(*key)] == [True]  # still installed
+        with variants.variant(qualified, "reluctant"):
+            assert result() == [10.0, 10.0]  # its eligibility declines: the op's own
+        with variants.variant(qualified, "no_such_variant"):
+            with pytest.raises(ValueError, match="no_such_variant.*'kernel'.*'other'.*passthrough"):
+                op(x)
+        # A passthrough the module declares itself (upstream's modules do) runs as declared.
+        declaring._VARIANTS["declared"][variants.PASSTHROUGH] = _Variant(6.0)
+        with variants.variant(qualified, variants.PASSTHROUGH):
+            assert result() == [6.0, 6.0]
+        assert result() == [4.0, 4.0]

@@ -25,6 +25,11 @@ thread, under each of:
   direct_impl          no router: ``prepared`` called directly, the baseline
                        the two accepted rows are compared against (issue 21,
                        item 5: the accepted call's cost over calling the impl)
+  library_impl         no router: ``prepared`` registered as the op's CPU
+                       kernel through torch.library (a Python kernel), called
+                       as the op: what any Python kernel costs, router or not
+  upstream_accepted_py upstream's router with ``always`` and ``prepared``;
+                       skipped as upstream_decline_py is
 
 Each variant is installed, timed and torn down in turn, in a shuffled order,
 ``--rounds`` times; the dispatch table of the op is checked to be back to
@@ -108,7 +113,8 @@ def prepared(*args: Any, **kwargs: Any) -> torch.Tensor:
 
 
 # Variants timed with one node only, and the one that calls the impl itself.
-ONE_NODE = frozenset({"accepted_cpp_cond", "accepted_py_cond", "direct_impl"})
+ONE_NODE = frozenset({"accepted_cpp_cond", "accepted_py_cond", "direct_impl", "library_impl",
+                      "upstream_accepted_py"})
 
 
 # ---- the variants ----------------------------------------------------------------
@@ -130,6 +136,19 @@ def reference(cond: Any, impl: Callable[..., Any] = forbidden_impl
             yield
 
     return install
+
+
+@contextlib.contextmanager
+def library_impl(op_symbol: str, chain: int) -> Iterator[None]:
+    """``prepared`` as the op's CPU kernel, through torch.library."""
+    library = torch.library.Library("aten", "IMPL", "CPU")
+    with warnings.catch_warnings():  # "Overriding a previously registered kernel": meant
+        warnings.simplefilter("ignore")
+        library.impl(op_symbol, prepared, "CPU")
+    try:
+        yield
+    finally:
+        library._destroy()
 
 
 def helper_accept(helper: ctypes.CDLL) -> Callable[[str, int], contextlib.AbstractContextManager]:
@@ -162,7 +181,8 @@ _UPSTREAM_STATE = ("_graphs", "_dsl_name_to_lib_graph", "_op_symbol_to_lib_graph
                    "_dispatch_key_to_lib_graph", "_native_decomp_overrides")
 
 
-def upstream_router(upstream: Any) -> Callable[[str, int], contextlib.AbstractContextManager]:
+def upstream_router(upstream: Any, cond: Any = never, impl: Callable[..., Any] = forbidden_impl
+                    ) -> Callable[[str, int], contextlib.AbstractContextManager]:
     @contextlib.contextmanager
     def install(op_symbol: str, chain: int) -> Iterator[None]:
         key = (op_symbol, "CPU")
@@ -173,8 +193,7 @@ def upstream_router(upstream: Any) -> Callable[[str, int], contextlib.AbstractCo
                  for name in _UPSTREAM_STATE}
         try:
             for i in range(chain):
-                upstream.register_op_override(f"bench{i}", "aten", op_symbol, "CPU", never,
-                                              forbidden_impl)
+                upstream.register_op_override(f"bench{i}", "aten", op_symbol, "CPU", cond, impl)
             upstream._register_overrides_from_graph(op_symbol, "CPU", upstream._graphs[key])
             yield
         finally:
@@ -227,9 +246,11 @@ def main() -> int:
         "accepted_cpp_cond": reference(P.dtype_in(torch.float32), prepared),
         "accepted_py_cond": reference(always, prepared),
         "direct_impl": stock,
+        "library_impl": library_impl,
     }
     if upstream is not None:
         variants["upstream_decline_py"] = upstream_router(upstream)
+        variants["upstream_accepted_py"] = upstream_router(upstream, always, prepared)
     else:
         print("torch._native.registry not found: no upstream rows", file=sys.stderr)
 
@@ -311,7 +332,7 @@ def count_instructions(args: argparse.Namespace, variants: dict, chains: list[in
             for variant, chain in [("stock", 0)] + [(v, c) for v in applicable(variants, binary)
                                                     for c in chains_of(v, chains)]:
                 install = stock if variant == "stock" else variants[variant]
-                call = (lambda a, b: prepared(a, b)) if variant == "direct_impl" else op
+                call = prepared if variant == "direct_impl" else op  # the same one call as timed
                 with install(op_symbol, chain):
                     for _ in range(10):
                         call(a, b)

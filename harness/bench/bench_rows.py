@@ -24,6 +24,14 @@ VARIANTS = ["stock", "dormant", "decline_cpp", "accept_cpp", "decline_cpp_boxed"
             "upstream_decline_py"]
 
 
+# The accepted-call rows (issue 21, item 5), compared with calling the impl
+# directly rather than with stock: their impl returns a tensor made
+# beforehand, so a ratio to stock would price no kernel. Reported in a table
+# of their own (bench_tables.accepted_table), not in the pivots.
+ACCEPTED = ["accepted_cpp_cond", "accepted_py_cond", "upstream_accepted_py", "library_impl",
+            "direct_impl"]
+
+
 DESCRIPTION = {
     "stock": "the op, no router",
     "dormant": "a reference router whose chain is empty (its node disabled): the floor of a "
@@ -33,6 +41,12 @@ DESCRIPTION = {
     "decline_cpp_boxed": "decline_cpp through the generic boxed kernel (what other signatures get)",
     "decline_py": "reference router, every Python cond declines",
     "upstream_decline_py": "torch._native.registry's router, the same Python cond",
+    "accepted_cpp_cond": "reference router, one node whose C++ cond accepts, Python impl returning "
+                         "a prepared tensor",
+    "accepted_py_cond": "the same with a Python cond that accepts",
+    "upstream_accepted_py": "torch._native.registry's router, the same Python cond and impl",
+    "library_impl": "no router: that Python impl as the op's CPU kernel through torch.library",
+    "direct_impl": "no router: that Python impl called directly",
 }
 
 

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Callable
 
-from bench_rows import DESCRIPTION, VARIANTS, _dumps, find, fmt_ns, fmt_s
+from bench_rows import ACCEPTED, DESCRIPTION, VARIANTS, _dumps, find, fmt_ns, fmt_s
 
 
 def pivot(rows: list[dict], stock_head: str, variant_head: str,
@@ -50,7 +50,7 @@ def long_table(calls: list[dict]) -> list[str]:
     head = ["lang", "op", "numel", "variant", "chain", "median", "p25", "p75", "spread",
             "ratio", "added", "samples"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    order = {v: i for i, v in enumerate(VARIANTS)}
+    order = {v: i for i, v in enumerate(VARIANTS + ACCEPTED)}
     for r in sorted(calls, key=lambda r: (r["lang"] != "cpp", r["op"] != "mul", r["numel"],
                                           order.get(r["variant"], 99), r["chain"],
                                           r.get("others", -1))):
@@ -61,6 +61,37 @@ def long_table(calls: list[dict]) -> list[str]:
             f"{r.get('spread', 0):.0%}", f"{r['ratio']:.3f}" if "ratio" in r else "–",
             f"{r['added_ns']:+.0f} ns" if "added_ns" in r else "–", str(r["samples"])]) + " |")
     return lines
+
+
+def accepted_table(calls: list[dict], instructions: list[dict]) -> list[str]:
+    """The accepted rows against calling their impl directly: median time and
+    instructions per call, what each adds over the direct call, and the ratio."""
+    keys = sorted({(r["op"], r["numel"]) for r in calls + instructions
+                   if r["lang"] == "python" and r["variant"] == "direct_impl"})
+    lines = ["| op | numel | variant | median | added over direct | ×direct | instructions | "
+             "added over direct | ×direct |", "|---|---|---|---|---|---|---|---|---|"]
+    for op, numel in keys:
+        want = dict(lang="python", op=op, numel=numel, chain=1)
+        direct_t = find(calls, variant="direct_impl", **want)
+        direct_i = find(instructions, variant="direct_impl", **want)
+        for v in ACCEPTED:
+            t, i = find(calls, variant=v, **want), find(instructions, variant=v, **want)
+            if t is None and i is None:
+                continue
+            cells = [op, f"{numel:,}", v]
+            if t is not None and direct_t is not None:
+                cells += [fmt_ns(t["median_ns"]), f"{t['median_ns'] - direct_t['median_ns']:+,.0f} ns",
+                          f"{t['median_ns'] / direct_t['median_ns']:.2f}"]
+            else:
+                cells += ["–"] * 3
+            if i is not None and direct_i is not None:
+                cells += [f"{i['instructions']:,.0f}",
+                          f"{i['instructions'] - direct_i['instructions']:+,.0f}",
+                          f"{i['instructions'] / direct_i['instructions']:.2f}"]
+            else:
+                cells += ["–"] * 3
+            lines.append("| " + " | ".join(cells) + " |")
+    return lines if len(lines) > 2 else []
 
 
 def control_table(control: list[dict]) -> list[str]:
@@ -157,8 +188,13 @@ def markdown(calls: list[dict], control: list[dict], verdicts: list[dict],
         lines.append(f"- **{'met' if v['met'] else 'NOT met'}**: {v['target']}. {v['evidence']}.")
     lines += ["", "### Per call: ratio to stock at chains of 1 / 4 / 16 nodes", ""]
     lines += pivot_table(calls)
-    lines += ["", "Variants: " + "; ".join(f"`{v}`: {DESCRIPTION[v]}" for v in VARIANTS
+    lines += ["", "Variants: " + "; ".join(f"`{v}`: {DESCRIPTION[v]}" for v in VARIANTS + ACCEPTED
                                            if any(r['variant'] == v for r in calls)) + "."]
+    if (accepted := accepted_table(calls, instructions)):
+        lines += ["", "### An accepted call over calling its impl directly (Python, chain of 1)", ""]
+        lines += accepted
+        lines += ["", "Times and instructions per call. The impl returns a tensor made beforehand, "
+                  "so these rows price the route, not a kernel."]
     if instructions:
         lines += ["", "### Instructions per call (callgrind; deterministic, unlike the times)", "",
                   "Added instructions over stock and the ratio to stock; Python counts are less "

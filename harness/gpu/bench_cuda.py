@@ -14,6 +14,9 @@ in one run: ``torch.ops.aten.mul.Tensor(a, b)`` on float16 CUDA tensors of
   accept_triton_py  the same with a Python cond that accepts (``always``)
   triton_direct  the same Triton mul called directly, with no router (what
                  accept_triton costs without routing)
+  triton_library the same Triton mul as the op's CUDA kernel through
+                 torch.library, no router: what calling it as the op costs
+                 whatever routes it (the floor of the accepting rows)
 
 Timing: torch.utils.benchmark.Timer with its default timer, which
 synchronises CUDA at both ends of each timed block (so a block's time covers
@@ -53,8 +56,10 @@ from triton_mul import TritonMul, triton  # noqa: E402
 warnings.filterwarnings("ignore", message=".*Overriding a previously registered kernel.*")
 
 VARIANTS = ("stock", "dormant", "decline_cpp", "decline_py", "accept_triton", "accept_triton_py",
-            "triton_direct")
-TRITON_VARIANTS = ("accept_triton", "accept_triton_py", "triton_direct")
+            "triton_library", "triton_direct")
+TRITON_VARIANTS = ("accept_triton", "accept_triton_py", "triton_library", "triton_direct")
+# The rows compared with calling the Triton mul directly.
+OVER_DIRECT = ("accept_triton", "accept_triton_py", "triton_library")
 
 
 def never(*args, **kwargs) -> bool:
@@ -76,6 +81,16 @@ def variant(name: str, key: tuple[str, str, str], registry,
     def install() -> Iterator[None]:
         if name in ("stock", "triton_direct"):
             yield
+            return
+        if name == "triton_library":
+            library = torch.library.Library(key[0], "IMPL", key[2])
+            with warnings.catch_warnings():  # overriding the op's own CUDA kernel is the point
+                warnings.simplefilter("ignore")
+                library.impl(key[1], TritonMul(), key[2])
+            try:
+                yield
+            finally:
+                library._destroy()
             return
         with registry.scoped():
             cond, impl = {
@@ -158,7 +173,7 @@ def main() -> int:
                    "median_ns": median * 1e9, "p25_ns": p25 * 1e9, "p75_ns": p75 * 1e9,
                    "samples": len(blocks[name]), "added_ns": (median - stock) * 1e9,
                    "ratio_to_stock": median / stock}
-            if name in ("accept_triton", "accept_triton_py"):
+            if name in OVER_DIRECT:
                 row["added_over_triton_direct_ns"] = (median - statistics.median(blocks["triton_direct"])) * 1e9
             rows.append(row)
             print(f"{args.device} mul n={numel:<8d} {name:14s} {median * 1e9:9.0f} ns  "

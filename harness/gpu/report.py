@@ -117,13 +117,22 @@ def bench_section(bench: dict | None) -> list[str]:
         added = "" if row["variant"] == "stock" else f"{row['added_ns'] / 1000:+.2f} µs"
         lines.append(f"| {row['numel']:,} | {row['variant']} | {row['median_ns'] / 1000:.2f} µs | "
                      f"{added} | {row['ratio_to_stock']:.3f} |")
+    # One line per accepting variant, each named with its cond (and the
+    # torch.library floor): the cost of an accepted call over calling the
+    # Triton mul directly.
     direct = [r for r in bench["rows"] if "added_over_triton_direct_ns" in r]
-    if direct:
-        lines += ["", "accept_triton over calling the Triton mul directly (the router's cost on an "
-                  "accepted call): " + ", ".join(f"{r['numel']:,} elements "
-                                                 f"{r['added_over_triton_direct_ns'] / 1000:+.2f} µs"
-                                                 for r in direct) + "."]
+    for variant in dict.fromkeys(r["variant"] for r in direct):
+        rows = [r for r in direct if r["variant"] == variant]
+        lines += ["", f"{variant} ({ACCEPT_CONDS.get(variant, 'its cond')}) over calling the Triton "
+                  "mul directly (the router's cost on an accepted call): "
+                  + ", ".join(f"{r['numel']:,} elements {r['added_over_triton_direct_ns'] / 1000:+.2f} µs"
+                              for r in rows) + "."]
     return lines
+
+
+# What accepts the call in each accepting row of harness/gpu/bench_cuda.py.
+ACCEPT_CONDS = {"accept_triton": "a C++ cond", "accept_triton_py": "a Python cond",
+                "triton_library": "no router: the Triton mul as the op's kernel"}
 
 
 def section(base: pathlib.Path, facts_path: pathlib.Path | None, device_seconds: float | None) -> str:

@@ -71,6 +71,7 @@ namespace {
 struct Choice {
   bool divert = false;                  // call the op again from the top
   const OverrideNode* node = nullptr;   // else this node's impl, else the fallback
+  bool done = false;                    // the node's impl ran already (in the host scope)
 };
 
 Choice choose(const Chain& chain, const c10::OperatorHandle& op, c10::DispatchKeySet keys,
@@ -89,23 +90,29 @@ Choice choose(const Chain& chain, const c10::OperatorHandle& op, c10::DispatchKe
   return {};
 }
 
-// choose() inside the host scope, when the chain needs one and a host set it.
+// choose() inside the host scope, when the chain needs one and a host set it;
+// inside it too, the chosen node's impl when that is the host's own
+// (impl_in_host_scope), and the choice comes back done.
 Choice choose_in_scope(const Chain& chain, const c10::OperatorHandle& op,
-                       c10::DispatchKeySet keys, const Stack& stack) {
+                       c10::DispatchKeySet keys, Stack* stack) {
   HostScopeFn scope = chain.needs_host_scope ? g_host_scope.load(std::memory_order_acquire)
                                              : nullptr;
-  if (scope == nullptr) return choose(chain, op, keys, stack);
+  if (scope == nullptr) return choose(chain, op, keys, *stack);
   struct Context {
     const Chain& chain;
     const c10::OperatorHandle& op;
     c10::DispatchKeySet keys;
-    const Stack& stack;
+    Stack* stack;
     Choice choice;
   } context{chain, op, keys, stack, Choice{}};
   scope(
       [](void* raw) {
         auto* c = static_cast<Context*>(raw);
-        c->choice = choose(c->chain, c->op, c->keys, c->stack);
+        c->choice = choose(c->chain, c->op, c->keys, *c->stack);
+        if (c->choice.node != nullptr && c->choice.node->options.impl_in_host_scope) {
+          c->choice.node->run_impl(c->op, c->keys, c->stack);
+          c->choice.done = true;
+        }
       },
       &context);
   return context.choice;
@@ -126,7 +133,8 @@ void route(const Router::Shared& shared, const c10::OperatorHandle& op,
            c10::DispatchKeySet keys, Stack* stack) {
   if (C10_UNLIKELY(shared.watch->gone.load(std::memory_order_relaxed))) raise_op_gone(shared);
   const Chain* chain = shared.chain.load(std::memory_order_acquire);
-  const Choice choice = choose_in_scope(*chain, op, keys, *stack);
+  const Choice choice = choose_in_scope(*chain, op, keys, stack);
+  if (choice.done) return;
   if (choice.divert) {
     DivertedCallScope diverted;
     op.callBoxed(stack);

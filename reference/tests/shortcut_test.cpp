@@ -218,6 +218,37 @@ TEST_F(HostScopeTest, TheChosenImplRunsAfterTheScopeIsLeft) {
   EXPECT_FALSE(impl_in_scope) << "an impl must not run holding the host's lock";
 }
 
+TEST_F(HostScopeTest, AnImplOfTheHostRunsInsideTheScope) {
+  std::vector<bool> impls_in_scope;
+  ImplFn impl = [&impls_in_scope](const c10::OperatorHandle& op, c10::DispatchKeySet keys,
+                                  Stack* stack) {
+    impls_in_scope.push_back(t_in_host_scope);
+    fill_impl(7.0)(op, keys, stack);
+  };
+  OverrideOptions options = needing_scope();
+  options.impl_in_host_scope = true;
+  register_override(mul_cpu(), scoped_cond(true), impl, options);
+  registry().install_graph(mul_cpu());
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({7})));
+  EXPECT_EQ(g_scopes_entered.load(), 1) << "one scope for the cond and the impl together";
+  EXPECT_EQ(impls_in_scope, (std::vector<bool>{true}));
+  EXPECT_EQ(conds_in_scope, (std::vector<bool>{true}));
+}
+
+TEST_F(HostScopeTest, AThrowingImplOfTheHostLeavesTheScope) {
+  ImplFn throwing = [](const c10::OperatorHandle&, c10::DispatchKeySet, Stack*) {
+    throw std::runtime_error("impl failed inside the scope");
+  };
+  OverrideOptions options = needing_scope();
+  options.impl_in_host_scope = true;
+  register_override(mul_cpu(), scoped_cond(true), throwing, options);
+  registry().install_graph(mul_cpu());
+  EXPECT_THAT([] { call_mul(tensor({2}), tensor({4})); },
+              ::testing::ThrowsMessage<std::runtime_error>(HasSubstr("inside the scope")));
+  EXPECT_FALSE(t_in_host_scope);
+  EXPECT_EQ(g_scopes_entered.load(), 1);
+}
+
 TEST_F(HostScopeTest, ChainsOfPlainCondsNeverEnterTheScope) {
   register_override(mul_cpu(), scoped_cond(false), forbidden_impl());
   registry().install_graph(mul_cpu());

@@ -14,15 +14,28 @@ class ReferenceAdapter(UpstreamShapedAdapter):
     module = registry
     name = "reference"
     log_name = "native_registry.registry"
-    features = frozenset({
+    # What the reference has whatever PyTorch it runs on; __init__ adds what
+    # needs the host PyTorch's own surface.
+    BASE_FEATURES = frozenset({
         "namespaces", "runtime-init", "unconditional-survives-disable", "unconditional-hatch",
         "dynamo-shortcut", "native-op-meta", "concurrent-control-plane", "reentrant-control-plane",
-        "torch-front-ends", "takes-over-torch-native", "variants", "resolve-overload",
-        "declared-overrides", "native-predicates",
+        "variants", "resolve-overload", "declared-overrides", "native-predicates",
     })
 
     def __init__(self) -> None:
+        from native_registry import upstream_compat
+
         self.description = f"native_registry (reference, C++) on torch {torch.__version__}"
+        # torch's front ends exist only in a PyTorch that ships
+        # torch.backends.python_native, and there is a registry to take over
+        # only where it ships torch._native (2.13 both, 2.11 neither).
+        surfaces = upstream_compat.host_torch_surfaces()
+        features = set(self.BASE_FEATURES)
+        if "python_native" in surfaces:
+            features.add("torch-front-ends")
+            if "stock_registry" in surfaces:
+                features.add("takes-over-torch-native")
+        self.features = frozenset(features)
 
     def scope(self):
         return registry.scoped()

@@ -32,8 +32,10 @@ bool in_diverted_call();
 // needs_host_scope, the router makes its choice (the trace shortcut, then each
 // node's try_initialize_runtime and cond, in order) inside one call of the
 // host scope function, which must call choose(context) exactly once with the
-// runtime entered and let its exceptions through. The chosen impl, the
-// fallback and a diverted call all run after the scope has been left.
+// runtime entered and let its exceptions through. The fallback and a
+// diverted call run after the scope has been left; so does the chosen impl,
+// unless its node has impl_in_host_scope (an impl of the host's own, which
+// would enter the runtime again at once): then it runs inside the scope.
 using HostScopeFn = void (*)(void (*choose)(void*), void* context);
 void set_host_scope(HostScopeFn fn);  // nullptr: conds enter the runtime themselves
 

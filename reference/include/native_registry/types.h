@@ -71,6 +71,11 @@ struct OverrideOptions {
   // consults every cond, and the trace shortcut, inside one host scope (see
   // set_host_scope) instead of entering the runtime once per callable.
   bool needs_host_scope = false;
+  // The impl runs code of that host runtime too (a Python impl). When the
+  // node is chosen inside a host scope, its impl runs before the scope is
+  // left, so an accepted call enters the runtime once instead of twice. A
+  // C++ impl leaves it false: it must not run holding the host's lock.
+  bool impl_in_host_scope = false;
 };
 
 // One registered override. Immutable once registered: reordering, disabling

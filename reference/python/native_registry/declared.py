@@ -15,7 +15,10 @@ A declaring module names
 
 :func:`check` verifies a declaration without registering anything;
 :func:`register` checks, then registers every row; :func:`choose` is what an
-impl calls to find the selected variant.
+impl calls to find the selected variant; :func:`variant_rows` builds the
+``_OVERRIDES`` rows of a ``_VARIANTS`` table, as upstream main's override
+modules build theirs (pytorch/pytorch torch/_native/ops/linear_cross_entropy/
+cutedsl_impl.py @ 3e53db82, ``_make_variant_cond`` and ``_make_variant_impl``).
 """
 
 from __future__ import annotations
@@ -91,13 +94,57 @@ def register(module: types.ModuleType, dsl_name: str, dispatch_key: str, *,
 
 def choose(qualified_op: str, declared: Mapping[str, Any], default: str) -> Any:
     """The variant selected for ``qualified_op`` among ``declared`` (the
-    module's default when none is selected), or ``variants.PASSTHROUGH``.
-    An unknown name raises ValueError listing the declared names and
-    passthrough."""
+    module's default when none is selected); ``variants.PASSTHROUGH`` when
+    that is selected and not declared (a declared passthrough variant is
+    returned as any other). An unknown name raises ValueError listing the
+    declared names and passthrough."""
     name = variants.get_variant(qualified_op, default)
+    if name in declared:
+        return declared[name]
     if name == variants.PASSTHROUGH:
         return variants.PASSTHROUGH
-    if name not in declared:
-        raise ValueError(f"{qualified_op}: no variant {name!r}; it declares "
-                         f"{sorted(set(declared) | {variants.PASSTHROUGH})}")
-    return declared[name]
+    raise ValueError(f"{qualified_op}: no variant {name!r}; it declares "
+                     f"{sorted(set(declared) | {variants.PASSTHROUGH})}")
+
+
+def variant_rows(namespace: str, table: Mapping[str, Mapping[str, Any]],
+                 defaults: Mapping[str, str]) -> tuple[tuple[str, Any, Any], ...]:
+    """One ``(op_symbol, cond, impl)`` row per op of ``table`` (a module's
+    ``_VARIANTS``), whose cond and impl follow the variant selected for
+    ``namespace::op_symbol`` at each call (``defaults[op_symbol]`` when none
+    is):
+
+    * a declared variant: the cond is its ``eligible``, the impl its ``impl``
+      (a declared ``passthrough`` variant too: upstream's modules declare one
+      whose impl is the op's own body);
+    * ``passthrough`` not declared: the cond declines, so the router hands the
+      call on as any declined call, to the op's own kernel where this is the
+      only override at the key. The override stays installed and its cond in
+      play; the reference's impl cannot reach the kernel below its router
+      itself, so declining is how it hands the call over;
+    * any other name: the cond accepts, so that the impl raises ValueError
+      naming the declared variants (a typo must not fall back silently).
+    """
+    def make(op_symbol: str, declared: Mapping[str, Any], default: str) -> tuple:
+        qualified = f"{namespace}::{op_symbol}"
+
+        def cond(*args: Any, **kwargs: Any) -> bool:
+            name = variants.get_variant(qualified, default)
+            selected = declared.get(name)
+            if selected is None:
+                return name != variants.PASSTHROUGH
+            return bool(selected.eligible(*args, **kwargs))
+
+        def impl(*args: Any, **kwargs: Any) -> Any:
+            selected = choose(qualified, declared, default)
+            if selected == variants.PASSTHROUGH:
+                # selected between this call's cond and impl (another thread)
+                raise RuntimeError(f"{qualified}: passthrough was selected after the override "
+                                   "accepted the call; it cannot hand it back now")
+            return selected.impl(*args, **kwargs)
+
+        cond.__qualname__ = f"variant_cond[{qualified}]"
+        impl.__qualname__ = f"variant_impl[{qualified}]"
+        return op_symbol, cond, impl
+
+    return tuple(make(op, declared, defaults[op]) for op, declared in table.items())

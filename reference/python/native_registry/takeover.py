@@ -19,7 +19,10 @@ reference. :func:`take_over` moves them:
 3. applies the stock filters in the reference (which gives each node the same ``active``), and
    installs the graphs the stock registry had installed;
 4. points the stock module's names at the reference's module, so code that
-   kept the old module object reaches the one registry.
+   kept the old module object reaches the one registry; its private helpers
+   the reference has no counterpart for (``_install_aten_override``,
+   ``_register_node_impl``, ...) refuse, naming themselves, rather than
+   install a second registry's kernels.
 
 Written for torch 2.13's registry (graphs keyed ``(op, key)``, routers in
 ``_aten_override_libs``) and upstream main's (jkzhang7/pytorch @ 6be35214:
@@ -182,13 +185,40 @@ def take_over(stock: types.ModuleType, compat: types.ModuleType) -> bool:
     return True
 
 
+# The stock registry's own helpers that read no registry state and write
+# nothing (name resolution, argument forms): left as they are after the
+# takeover. Every other function of its that the reference's module lacks
+# refuses (see _refusal).
+STATELESS = frozenset({"_resolve_aten_overload", "_aten_schema_tail", "_resolve_iterable"})
+
+
+def _refusal(module_name: str, name: str) -> Callable[..., Any]:
+    """What a taken-over module's helper becomes when the reference has no
+    counterpart (torch 2.13's _install_aten_override, _register_node_impl,
+    ...): left live it would install kernels of the old registry beside the
+    reference's, a second registry in all but name."""
+    def refused(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError(
+            f"{module_name}.{name} belongs to the registry that native_registry took over "
+            "(install_as_torch_native): its overrides and routers now live in the reference, "
+            f"which has no {name}; register with register_op_override and install with "
+            "_register_overrides_from_graph or _register_all_overrides")
+
+    refused.__name__ = refused.__qualname__ = name
+    return refused
+
+
 def forward(stock: types.ModuleType, compat: types.ModuleType) -> None:
     """Every name of the stock module that the reference's module also has
     now names the reference's object: functions, the graph and filter views,
-    the node class."""
-    for name in list(vars(stock)):
+    the node class. Its other functions refuse with a RuntimeError naming
+    them, except the STATELESS ones."""
+    for name, value in list(vars(stock).items()):
         if name.startswith("__") or name == TAKEN_OVER:
             continue
         if hasattr(compat, name):
             setattr(stock, name, getattr(compat, name))
+        elif (isinstance(value, types.FunctionType) and value.__module__ == stock.__name__
+              and name not in STATELESS):
+            setattr(stock, name, _refusal(stock.__name__, name))
     setattr(stock, TAKEN_OVER, compat)

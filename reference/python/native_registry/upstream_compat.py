@@ -303,6 +303,14 @@ def _install_graph(key: GraphKey) -> None:
 _cleanup_and_reregister_graph = _register_overrides_from_graph
 
 
+def _destroy_aten_override(op_symbol: str, dispatch_key: str) -> None:
+    """torch 2.13's teardown of the router at (op_symbol, dispatch_key), if
+    any: the graph stays, as there."""
+    key = ("aten", op_symbol, dispatch_key)
+    if _C.router_state(key) != "absent":
+        _C.uninstall_graph(key)
+
+
 def _register_all_overrides() -> None:
     for key, graph in list(_graphs.items()):
         _register_overrides_from_graph(*key, graph)
@@ -420,6 +428,31 @@ def install_as_torch_native() -> types.ModuleType:
     return package
 
 
+def host_torch_surfaces() -> frozenset[str]:
+    """What the host PyTorch ships of the surface this module serves:
+    ``"python_native"`` when it has the front end torch.backends.python_native,
+    ``"stock_registry"`` when it has a torch._native package of its own (whose
+    registry :func:`install_as_torch_native` takes over). torch 2.13 has both,
+    2.11 neither; there :func:`install_as_torch_native` still serves
+    torch._native.registry and torch._native.variants, in a bare package."""
+    surfaces = set()
+    try:
+        import torch.backends.python_native  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        surfaces.add("python_native")
+    try:
+        import torch._native as package
+    except ImportError:
+        pass
+    else:
+        # install_as_torch_native's bare package has no file; torch's has.
+        if getattr(package, "__file__", None) is not None:
+            surfaces.add("stock_registry")
+    return frozenset(surfaces)
+
+
 def _serve_variants(package: types.ModuleType, variants: types.ModuleType) -> None:
     """`torch._native.variants` becomes the reference's store (a torch that
     has its own hands its selections over and forwards to it), and
@@ -434,8 +467,10 @@ def _serve_variants(package: types.ModuleType, variants: types.ModuleType) -> No
         stock._active = variants._selected
     sys.modules["torch._native.variants"] = variants
     package.variants = variants
-    import torch.backends.python_native as pn
-
+    try:
+        import torch.backends.python_native as pn
+    except ImportError:  # a PyTorch without the front end (2.11): nothing to extend
+        return
     if not hasattr(pn, "set_override_variant"):
         pn.set_override_variant = variants.set_variant
         pn.override_variant = variants.variant

@@ -7,7 +7,8 @@ the implementations its module declares then runs. The selection is kept per
 qualified op (``"ns::op"``), so two ops overridden by one module are chosen
 independently. ``PASSTHROUGH`` is the one name reserved here: the override
 stays installed (its cond still decides) and hands matched calls to the op's
-own implementation.
+own implementation (:func:`native_registry.declared.variant_rows` builds
+overrides that do).
 
 The environment variable ``TORCH_NATIVE_OVERRIDE_VARIANTS`` seeds the
 selection once, when this module is first imported, as

@@ -3,8 +3,10 @@
 // hold their defaults and may be left out, and how each IValue becomes a
 // Python object; the count of schema removals that retires every plan.
 //
-// Owns: those plans and the conversion itself. May not touch: registry
-// state, the GIL (every call here already holds it) or what a callable returns.
+// Owns: those plans, the conversion itself, and SharedArguments (a call's
+// converted arguments kept for its impl once a cond accepted; call_cond reads
+// the cond's answer for that, and only that). May not touch: registry state,
+// the GIL (every call here already holds it) or what an impl returns.
 
 #include "arguments.h"
 
@@ -16,6 +18,7 @@
 
 #include <c10/util/SmallVector.h>
 
+#include <algorithm>
 #include <atomic>
 #include <map>
 #include <string>
@@ -229,6 +232,13 @@ class ArgumentVector {
   ArgumentVector& operator=(const ArgumentVector&) = delete;
   void push(PyObject* owned) { values_[size_++] = owned; }
   PyObject* const* arguments() const { return values_ + 1; }
+  size_t size() const { return size_; }
+  // Hands the values over (the scratch slot first) to `out`, which has room
+  // for size(); owns none from then on.
+  void release_into(PyObject** out) {
+    std::copy(values_, values_ + size_, out);
+    size_ = 1;
+  }
 
  private:
   static constexpr size_t kInline = 9;
@@ -266,6 +276,32 @@ PyObject* keyword_arguments_by_name(const ArgumentPlan& plan, const c10::IValue*
 
 }  // namespace
 
+SharedArguments::~SharedArguments() {
+  for (PyObject** value = values_ + 1; value < values_ + size_; ++value) Py_DECREF(*value);
+}
+
+// Fills a SharedArguments (its members are private to everything else).
+struct SharedArgumentsAccess {
+  static void keep(SharedArguments& shared, ArgumentVector& argv, const c10::IValue* args,
+                   const c10::FunctionSchema& schema, size_t positional, PyObject* names) {
+    shared.size_ = argv.size();
+    if (shared.size_ > SharedArguments::kInline) {
+      shared.heap_ = std::make_unique<PyObject*[]>(shared.size_);
+      shared.values_ = shared.heap_.get();
+    }
+    argv.release_into(shared.values_);
+    shared.filled_ = true;
+    shared.args_ = args;
+    shared.schema_ = &schema;
+    shared.positional_ = positional;
+    shared.names_ = names;
+  }
+  static PyObject* call(const SharedArguments& shared, const py::handle& fn) {
+    return PyObject_Vectorcall(fn.ptr(), shared.values_ + 1,
+                               shared.positional_ | PY_VECTORCALL_ARGUMENTS_OFFSET, shared.names_);
+  }
+};
+
 ArgumentPlans::ArgumentPlans() = default;
 ArgumentPlans::~ArgumentPlans() = default;
 
@@ -286,26 +322,27 @@ ArgumentPlan& ArgumentPlans::rebuild(const c10::FunctionSchema& schema) {
   return *current_;
 }
 
-// torch.library splits the arguments for a Python kernel this way:
-// positional arguments in order up to the last one that differs from its
-// default (trailing defaults are not passed), keyword-only arguments as
-// keywords unless they hold their default. Through vectorcall, so that no
-// argument tuple or keyword dict is built: this and the plan's lookup are
-// the whole per-call cost of a Python cond besides the GIL.
-py::object call_with_arguments(ArgumentPlans& plans, const py::handle& fn,
-                               const c10::OperatorHandle& op,
-                               const std::vector<c10::IValue>& stack) {
-  ArgumentPlan& plan = plans.for_schema(op.schema());
-  PlanInUse in_use(plan);
+namespace {
+
+// The arguments of one call, converted for a Python callable.
+struct Converted {
+  ArgumentVector argv;
+  size_t positional = 0;
+  PyObject* names = nullptr;  // null: no keyword argument is passed
+  explicit Converted(size_t most) : argv(most) {}
+};
+
+// Converts the call's arguments (`args`, `plan`'s schema) into `out`. Inlined
+// into both callers: it is most of a declining Python cond's own cost.
+C10_ALWAYS_INLINE void convert(ArgumentPlan& plan, const c10::IValue* args, Converted& out) {
   const ArgumentPlan::Slot* slots = plan.slots.data();
   const size_t count = plan.slots.size();
-  const c10::IValue* args = stack.data() + (stack.size() - count);
   size_t positional = plan.keyword_start;
   while (positional > plan.always_passed &&
          holds_default(slots[positional - 1], args[positional - 1])) {
     --positional;
   }
-  ArgumentVector argv(count);
+  ArgumentVector& argv = out.argv;
   for (size_t i = 0; i < positional; ++i) argv.push(to_python(slots[i], args[i]));
   PyObject* names = nullptr;
   if (plan.names_by_passed.empty()) {
@@ -319,10 +356,74 @@ py::object call_with_arguments(ArgumentPlans& plans, const py::handle& fn,
     }
     if (passed != 0) names = plan.names_for(passed);
   }
-  PyObject* out = PyObject_Vectorcall(fn.ptr(), argv.arguments(),
-                                      positional | PY_VECTORCALL_ARGUMENTS_OFFSET, names);
+  out.positional = positional;
+  out.names = names;
+}
+
+// What a vectorcall returned, owned; its exception raised.
+py::object returned_by_call(PyObject* out) {
   if (out == nullptr) throw py::error_already_set();
   return py::reinterpret_steal<py::object>(out);
+}
+
+// A cond's answer: the truth of what it returned.
+bool cond_answer(const py::object& value) {
+  const int answer = PyObject_IsTrue(value.ptr());
+  if (answer < 0) throw py::error_already_set();
+  return answer == 1;
+}
+
+// Where the call's arguments lie: the top of its stack.
+const c10::IValue* arguments_of(const c10::FunctionSchema& schema,
+                                const std::vector<c10::IValue>& stack) {
+  return stack.data() + (stack.size() - schema.arguments().size());
+}
+
+}  // namespace
+
+// torch.library splits the arguments for a Python kernel this way:
+// positional arguments in order up to the last one that differs from its
+// default (trailing defaults are not passed), keyword-only arguments as
+// keywords unless they hold their default. Through vectorcall, so that no
+// argument tuple or keyword dict is built: this and the plan's lookup are
+// the whole per-call cost of a Python cond besides the GIL.
+py::object call_with_arguments(ArgumentPlans& plans, const py::handle& fn,
+                               const c10::OperatorHandle& op,
+                               const std::vector<c10::IValue>& stack,
+                               const SharedArguments* shared) {
+  const c10::FunctionSchema& schema = op.schema();
+  const c10::IValue* args = arguments_of(schema, stack);
+  if (shared != nullptr && shared->matches(args, schema)) {
+    return returned_by_call(SharedArgumentsAccess::call(*shared, fn));
+  }
+  ArgumentPlan& plan = plans.for_schema(schema);
+  PlanInUse in_use(plan);
+  Converted converted(plan.slots.size());
+  convert(plan, args, converted);
+  return returned_by_call(PyObject_Vectorcall(fn.ptr(), converted.argv.arguments(),
+                                   converted.positional | PY_VECTORCALL_ARGUMENTS_OFFSET,
+                                   converted.names));
+}
+
+bool call_cond(ArgumentPlans& plans, const py::handle& fn, const c10::OperatorHandle& op,
+               const std::vector<c10::IValue>& stack, SharedArguments* shared) {
+  const c10::FunctionSchema& schema = op.schema();
+  const c10::IValue* args = arguments_of(schema, stack);
+  if (shared != nullptr && shared->matches(args, schema)) {
+    return cond_answer(returned_by_call(SharedArgumentsAccess::call(*shared, fn)));
+  }
+  ArgumentPlan& plan = plans.for_schema(schema);
+  PlanInUse in_use(plan);
+  Converted converted(plan.slots.size());
+  convert(plan, args, converted);
+  const bool accepted = cond_answer(returned_by_call(PyObject_Vectorcall(
+      fn.ptr(), converted.argv.arguments(), converted.positional | PY_VECTORCALL_ARGUMENTS_OFFSET,
+      converted.names)));
+  if (accepted && shared != nullptr && shared->empty()) {
+    SharedArgumentsAccess::keep(*shared, converted.argv, args, schema, converted.positional,
+                                converted.names);
+  }
+  return accepted;
 }
 
 void watch_schema_removals() {

@@ -3,9 +3,9 @@
 // arguments need is worked out once per schema, into an ArgumentPlan, so that
 // a call only converts and compares.
 //
-// Owns: ArgumentPlan(s) and the conversion of a boxed call's arguments to
-// Python (arguments.cpp defines them). May not touch: registry state, or what
-// a callable returns (callables.cpp converts results).
+// Owns: ArgumentPlan(s), the conversion of a boxed call's arguments to
+// Python and SharedArguments (arguments.cpp defines them). May not touch:
+// registry state, or what an impl returns (callables.cpp converts results).
 
 #pragma once
 
@@ -44,11 +44,54 @@ class ArgumentPlans {
   std::vector<std::unique_ptr<ArgumentPlan>> plans_;
 };
 
+// The arguments a Python cond accepted a call with, kept (owned, the GIL
+// held whenever they change hands) for the node's impl and any further cond
+// of the same call, so that the call converts them once: upstream's Python
+// router hands the same objects to a cond and its impl too. One lives on the
+// frame of each host scope (the binding's with_gil), which chooses for one
+// call and runs its impl; a call made from inside that scope chooses in a
+// scope of its own, or has arguments elsewhere on the stacks, which never
+// match (see matches).
+class SharedArguments {
+ public:
+  SharedArguments() = default;
+  ~SharedArguments();  // the GIL is held
+  SharedArguments(const SharedArguments&) = delete;
+  SharedArguments& operator=(const SharedArguments&) = delete;
+
+  // Whether it holds the arguments at `args` (the top of a live stack) of
+  // a call of `schema`.
+  bool matches(const c10::IValue* args, const c10::FunctionSchema& schema) const {
+    return filled_ && args_ == args && schema_ == &schema;
+  }
+  bool empty() const { return !filled_; }
+
+ private:
+  friend struct SharedArgumentsAccess;
+  static constexpr size_t kInline = 10;
+  bool filled_ = false;
+  const c10::IValue* args_ = nullptr;
+  const c10::FunctionSchema* schema_ = nullptr;
+  size_t positional_ = 0;
+  PyObject* names_ = nullptr;        // kwnames: interned for the life of the process
+  PyObject* inline_[kInline];        // [0]: vectorcall's scratch slot, then the values
+  std::unique_ptr<PyObject*[]> heap_;
+  PyObject** values_ = inline_;
+  size_t size_ = 0;
+};
+
 // Calls `fn` with the boxed call's arguments (the top of `stack`) in
-// torch.library's form, with the GIL held; returns what it returned.
+// torch.library's form, with the GIL held; returns what it returned. The
+// arguments come from `shared` when it holds this call's (null: none kept).
 pybind11::object call_with_arguments(ArgumentPlans& plans, const pybind11::handle& fn,
                                      const c10::OperatorHandle& op,
-                                     const std::vector<c10::IValue>& stack);
+                                     const std::vector<c10::IValue>& stack,
+                                     const SharedArguments* shared = nullptr);
+
+// A cond's call: as call_with_arguments, and whether the result is true.
+// An accepting cond leaves its arguments in `shared` if that holds none yet.
+bool call_cond(ArgumentPlans& plans, const pybind11::handle& fn, const c10::OperatorHandle& op,
+               const std::vector<c10::IValue>& stack, SharedArguments* shared);
 
 // Starts counting the dispatcher's schema removals, which retire every plan
 // (see ArgumentPlans). Called once, when the module loads.

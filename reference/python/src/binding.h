@@ -57,28 +57,40 @@ class PyRef {
 
 // ---- the GIL (gil.cpp; the rules are at its head) ----------------------------
 
-// Whether this thread is inside a host scope and still holds the GIL the
-// scope took, as a Python cond and the trace shortcut usually are.
-bool in_host_scope_holding_gil();
+// This thread's innermost host scope (gil.cpp's with_gil): the thread state
+// it took the GIL with, and the arguments an accepting Python cond of its
+// call kept for the impl (see SharedArguments).
+struct HostScope {
+  PyThreadState* state = nullptr;
+  SharedArguments* shared = nullptr;
+};
+
+// The host scope this thread is inside and still holds the GIL of, as a
+// Python cond, a Python impl chosen there and the trace shortcut usually
+// are; else null.
+HostScope* host_scope_holding_gil();
 
 // Holds the GIL for a scope, through CPython's PyGILState API: it costs half
 // of pybind11's gil_scoped_acquire on the call path and interoperates with it.
 // Inside the router's host scope, where the GIL is held already, it only
-// checks that (in_host_scope_holding_gil), which costs a tenth of the
+// checks that (host_scope_holding_gil), which costs a tenth of the
 // PyGILState calls it saves.
 class GilForPython {
  public:
-  GilForPython() : held_(in_host_scope_holding_gil()) {
-    if (!held_) state_ = PyGILState_Ensure();
+  GilForPython() : scope_(host_scope_holding_gil()) {
+    if (scope_ == nullptr) state_ = PyGILState_Ensure();
   }
   ~GilForPython() {
-    if (!held_) PyGILState_Release(state_);
+    if (scope_ == nullptr) PyGILState_Release(state_);
   }
   GilForPython(const GilForPython&) = delete;
   GilForPython& operator=(const GilForPython&) = delete;
 
+  // The arguments kept in the host scope this runs in; null outside one.
+  SharedArguments* shared() const { return scope_ != nullptr ? scope_->shared : nullptr; }
+
  private:
-  bool held_;
+  HostScope* scope_;
   PyGILState_STATE state_{};
 };
 

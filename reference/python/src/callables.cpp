@@ -5,8 +5,8 @@
 // write of a node's field.
 //
 // Owns: PythonCond, PythonImpl, PythonTryInitialize and what they return,
-// python_callables and replaced_callables (which decide divert_when_tracing
-// and needs_host_scope for Python callables). May not touch: registry state
+// python_callables and replaced_callables (which decide divert_when_tracing,
+// needs_host_scope and impl_in_host_scope for Python callables). May not touch: registry state
 // (the caller hands what these build to the core), or the GIL but through
 // GilForPython.
 
@@ -19,14 +19,31 @@ namespace native_registry::python {
 
 namespace {
 
+// Whether a tensor has dimension names: PyTorch's named tensors, which
+// toIValue refuses, exist up to some release (2.11 has them, 2.13 not).
+template <class T>
+bool has_dimension_names(const T& tensor) {
+  if constexpr (requires { tensor.has_names(); }) {
+    return tensor.has_names();
+  } else {
+    return false;
+  }
+}
+
 // One returned value as the IValue the schema promises. toIValue would turn
 // None into an undefined tensor; an impl that returns None for a Tensor is a
-// bug to report, not a result to pass on.
+// bug to report, not a result to pass on. A tensor goes on as it is (what
+// toIValue makes of it, without its generic conversion); a named one goes
+// through toIValue, to be refused as there.
 c10::IValue returned_value(const c10::OperatorHandle& op, const c10::Argument& ret,
                            const py::handle& value) {
-  if (ret.real_type()->kind() == c10::TypeKind::TensorType && !THPVariable_Check(value.ptr())) {
-    throw py::type_error("the impl of " + c10::toString(op.operator_name()) + " returned " +
-                         type_name(value) + " where the schema promises a Tensor");
+  if (ret.real_type()->kind() == c10::TypeKind::TensorType) {
+    if (!THPVariable_Check(value.ptr())) {
+      throw py::type_error("the impl of " + c10::toString(op.operator_name()) + " returned " +
+                           type_name(value) + " where the schema promises a Tensor");
+    }
+    const at::Tensor& tensor = THPVariable_Unpack(value.ptr());
+    if (!has_dimension_names(tensor)) return tensor;
   }
   return torch::jit::toIValue(value, ret.real_type());
 }
@@ -66,13 +83,13 @@ void push_python_result(const c10::OperatorHandle& op, Stack* stack, const py::o
 bool PythonCond::operator()(const c10::OperatorHandle& op, c10::DispatchKeySet,
                             const Stack& stack) const {
   GilForPython gil;
-  return truthy(call_with_arguments(*plans, fn->get(), op, stack));
+  return call_cond(*plans, fn->get(), op, stack, gil.shared());
 }
 
 void PythonImpl::operator()(const c10::OperatorHandle& op, c10::DispatchKeySet,
                             Stack* stack) const {
   GilForPython gil;
-  py::object out = call_with_arguments(*plans, fn->get(), op, *stack);
+  py::object out = call_with_arguments(*plans, fn->get(), op, *stack, gil.shared());
   torch::jit::drop(*stack, op.schema().arguments().size());
   push_python_result(op, stack, out);
 }
@@ -120,6 +137,8 @@ Callables python_callables(const py::object& cond, const py::object& impl,
   // The same nodes need the GIL to choose (a Python cond or runtime
   // check, or the shortcut): the router takes it once for all of them.
   out.options.needs_host_scope = out.options.divert_when_tracing;
+  // A Python impl chosen inside that scope runs there, under the same GIL.
+  out.options.impl_in_host_scope = true;
   out.impl = PythonImpl{hold(impl)};
   return out;
 }
@@ -143,6 +162,7 @@ Callables replaced_callables(const OverrideNode& node, const std::string& field,
   } else if (field == "impl_fn") {
     require_callable("impl_fn", value);
     out.impl = PythonImpl{hold(value)};
+    out.options.impl_in_host_scope = true;
   } else if (field == "try_initialize_runtime") {
     if (value.is_none()) {
       out.options.try_initialize_runtime = nullptr;

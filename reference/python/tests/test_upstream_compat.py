@@ -90,3 +90,36 @@ def test_deregister_removes_an_emptied_router_as_upstream_does(reg):
     assert reg.router_state(*KEY) == "absent" and KEY not in compat._override_libs
     compat.reenable_op_overrides(enable_dsl_names="dsl_a")
     assert reg.router_state(*KEY) == "active"
+
+
+def test_install_as_torch_native_on_a_torch_without_it():
+    """On a PyTorch without torch._native and torch.backends.python_native
+    (2.11), install_as_torch_native serves the registry and the variants in
+    a bare torch._native package and raises nothing; the front end stays
+    absent."""
+    import subprocess
+    import sys
+
+    from torch_fixtures import WITHOUT_TORCH_NATIVE
+
+    script = WITHOUT_TORCH_NATIVE + """
+from native_registry import upstream_compat, variants
+print(sorted(upstream_compat.host_torch_surfaces()))
+package = upstream_compat.install_as_torch_native()
+import torch._native.registry as reg
+from torch._native import variants as served
+print(reg is upstream_compat, served is variants, package is torch._native)
+reg.register_op_override("test_dsl", "aten", "mul.Tensor", "CPU", lambda a, b: True,
+                         lambda a, b: torch.full_like(a, 7.0))
+reg._register_all_overrides()
+print(torch.mul(torch.ones(2), torch.ones(2)).tolist())
+try:
+    import torch.backends.python_native
+except ImportError:
+    print("no front end")
+upstream_compat.install_as_torch_native()  # again: nothing changes
+print(len(reg._graphs[("aten", "mul.Tensor", "CPU")]))
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["[]", "True True True", "[7.0, 7.0]", "no front end", "1"]
