@@ -113,8 +113,14 @@ def suites_for(mutant: mutagen.Mutant, target: Target, ws: Workspace, out: pathl
     expressed in C++ too; then whatever is left of both suites. Most faults
     die in the first, so the whole Python suite runs only for the rest."""
     deselect = baseline.get("deselect", [])
+    # One behaviour's tests get three times what they took in the baseline,
+    # start-up included, as a whole suite does: a fault that hangs them (a
+    # deadlock) is killed in a minute or two, not after the whole suite's limit.
+    took = baseline.get("behaviour_seconds", {}).get(getattr(mutant, "behaviour", None))
+    subset = min(timeouts["python"], max(90.0, 3 * (took + 15) + 30)) if took is not None else timeouts["python"]
     python = lambda behaviour=None: mutants.python_suite(  # noqa: E731
-        out, timeouts["python"], target.impl, target.env, target.suites_from, ws, deselect, behaviour=behaviour)
+        out, subset if behaviour else timeouts["python"], target.impl, target.env, target.suites_from, ws,
+        deselect, behaviour=behaviour)
     cpp = ([("c++ conformance", "c++", lambda: mutants.cpp_suite(out, timeouts["c++"], fail_fast=True, ws=ws))]
            if reaches_cpp_suite(target, mutant.file) else [])
     behaviour = getattr(mutant, "behaviour", None)
@@ -217,6 +223,7 @@ def measure_baseline(target: Target, out: pathlib.Path, own_tests: bool = False,
         baseline[name] = failed
         if name == "python conformance":
             baseline["deselect"] = mutants.baseline_deselect(out)
+            baseline["behaviour_seconds"] = mutants.behaviour_seconds(out)
         # A mutant's run may be slower (a loaded machine, other workspaces'
         # runs beside it) but not three times slower, unless it hangs.
         limit = timeouts[name.split()[0]] = max(60.0, 3 * took + 30)

@@ -11,7 +11,8 @@ an error too.
 What keeps it short (doc/measurements.md has the figures):
 * Faults are taken in file order, so a fault rebuilds one object (that of
   its file, plus the one restored when the file changes) and relinks; the
-  workspaces build without debug information (mutants.MESON_OPTIONS).
+  workspaces build without debug information and the extension file by file
+  with a precompiled header (mutants.MESON_OPTIONS).
 * The Python suite's baseline runs on the extension of --build (the same
   sources) while the workspaces build.
 * The Python layer's faults need no build: beside faults that do, they run
@@ -144,24 +145,24 @@ def run_built(args, chosen: list[SeededFault], spaces: list, out: pathlib.Path, 
     else:
         baseline = mutant_runner.measure_baseline(targets[0], out, which=("python conformance",),
                                                   ws=dataclasses.replace(spaces[0], extension_from=args.build))
-    if baseline is not None:
-        (out / "baseline.json").write_text(json.dumps(baseline))
-        start_beside(out / "baseline.json")
-    elif builder is not None:
-        mutants.kill_live()  # the baseline failed or was interrupted: no build is waited for
+    if baseline is None:
+        if builder is not None:
+            mutants.kill_live()  # the baseline failed or was interrupted: no build is waited for
+            builder.join()
+        return None
+    (out / "baseline.json").write_text(json.dumps(baseline))
+    start_beside(out / "baseline.json")
     if builder is not None:
         builder.join()
         failed = [str(ws.build) for ws in spaces if not built.get(ws)]
         if failed:
             print(f"baseline build failed in {', '.join(failed)}")
             return None
-        cpp = baseline and mutant_runner.measure_baseline(targets[0], out, ws=spaces[0], which=("c++ conformance",))
+        cpp = mutant_runner.measure_baseline(targets[0], out, ws=spaces[0], which=("c++ conformance",))
         if cpp is None:
             return None
         baseline = {**baseline, "c++ conformance": cpp["c++ conformance"],
                     "timeouts": {**baseline["timeouts"], **cpp["timeouts"]}}
-    if baseline is None:
-        return None
     print(f"  baseline done after {duration(time.monotonic() - begin)}; now each fault", flush=True)
     outcomes = mutant_runner.run_all(chosen, {}, out / "faults.jsonl", baseline, False, False,
                                      [(ws, t, out if ws == mutants.FIRST else out / ws.root.name)
@@ -180,10 +181,7 @@ def run(args) -> int:
         faults = [f for f in faults if f["name"] in only]
     begin = time.monotonic()
     stale, chosen = [], []
-    # By file, so consecutive faults rebuild one object; the binding's last:
-    # it is one unity object, whose restoring costs a compile of the whole
-    # extension, paid once at the end instead of at every change of file.
-    for f in sorted(faults, key=lambda f: (f["file"].startswith("reference/python/src/"), f["file"])):
+    for f in sorted(faults, key=lambda f: f["file"]):  # by file: consecutive faults rebuild one object
         count = (mutants.ROOT / f["file"]).read_text().count(f["find"])
         if count != 1:
             stale.append((f, f"`find` occurs {count} times in {f['file']}"))
