@@ -115,9 +115,9 @@ def suites_for(mutant: mutagen.Mutant, target: Target, ws: Workspace, out: pathl
     deselect = baseline.get("deselect", [])
     # One behaviour's tests get three times what they took in the baseline,
     # start-up included, as a whole suite does: a fault that hangs them (a
-    # deadlock) is killed in a minute or two, not after the whole suite's limit.
+    # deadlock) is killed in a minute, not after the whole suite's limit.
     took = baseline.get("behaviour_seconds", {}).get(getattr(mutant, "behaviour", None))
-    subset = min(timeouts["python"], max(90.0, 3 * (took + 15) + 30)) if took is not None else timeouts["python"]
+    subset = min(timeouts["python"], max(60.0, 3 * (took + 10) + 20)) if took is not None else timeouts["python"]
     python = lambda behaviour=None: mutants.python_suite(  # noqa: E731
         out, subset if behaviour else timeouts["python"], target.impl, target.env, target.suites_from, ws,
         deselect, behaviour=behaviour)
