@@ -83,17 +83,10 @@ def evaluate(mutant: mutagen.Mutant, target: Target, ws: Workspace, out: pathlib
         except SyntaxError as exc:
             outcome.verdict, outcome.output_tail = "stillborn", str(exc)
             return outcome
-    suites = []
-    if reaches_cpp_suite(target, mutant.file):
-        suites.append(("c++ conformance",
-                       lambda: mutants.cpp_suite(out, timeouts["c++"], fail_fast=True, ws=ws)))
-    suites.append(("python conformance",
-                   lambda: mutants.python_suite(out, timeouts["python"], target.impl, target.env,
-                                                target.suites_from, ws, baseline.get("deselect", []))))
-    for name, suite in suites:
+    for name, spent, suite in suites_for(mutant, target, ws, out, timeouts, baseline):
         began = time.monotonic()
         failed, output = suite()
-        outcome.seconds[name.split()[0]] = time.monotonic() - began
+        outcome.seconds[spent] = time.monotonic() - began
         failed = [t for t in failed if t not in baseline.get(name, [])]
         outcome.output_tail = tail(output)
         if failed:
@@ -110,6 +103,34 @@ def evaluate(mutant: mutagen.Mutant, target: Target, ws: Workspace, out: pathlib
                 outcome.output_tail = tail(output)
     outcome.seconds["total"] = time.monotonic() - start
     return outcome
+
+
+def suites_for(mutant: mutagen.Mutant, target: Target, ws: Workspace, out: pathlib.Path,
+               timeouts: dict[str, float], baseline: dict) -> list[tuple[str, str, object]]:
+    """The suites a mutant meets, in order, each (name, its key in
+    Outcome.seconds, run): a seeded fault (which names the behaviour it
+    breaks) first meets that behaviour's Python tests, after the C++ suite
+    (seconds, and stopping at its first failure) where the behaviour is
+    expressed in C++ too; then whatever is left of both suites. Most faults
+    die in the first, so the whole Python suite runs only for the rest."""
+    deselect = baseline.get("deselect", [])
+    # One behaviour's tests get three times what they took in the baseline,
+    # start-up included, as a whole suite does: a fault that hangs them (a
+    # deadlock) is killed in a minute, not after the whole suite's limit.
+    took = baseline.get("behaviour_seconds", {}).get(getattr(mutant, "behaviour", None))
+    subset = min(timeouts["python"], max(60.0, 3 * (took + 10) + 20)) if took is not None else timeouts["python"]
+    python = lambda behaviour=None: mutants.python_suite(  # noqa: E731
+        out, subset if behaviour else timeouts["python"], target.impl, target.env, target.suites_from, ws,
+        deselect, behaviour=behaviour)
+    cpp = ([("c++ conformance", "c++", lambda: mutants.cpp_suite(out, timeouts["c++"], fail_fast=True, ws=ws))]
+           if reaches_cpp_suite(target, mutant.file) else [])
+    behaviour = getattr(mutant, "behaviour", None)
+    if not behaviour or not mutants.behaviour_files(behaviour):
+        return cpp + [("python conformance", "python", python)]
+    first = [("python conformance", "python-first", lambda: python(behaviour))]
+    if "cpp" in mutants.behaviour_sides(behaviour):
+        return cpp + first + [("python conformance", "python", python)]
+    return first + cpp + [("python conformance", "python", python)]
 
 
 # The reference's own tests (beyond the conformance suites), by layer.
@@ -170,18 +191,20 @@ def build_all(spaces: list[Workspace], jobs_each: int) -> dict[Workspace, bool]:
     return built
 
 
-def measure_baseline(target: Target, out: pathlib.Path, own_tests: bool = False, ws: Workspace = FIRST
-                     ) -> dict | None:
-    """Runs the suites a mutant of `target` meets on the unmutated tree:
-    their failures (which kill nothing), the Python suite's node ids to
-    deselect, and each suite's timeout (derived from its time). None when a
-    suite crashes (or the own tests fail)."""
-    print("== baseline: the suites on the unmutated implementation", flush=True)
+def measure_baseline(target: Target, out: pathlib.Path, own_tests: bool = False, ws: Workspace = FIRST,
+                     which: tuple[str, ...] = ("c++ conformance", "python conformance")) -> dict | None:
+    """Runs the suites a mutant of `target` meets on the unmutated tree (of
+    those `which` names): their failures (which kill nothing), the Python
+    suite's node ids to deselect, and each suite's timeout (derived from its
+    time). None when a suite crashes (or the own tests fail)."""
+    print(f"== baseline: {' and '.join(which)} on the unmutated implementation", flush=True)
     signal.signal(signal.SIGTERM, interrupt)  # a time limit here too stops the suites it started
     timeouts, baseline = {"build": 900.0}, {"timeouts": {}}
-    suites = [("python conformance", lambda t: mutants.python_suite(out, t, target.impl, target.env,
-                                                                    target.suites_from, ws, fail_fast=False))]
-    if target.layer == "cpp" or target.layer == "faults" and target.needs_build:
+    suites = []
+    if "python conformance" in which:
+        suites.append(("python conformance", lambda t: mutants.python_suite(
+            out, t, target.impl, target.env, target.suites_from, ws, fail_fast=False)))
+    if "c++ conformance" in which and (target.layer == "cpp" or target.layer == "faults" and target.needs_build):
         suites.insert(0, ("c++ conformance", lambda t: mutants.cpp_suite(out, t, ws=ws)))
     if own_tests:
         suites.append(("own tests", lambda t: own_tests_of(target, ws, out, {**timeouts, "own": t})))
@@ -201,6 +224,7 @@ def measure_baseline(target: Target, out: pathlib.Path, own_tests: bool = False,
         baseline[name] = failed
         if name == "python conformance":
             baseline["deselect"] = mutants.baseline_deselect(out)
+            baseline["behaviour_seconds"] = mutants.behaviour_seconds(out)
         # A mutant's run may be slower (a loaded machine, other workspaces'
         # runs beside it) but not three times slower, unless it hangs.
         limit = timeouts[name.split()[0]] = max(60.0, 3 * took + 30)

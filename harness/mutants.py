@@ -11,6 +11,8 @@ the GPU runner (harness/gpu/mutants-on-device).
 from __future__ import annotations
 
 import dataclasses
+import functools
+import importlib.util
 import json
 import os
 import pathlib
@@ -25,7 +27,10 @@ import xml.etree.ElementTree as ET
 import staging
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-WORK = ROOT / "build-mutants"
+# NR_MUTANTS_WORK: another folder for the workspaces, so that two runs (the
+# seeded faults of the Python layer beside those that need a build) never
+# share a copy of the tree.
+WORK = pathlib.Path(os.environ.get("NR_MUTANTS_WORK") or ROOT / "build-mutants")
 SRC, BUILD = WORK / "src", WORK / "build"  # the first workspace's (see Workspace)
 GTEST = {"conformance": "conformance/cpp/conformance_reference"}
 # Only what the conformance suites run: the C++ suite and the extension.
@@ -39,6 +44,12 @@ OWN_FIXTURE = "fixtures/cpp/libnr_cross_extension"
 # reading stale but intact memory.
 FREED_MEMORY_FILLED = {"MALLOC_PERTURB_": "165"}
 TIMEOUT_S = 300
+# How a workspace is configured, so that a fault rebuilds little: no
+# benchmarks; no debug information, which halves the compile time of the one
+# object a fault changes (-O2 stays); the extension file by file with its
+# Python headers precompiled (a binding file in 20 s instead of the whole
+# unity file in 90 s, on this 2-core machine under load).
+MESON_OPTIONS = {"benchmarks": "disabled", "debug": "false", "binding_unity": "false"}
 
 
 def tree_files() -> list[str]:
@@ -105,9 +116,17 @@ def build(timeout: float | None = None, ws: Workspace = FIRST, jobs: int | None 
         native = ws.root / "native.ini"
         native.parent.mkdir(parents=True, exist_ok=True)
         native.write_text(f"[binaries]\npython = '{sys.executable}'\n")
-        subprocess.run([*meson_command(), "setup", str(ws.build), str(ws.src), "-Dbenchmarks=disabled",
+        subprocess.run([*meson_command(), "setup", str(ws.build), str(ws.src),
+                        *(f"-D{name}={value}" for name, value in MESON_OPTIONS.items()),
                         f"--native-file={native}", *shlex.split(os.environ.get("NR_MUTANTS_MESON_ARGS", ""))],
                        check=True, stdout=subprocess.DEVNULL)
+    else:  # a workspace set up before MESON_OPTIONS said what it says now
+        now = configured(ws.build)
+        differing = [f"-D{name}={value}" for name, value in MESON_OPTIONS.items()
+                     if str(now.get(name, value)).lower() != value]
+        if differing:
+            subprocess.run([*meson_command(), "configure", str(ws.build), *differing], check=True,
+                           stdout=subprocess.DEVNULL)
     known = subprocess.run(["ninja", "-C", str(ws.build), "-t", "targets", "all"], capture_output=True,
                            text=True, check=True).stdout.splitlines()
     wanted = [line.split(":")[0] for line in known
@@ -116,6 +135,12 @@ def build(timeout: float | None = None, ws: Workspace = FIRST, jobs: int | None 
     status, _ = run_killable(["ninja", "-C", str(ws.build), *([f"-j{jobs}"] if jobs else []), *wanted],
                              timeout)
     return status == 0
+
+
+def configured(build: pathlib.Path) -> dict:
+    """The options a Meson build folder is configured with, by name."""
+    info = build / "meson-info" / "intro-buildoptions.json"
+    return {o["name"]: o["value"] for o in json.loads(info.read_text())} if info.exists() else {}
 
 
 def run_killable(cmd: list[str], timeout: float | None, **kwargs) -> tuple[int | None, str]:
@@ -225,14 +250,49 @@ def pytest_run(arguments: list[str], out: pathlib.Path, timeout: float, env: dic
 
 def python_suite(out: pathlib.Path, timeout: float = TIMEOUT_S, impl: str = "adapters.reference:make",
                  env: dict | None = None, tree: pathlib.Path | None = None, ws: Workspace = FIRST,
-                 deselect: list[str] = (), fail_fast: bool = True) -> tuple[list[str], str]:
+                 deselect: list[str] = (), fail_fast: bool = True, behaviour: str | None = None
+                 ) -> tuple[list[str], str]:
     """The Python conformance suite against `impl` (the reference importing
     the workspace build's package by default), stopping at the first
     failure of any level unless not `fail_fast`. `deselect`: node ids not
-    run (the baseline's failures, which would otherwise stop it at once)."""
-    return pytest_run(["conformance/python", f"--impl={impl}", f"--conformance-report={out / 'python.jsonl'}",
+    run (the baseline's failures, which would otherwise stop it at once).
+    `behaviour`: only the tests naming it, collected from the files that do
+    (behaviour_files: there must be one)."""
+    where = ["conformance/python"]
+    if behaviour is not None:
+        where = [f"conformance/python/{name}" for name in behaviour_files(behaviour)]
+        where.append(f"--behaviours={behaviour}")
+    return pytest_run([*where, f"--impl={impl}", f"--conformance-report={out / 'python.jsonl'}",
                        *(f"--deselect={nodeid}" for nodeid in deselect)],
                       out, timeout, env, tree, ws, fail_fast)
+
+
+@functools.cache
+def _catalogue():
+    """conformance/python/catalogue.py, loaded by path (its folder is not put on sys.path)."""
+    spec = importlib.util.spec_from_file_location("conformance_catalogue",
+                                                  ROOT / "conformance" / "python" / "catalogue.py")
+    module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)  # dataclasses look it up
+    spec.loader.exec_module(module)
+    return module
+
+
+@functools.cache
+def _python_references() -> dict[str, list[str]]:
+    catalogue = _catalogue()
+    return catalogue.python_references(catalogue.CONFORMANCE / "python")
+
+
+def behaviour_files(behaviour: str) -> list[str]:
+    """The Python conformance test files that name `behaviour` ([] for a
+    behaviour the Python side does not express)."""
+    return sorted(set(_python_references().get(behaviour, [])))
+
+
+def behaviour_sides(behaviour: str) -> tuple[str, ...]:
+    """Where the catalogue says `behaviour` is expressible: cpp, python."""
+    entry = _catalogue().load().get(behaviour)
+    return entry.sides if entry is not None else ()
 
 
 def failing_rows(report: pathlib.Path) -> list[dict]:
@@ -240,6 +300,23 @@ def failing_rows(report: pathlib.Path) -> list[dict]:
     if not report.exists():
         return []
     return [r for r in map(json.loads, report.read_text().splitlines()) if r["outcome"] == "fail"]
+
+
+def behaviour_seconds(out: pathlib.Path) -> dict[str, float]:
+    """Per behaviour, how long its tests took in the last python_suite in
+    `out` (its JUnit times, by its report's rows): what a run of one
+    behaviour's tests is given (mutant_runner.suites_for)."""
+    xml, report = out / "python.xml", out / "python.jsonl"
+    if not xml.exists() or not report.exists():
+        return {}
+    took = {(c.get("classname", "").rsplit(".", 1)[-1], c.get("name")): float(c.get("time") or 0)
+            for c in ET.parse(xml).getroot().iter("testcase")}
+    seconds: dict[str, float] = {}
+    for row in map(json.loads, report.read_text().splitlines()):
+        path, _, name = row.get("nodeid", "").partition("::")
+        for behaviour in row.get("behaviours", []):
+            seconds[behaviour] = seconds.get(behaviour, 0.0) + took.get((pathlib.Path(path).stem, name), 0.0)
+    return seconds
 
 
 def baseline_deselect(out: pathlib.Path) -> list[str]:

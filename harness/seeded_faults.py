@@ -3,26 +3,40 @@
 Each fault of fixtures/faults/faults.toml (a `find` that must occur exactly
 once in its file, and its `replace`) is applied in turn to a workspace's copy
 of the tree (build-mutants/src; --jobs N: N workspaces side by side), run
-against the conformance suites, and the file restored. Like a generated
-mutant (mutant_runner), ordered by file so each rebuild recompiles one
-object (ccache gives the restored one back): a fault of the core rebuilds
-and meets the C++ suite, then the Python suite; a fault of the binding
-rebuilds and meets the Python suite; a fault of the Python layer rebuilds
-nothing. A fault is killed when any test fails (whatever its level), or a
-suite crashes or hangs. Every fault must be killed; a fault whose `find`
-text is not there exactly once is an error too.
-"""
+against the conformance suites, and the file restored. A fault is killed
+when any test fails (whatever its level), or a suite crashes or hangs. Every
+fault must be killed; a fault whose `find` text is not there exactly once is
+an error too.
 
+What keeps it short (doc/measurements.md has the figures):
+* Faults are taken in file order, so a fault rebuilds one object (that of
+  its file, plus the one restored when the file changes) and relinks; the
+  workspaces build without debug information and the extension file by file
+  with a precompiled header (mutants.MESON_OPTIONS).
+* The Python suite's baseline runs on the extension of --build (the same
+  sources) while the workspaces build.
+* The Python layer's faults need no build: beside faults that do, they run
+  in a run of their own (python_layer_run) from the moment that baseline is
+  known, in workspaces of their own.
+* A fault first meets the tests of the behaviour it `breaks`
+  (mutant_runner.suites_for), and the whole suites only if it survives them.
+"""
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
+import pathlib
+import signal
+import subprocess
+import sys
+import threading
 import time
 import tomllib
 
 import mutant_runner
 import mutants
-from mutant_records import figures
+from mutant_records import Outcome, figures
 from mutant_runner import Target
 from progress import duration
 
@@ -45,6 +59,11 @@ class SeededFault:
     kind: str = "seeded"
 
     @property
+    def behaviour(self) -> str:
+        """The behaviour it breaks, whose tests meet it first (mutant_runner.suites_for)."""
+        return self.change
+
+    @property
     def where(self) -> str:
         return self.file
 
@@ -62,6 +81,97 @@ class SeededFault:
         return text.replace(self.find, self.replace)
 
 
+def python_layer_run(args, names: list[str], out: pathlib.Path, baseline: pathlib.Path) -> subprocess.Popen:
+    """The faults of the Python layer, in a run of their own beside this one:
+    they need no build (their suite imports the extension of --build), so
+    they start as soon as the Python suite's baseline is known (`baseline`,
+    which they share), in workspaces of their own (NR_MUTANTS_WORK), while
+    this run builds; their lines come prefixed."""
+    env = {**os.environ, "NR_MUTANTS_WORK": str(mutants.WORK / "faults-python"),
+           "NR_MUTANTS_BASELINE": str(baseline)}
+    child = subprocess.Popen([sys.executable, str(mutants.ROOT / "harness" / "main.py"), "--build", str(args.build),
+                              "--mutants", "faults", "--only", ",".join(names), "--jobs", "1",
+                              "--results", str(out)], env=env, cwd=mutants.ROOT,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def relay() -> None:
+        for line in child.stdout:
+            print(f"  python layer| {line.rstrip()}", flush=True)
+    threading.Thread(target=relay, daemon=True).start()
+    return child
+
+
+def python_layer_outcomes(child: subprocess.Popen, out: pathlib.Path, stop: bool) -> list[Outcome]:
+    """What the Python layer's run recorded, once it has ended; with `stop`
+    (this run failed or was interrupted) it is stopped first: on SIGTERM it
+    restores its files and reports what it ran."""
+    if stop and child.poll() is None:
+        child.terminate()
+    elif child.poll() is None:
+        print("== waiting for the Python layer's faults", flush=True)
+    try:
+        child.wait(timeout=90 if stop else None)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait()
+    records = out / "mutants" / "faults.jsonl"
+    if not records.exists():
+        return []
+    return [Outcome(**json.loads(line)) for line in records.read_text().splitlines() if line]
+
+
+def run_built(args, chosen: list[SeededFault], spaces: list, out: pathlib.Path, begin: float,
+              start_beside=lambda baseline: None) -> list | None:
+    """The faults in `chosen` over the workspaces: their outcomes, None when
+    a build or the baseline fails. The workspaces build (unless every fault
+    is of the Python layer) while the Python suite's baseline runs on the
+    extension of --build (the same sources); `start_beside` gets that
+    baseline's file as soon as it is known. NR_MUTANTS_BASELINE: a baseline
+    measured already (that of the run this one runs beside)."""
+    python_only = all(f.file.endswith(".py") for f in chosen)
+    jobs_each = max(1, (os.cpu_count() or 2) // len(spaces))
+    mutant_runner.prepare(spaces, jobs_each, build=False)
+    built, builder = {}, None
+    if not python_only:
+        print(f"== baseline build in {', '.join(str(ws.root) for ws in spaces)} (the first one takes minutes)",
+              flush=True)
+        builder = threading.Thread(target=lambda: built.update(mutant_runner.build_all(spaces, jobs_each)))
+        builder.start()
+    targets = [Target("faults", sorted({f.file for f in chosen}), {f.file: ws.src / f.file for f in chosen},
+                      needs_build=not python_only) for ws in spaces]
+    given = os.environ.get("NR_MUTANTS_BASELINE")
+    if given:
+        baseline = json.loads(pathlib.Path(given).read_text())
+    else:
+        baseline = mutant_runner.measure_baseline(targets[0], out, which=("python conformance",),
+                                                  ws=dataclasses.replace(spaces[0], extension_from=args.build))
+    if baseline is None:
+        if builder is not None:
+            mutants.kill_live()  # the baseline failed or was interrupted: no build is waited for
+            builder.join()
+        return None
+    (out / "baseline.json").write_text(json.dumps(baseline))
+    start_beside(out / "baseline.json")
+    if builder is not None:
+        builder.join()
+        failed = [str(ws.build) for ws in spaces if not built.get(ws)]
+        if failed:
+            print(f"baseline build failed in {', '.join(failed)}")
+            return None
+        cpp = mutant_runner.measure_baseline(targets[0], out, ws=spaces[0], which=("c++ conformance",))
+        if cpp is None:
+            return None
+        baseline = {**baseline, "c++ conformance": cpp["c++ conformance"],
+                    "timeouts": {**baseline["timeouts"], **cpp["timeouts"]}}
+    print(f"  baseline done after {duration(time.monotonic() - begin)}; now each fault", flush=True)
+    outcomes = mutant_runner.run_all(chosen, {}, out / "faults.jsonl", baseline, False, False,
+                                     [(ws, t, out if ws == mutants.FIRST else out / ws.root.name)
+                                      for ws, t in zip(spaces, targets)])
+    if not python_only:
+        mutant_runner.build_all(spaces, jobs_each)  # leave the copies' builds pristine
+    return outcomes
+
+
 def run(args) -> int:
     out = args.results / "mutants"
     out.mkdir(parents=True, exist_ok=True)
@@ -70,33 +180,38 @@ def run(args) -> int:
     if only:
         faults = [f for f in faults if f["name"] in only]
     begin = time.monotonic()
-    # Faults of the Python layer alone need no build of the workspaces: their
-    # suite imports the extension of --build.
-    python_only = all(f["file"].endswith(".py") for f in faults)
-    spaces = mutants.workspaces(args.jobs, args.build if python_only else None)
-    jobs_each = max(1, (os.cpu_count() or 2) // len(spaces))
-    print(f"== {len(faults)} seeded faults, {len(spaces)} at a time", flush=True)
-    if not mutant_runner.prepare(spaces, jobs_each, build=not python_only):
-        return 1
     stale, chosen = [], []
     for f in sorted(faults, key=lambda f: f["file"]):  # by file: consecutive faults rebuild one object
-        count = (mutants.SRC / f["file"]).read_text().count(f["find"])
+        count = (mutants.ROOT / f["file"]).read_text().count(f["find"])
         if count != 1:
             stale.append((f, f"`find` occurs {count} times in {f['file']}"))
             print(f"  {f['name']:40s} STALE", flush=True)
         else:
             chosen.append(SeededFault(f["file"], f["name"], f["breaks"], f["find"], f["replace"]))
-    targets = [Target("faults", sorted({f.file for f in chosen}), {f.file: ws.src / f.file for f in chosen},
-                      needs_build=not python_only) for ws in spaces]
-    baseline = mutant_runner.measure_baseline(targets[0], out, ws=spaces[0])
-    if baseline is None:
+    # Faults of the Python layer need no build of the workspaces: their suite
+    # imports the extension of --build. Beside faults that do, they run at
+    # once in a run of their own (python_layer_run).
+    layer = [f for f in chosen if f.file.endswith(".py")]
+    beside = layer if layer and len(layer) < len(chosen) else []
+    children: list[subprocess.Popen] = []
+    if beside:
+        chosen = [f for f in chosen if not f.file.endswith(".py")]
+        signal.signal(signal.SIGTERM, mutant_runner.interrupt)  # stops the child too (below)
+    spaces = mutants.workspaces(args.jobs, args.build if all(f.file.endswith(".py") for f in chosen) else None)
+    print(f"== {len(chosen)} seeded faults, {len(spaces)} at a time"
+          + (f"; the Python layer's {len(beside)} beside them" if beside else ""), flush=True)
+    try:
+        outcomes = run_built(args, chosen, spaces, out, begin, lambda baseline: children.append(python_layer_run(
+            args, [f.key for f in beside], args.results / "python-layer", baseline)) if beside else None)
+    except KeyboardInterrupt:
+        outcomes = None
+    failed = outcomes is None
+    if children:
+        stop = failed or len(outcomes) < len(chosen)  # a failure or an interrupt stops the child too
+        outcomes = (outcomes or []) + python_layer_outcomes(children[0], args.results / "python-layer", stop)
+        chosen += beside
+    if failed:
         return 1
-    print(f"  baseline done after {duration(time.monotonic() - begin)}; now each fault", flush=True)
-    outcomes = mutant_runner.run_all(chosen, {}, out / "faults.jsonl", baseline, False, False,
-                                     [(ws, t, out if ws == mutants.FIRST else out / ws.root.name)
-                                      for ws, t in zip(spaces, targets)])
-    if not python_only:
-        mutant_runner.build_all(spaces, jobs_each)  # leave the copies' builds pristine
     by_name = {o.key: o for o in outcomes}
     rows = [(f, "STALE", why) for f, why in stale]
     for fault in chosen:

@@ -102,6 +102,9 @@ def pytest_addoption(parser):
                      help="write per-test behaviour results as JSON lines to this file")
     parser.addoption("--device", default="cpu", choices=sorted(DEVICES),
                      help="the device the device tests run at (conformance/devices.toml)")
+    parser.addoption("--behaviours", default="", metavar="IDS",
+                     help="run only the tests naming one of these comma-separated behaviours (the "
+                          "seeded-fault runner runs a fault's own behaviour first)")
     parser.addoption("--expectations", action="append", default=None, metavar="PATH",
                      help="known failures of the implementation under test (TOML, [[fail]] test/reason/"
                           "revision); replaces expectations/<adapter>.toml; may be repeated")
@@ -216,6 +219,15 @@ def pytest_collection_modifyitems(config, items):
         if reason:
             # Not strict: a known failure that passes is "stale", reported, not fatal.
             item.add_marker(pytest.mark.xfail(reason=f"known failure: {reason}", strict=False))
+    wanted = {bid for bid in config.getoption("--behaviours").split(",") if bid}
+    if wanted:
+        unknown = sorted(wanted - set(CATALOGUE))
+        if unknown:
+            raise pytest.UsageError(f"--behaviours names unknown behaviours: {unknown}")
+        deselected = [item for item in items if not wanted & set(behaviours_of(item))]
+        if deselected:
+            config.hook.pytest_deselected(items=deselected)
+            items[:] = [item for item in items if wanted & set(behaviours_of(item))]
 
 
 def failure_message(report) -> str:

@@ -375,3 +375,43 @@ def test_resume_keeps_only_verdicts_of_this_source_and_with_the_own_tests_when_a
     # --own-tests: a survivor without the own tests' verdict runs again.
     assert set(mutant_records.resumed(records, chosen, "s1", own_tests=True)) == {"k1", "k4"}
     assert mutant_records.tree_source() == mutant_records.tree_source()
+
+
+def test_a_seeded_fault_meets_the_tests_of_the_behaviour_it_breaks_first(tmp_path):
+    """suites_for: the behaviour's Python tests before the whole Python suite,
+    after the C++ suite only where the behaviour is expressed in C++ too; a
+    generated mutant (no behaviour) meets the whole suites. The order is
+    what is checked; no suite runs."""
+    import mutant_runner
+    import seeded_faults
+    target = mutant_runner.Target("faults", [], {})
+    ws = mutants.Workspace(tmp_path)
+    timeouts = {"python": 1.0, "c++": 1.0}
+
+    def order(mutant):
+        return [spent for _, spent, _ in mutant_runner.suites_for(mutant, target, ws, tmp_path, timeouts, {})]
+
+    def fault(file, breaks):
+        return seeded_faults.SeededFault(file, "f", breaks, "x", "y")
+
+    assert "cpp" in mutants.behaviour_sides("routing.first-match-wins")
+    assert order(fault("reference/src/call_path.cpp", "routing.first-match-wins")) == ["c++", "python-first", "python"]
+    python_only = next(b for b, files in mutants._python_references().items()
+                       if files and mutants.behaviour_sides(b) == ("python",))
+    assert order(fault("reference/src/call_path.cpp", python_only)) == ["python-first", "c++", "python"]
+    assert order(fault("reference/python/native_registry/registry.py", python_only)) == ["python-first", "python"]
+    generated = mutagen.mutants_of("reference/src/x.cpp", CPP)[0]
+    assert order(generated) == ["c++", "python"]
+
+
+def test_the_behaviours_option_runs_only_the_tests_naming_them():
+    proc = subprocess.run([sys.executable, "-m", "pytest", "conformance/python/test_routing.py", "--collect-only",
+                           "-q", "-p", "no:cacheprovider", "--behaviours=routing.first-match-wins"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    collected = [line for line in proc.stdout.splitlines() if "::" in line]
+    assert collected and all("first_match" in line for line in collected), collected
+    bad = subprocess.run([sys.executable, "-m", "pytest", "conformance/python/test_routing.py", "--collect-only",
+                          "-q", "-p", "no:cacheprovider", "--behaviours=no.such-behaviour"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert bad.returncode != 0 and "no.such-behaviour" in bad.stdout + bad.stderr
