@@ -23,6 +23,8 @@ import argparse
 import json
 import pathlib
 import sys
+import xml.etree.ElementTree as ET
+from collections import Counter
 
 sys.path.append(str(pathlib.Path(__file__).resolve().parents[1]))  # harness/, for doc_sections
 import doc_sections  # noqa: E402
@@ -77,7 +79,8 @@ def machine_line(facts: dict | None, run: dict | None) -> str:
 
 def matrix_section(doc: dict | None) -> list[str]:
     if doc is None:
-        return ["No results.json came back: the conformance step did not finish (see steps.log)."]
+        return ["No results.json came back: this call did not run the conformance suites, or they did "
+                "not finish (see its log)."]
     columns = [c for c in doc["columns"] if "@" in c]
     if not columns:
         return ["The run has no device column (it ran at cpu only)."]
@@ -135,6 +138,23 @@ ACCEPT_CONDS = {"accept_triton": "a C++ cond", "accept_triton_py": "a Python con
                 "triton_library": "no router: the Triton mul as the op's kernel"}
 
 
+def junit_section(base: pathlib.Path) -> list[str]:
+    """One line per JUnit file of the call's own pytest runs (a shorter call
+    than run-on-device's, say): passed, skipped with their reasons, failed."""
+    lines = []
+    for path in sorted(base.glob("*.xml")):
+        cases = list(ET.parse(path).getroot().iter("testcase"))
+        failed = [c.get("name") for c in cases if c.find("failure") is not None or c.find("error") is not None]
+        reasons = Counter((c.find("skipped").get("message") or "").strip() for c in cases
+                          if c.find("skipped") is not None)
+        skipped = sum(reasons.values())
+        text = f"- `{path.name}`: {len(cases) - skipped - len(failed)} passed, {skipped} skipped"
+        text += "".join(f"; {n} {reason}" for reason, n in reasons.items())
+        text += f", {len(failed)} failed" + (f" ({', '.join(failed)})" if failed else "")
+        lines.append(text + ".")
+    return ["### Tests run in this call", "", *lines, ""] if lines else []
+
+
 def section(base: pathlib.Path, facts_path: pathlib.Path | None, device_seconds: float | None) -> str:
     facts = load_json(facts_path or find(base, "facts.json"))
     doc = load_json(find(base, "results.json"))
@@ -146,8 +166,8 @@ def section(base: pathlib.Path, facts_path: pathlib.Path | None, device_seconds:
         lines[-1] += f" Device time used: {device_seconds:.0f} s."
     if doc is not None:
         lines += ["", doc.get("summary", "")]
-    lines += ["", "### Conformance at the CUDA keys", "", *matrix_section(doc),
-              "", "### CUDA benchmark rows", "", *bench_section(bench),
+    lines += ["", "### Conformance at the CUDA keys", "", *matrix_section(doc), "", *junit_section(base),
+              "### CUDA benchmark rows", "", *bench_section(bench),
               "", "### How to reproduce", "", REPRODUCE]
     return "\n".join(lines) + "\n"
 
