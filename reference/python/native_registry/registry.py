@@ -24,7 +24,7 @@ import contextlib
 import logging
 import weakref
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass, fields as dataclass_fields
 from typing import Any
 
 import torch
@@ -67,7 +67,6 @@ def _always_true(*args: object, **kwargs: object) -> bool:
 # their defaults (torch 2.13's lacks lib_symbol and try_initialize_runtime).
 _NODE_FIELDS = ("dsl_name", "lib_symbol", "op_symbol", "dispatch_key", "cond_fn", "impl_fn",
                 "node_id", "unconditional_override", "active", "try_initialize_runtime")
-_NODE_DEFAULTS = {"unconditional_override": False, "active": True, "try_initialize_runtime": None}
 _TORCH_2_13_NODE_FIELDS = ("dsl_name", "op_symbol", "dispatch_key", "cond_fn", "impl_fn",
                            "node_id", "unconditional_override", "active")
 
@@ -200,6 +199,11 @@ class _OverrideNode:
             f"active={self.active})"
         )
 
+
+# What a node built by hand without them gets: the fields' own defaults, so the
+# class declaration above is their one record.
+_NODE_DEFAULTS = {f.name: f.default for f in dataclass_fields(_OverrideNode)
+                  if f.default is not MISSING}
 
 UserOrderingFn = Callable[[str, str, list[_OverrideNode]], list[_OverrideNode]]
 

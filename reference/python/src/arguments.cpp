@@ -1,14 +1,17 @@
-// The argument plans of arguments.h: per schema, which arguments go
-// positionally and which by keyword (as torch.library passes them), which
-// hold their defaults and may be left out, and how each IValue becomes a
-// Python object; the count of schema removals that retires every plan.
+// A call's arguments converted for a Python cond or impl by its schema's
+// ArgumentPlan (argument_plan.h): positional arguments up to the last that
+// differs from its default, keyword-only ones unless at their default, each
+// IValue as the Python object torch.library would hand a kernel.
 //
-// Owns: those plans, the conversion itself, and SharedArguments (a call's
-// converted arguments kept for its impl once a cond accepted; call_cond reads
-// the cond's answer for that, and only that). May not touch: registry state,
-// the GIL (every call here already holds it) or what an impl returns.
+// Owns: the conversion itself and SharedArguments (a call's converted
+// arguments kept for its impl once a cond accepted; call_cond reads the
+// cond's answer for that, and only that). May not touch: registry state, how
+// plans are built, the GIL (every call here already holds it) or what an
+// impl returns.
 
 #include "arguments.h"
+
+#include "argument_plan.h"
 
 #include <torch/csrc/DynamicTypes.h>
 #include <torch/csrc/Dtype.h>
@@ -16,174 +19,13 @@
 #include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/csrc/utils/tensor_memoryformats.h>
 
-#include <c10/util/SmallVector.h>
-
 #include <algorithm>
-#include <atomic>
-#include <map>
-#include <string>
-#include <unordered_map>
 
 namespace py = pybind11;
 
 namespace native_registry::python {
 
 namespace {
-
-// How many schemas the dispatcher has removed: a plan built before the last
-// removal may describe a schema that is gone (see ArgumentPlans).
-std::atomic<uint64_t> g_schema_removals{0};
-
-class SchemaRemovalCounter final : public c10::OpRegistrationListener {
- public:
-  void onOperatorRegistered(const c10::OperatorHandle&) override {}
-  void onOperatorDeregistered(const c10::OperatorHandle&) override {
-    g_schema_removals.fetch_add(1, std::memory_order_relaxed);
-  }
-};
-
-// Whether a schema type is `kind` or Optional[`kind`].
-bool is_kind(const c10::TypePtr& type, c10::TypeKind kind) {
-  if (type->kind() == kind) return true;
-  const auto optional = type->cast<c10::OptionalType>();
-  return optional && optional->getElementType()->kind() == kind;
-}
-
-// A keyword argument's name as an interned Python str, made once per name
-// (the GIL guards the table; the strings live as long as the process).
-PyObject* keyword_name(const std::string& name) {
-  static auto* names = new std::unordered_map<std::string, PyObject*>();
-  auto it = names->find(name);
-  if (it == names->end()) {
-    PyObject* interned = PyUnicode_InternFromString(name.c_str());
-    if (interned == nullptr) throw py::error_already_set();
-    it = names->emplace(name, interned).first;
-  }
-  return it->second;
-}
-
-// The kwnames tuple vectorcall takes for these keyword names, made once per
-// sequence of names (GIL-guarded, for the life of the process, as the names).
-PyObject* keyword_names_tuple(const c10::SmallVector<PyObject*, 8>& names) {
-  static auto* tuples = new std::map<std::vector<PyObject*>, PyObject*>();
-  std::vector<PyObject*> key(names.begin(), names.end());
-  auto it = tuples->find(key);
-  if (it == tuples->end()) {
-    PyObject* tuple = PyTuple_New(static_cast<Py_ssize_t>(names.size()));
-    if (tuple == nullptr) throw py::error_already_set();
-    for (size_t i = 0; i < names.size(); ++i) {
-      PyTuple_SET_ITEM(tuple, static_cast<Py_ssize_t>(i), Py_NewRef(names[i]));
-    }
-    // PyTuple_New may collect, and so let another thread in to make it too.
-    auto [made, inserted] = tuples->emplace(std::move(key), tuple);
-    if (!inserted) Py_DECREF(tuple);
-    it = made;
-  }
-  return it->second;
-}
-
-}  // namespace
-
-// What a call needs to know of each argument of one schema.
-struct ArgumentPlan {
-  // What an integer argument stands for: the boxed stack holds dtype, layout
-  // and memory_format as integer codes, a Python kernel gets torch objects.
-  enum class Form : uint8_t { kValue, kDtype, kLayout, kMemoryFormat };
-  // The schema default's tag, for the comparisons holds_default makes.
-  enum class Default : uint8_t { kAbsent, kNone, kInt, kDouble, kBool, kOther };
-  struct Slot {
-    Form form = Form::kValue;
-    Default default_tag = Default::kAbsent;
-    c10::IValue fallback;  // the schema default, when default_tag says there is one
-  };
-  // A plan indexes kwnames tuples by the set of keyword-only arguments a
-  // call passes (bit k: the k-th) for up to this many of them; with more
-  // (rare: aten has at most 10) a call looks its tuple up by the names.
-  static constexpr size_t kIndexedKeywords = 8;
-
-  const c10::FunctionSchema* schema = nullptr;
-  uint64_t removals = 0;           // g_schema_removals when it was built
-  std::vector<Slot> slots;         // one per argument, in schema order
-  size_t keyword_start = 0;        // the first keyword-only argument
-  size_t always_passed = 0;        // positional arguments before this one have no default
-  std::vector<PyObject*> keyword_names;  // interned, of the keyword-only arguments
-  std::vector<PyObject*> names_by_passed;  // kwnames tuples, filled as calls need them
-  int calls_inside = 0;            // calls using this plan now (GIL-guarded)
-
-  explicit ArgumentPlan(const c10::FunctionSchema& from)
-      : schema(&from), removals(g_schema_removals.load(std::memory_order_acquire)) {
-    const auto& arguments = from.arguments();
-    keyword_start = arguments.size();
-    while (keyword_start > 0 && arguments[keyword_start - 1].kwarg_only()) --keyword_start;
-    for (size_t i = 0; i < arguments.size(); ++i) {
-      const c10::Argument& argument = arguments[i];
-      Slot slot;
-      const c10::TypePtr& type = argument.real_type();
-      if (is_kind(type, c10::TypeKind::ScalarTypeType)) {
-        slot.form = Form::kDtype;
-      } else if (is_kind(type, c10::TypeKind::LayoutType)) {
-        slot.form = Form::kLayout;
-      } else if (is_kind(type, c10::TypeKind::MemoryFormatType)) {
-        slot.form = Form::kMemoryFormat;
-      }
-      if (const auto& fallback = argument.default_value()) {
-        slot.fallback = *fallback;
-        slot.default_tag = fallback->isNone()     ? Default::kNone
-                           : fallback->isInt()    ? Default::kInt
-                           : fallback->isDouble() ? Default::kDouble
-                           : fallback->isBool()   ? Default::kBool
-                                                  : Default::kOther;
-      } else if (i < keyword_start) {
-        always_passed = i + 1;
-      }
-      if (i >= keyword_start) keyword_names.push_back(keyword_name(argument.name()));
-      slots.push_back(std::move(slot));
-    }
-    if (keyword_names.size() <= kIndexedKeywords) {
-      names_by_passed.assign(size_t{1} << keyword_names.size(), nullptr);
-    }
-  }
-
-  // Whether a call may use this plan for `call_schema`.
-  bool valid_for(const c10::FunctionSchema& call_schema) const {
-    return schema == &call_schema &&
-           removals == g_schema_removals.load(std::memory_order_acquire);
-  }
-
-  // The kwnames tuple for the keyword-only arguments in `passed` (a bit
-  // each), when the plan indexes them (names_by_passed is not empty).
-  PyObject* names_for(uint64_t passed) {
-    PyObject*& tuple = names_by_passed[passed];
-    if (tuple == nullptr) {
-      c10::SmallVector<PyObject*, 8> names;
-      for (size_t k = 0; k < keyword_names.size(); ++k) {
-        if (passed & (uint64_t{1} << k)) names.push_back(keyword_names[k]);
-      }
-      tuple = keyword_names_tuple(names);
-    }
-    return tuple;
-  }
-};
-
-namespace {
-
-// Whether an argument holds its schema default, by the IValue equality
-// torch.library uses (so alpha=1.0 is not the default 1). The tags defaults
-// have most (None, ints, floats, bools) are compared here as IValue::equals
-// compares them, without the IValue it returns.
-bool holds_default(const ArgumentPlan::Slot& slot, const c10::IValue& value) {
-  const c10::IValue& d = slot.fallback;
-  switch (slot.default_tag) {
-    case ArgumentPlan::Default::kAbsent: return false;
-    case ArgumentPlan::Default::kNone: return value.isNone();
-    case ArgumentPlan::Default::kInt: return value.isInt() && d.toInt() == value.toInt();
-    case ArgumentPlan::Default::kDouble:
-      return value.isDouble() && d.toDouble() == value.toDouble();
-    case ArgumentPlan::Default::kBool: return value.isBool() && d.toBool() == value.toBool();
-    case ArgumentPlan::Default::kOther: break;
-  }
-  return d == value;
-}
 
 // One argument as a torch.library Python kernel receives it (and so as
 // upstream's router hands it to a cond), as a new reference: dtype, layout
@@ -302,26 +144,6 @@ struct SharedArgumentsAccess {
   }
 };
 
-ArgumentPlans::ArgumentPlans() = default;
-ArgumentPlans::~ArgumentPlans() = default;
-
-ArgumentPlan& ArgumentPlans::for_schema(const c10::FunctionSchema& schema) {
-  if (current_ != nullptr && current_->valid_for(schema)) [[likely]] return *current_;
-  return rebuild(schema);
-}
-
-// Building a plan allocates Python objects, which may run arbitrary Python
-// (a collection, a finaliser) and so let another thread in, which may build
-// one too: the plan is published only after it is complete, and the plans no
-// call is inside are dropped then.
-ArgumentPlan& ArgumentPlans::rebuild(const c10::FunctionSchema& schema) {
-  auto plan = std::make_unique<ArgumentPlan>(schema);
-  if (current_ != nullptr && current_->valid_for(schema)) return *current_;  // built meanwhile
-  std::erase_if(plans_, [](const auto& old) { return old->calls_inside == 0; });
-  current_ = plans_.emplace_back(std::move(plan)).get();
-  return *current_;
-}
-
 namespace {
 
 // The arguments of one call, converted for a Python callable.
@@ -424,14 +246,6 @@ bool call_cond(ArgumentPlans& plans, const py::handle& fn, const c10::OperatorHa
                                 converted.names);
   }
   return accepted;
-}
-
-void watch_schema_removals() {
-  // Kept for the life of the process: the dispatcher outlives this module.
-  static auto* watch = new c10::RegistrationHandleRAII(
-      c10::Dispatcher::singleton().addRegistrationListener(
-          std::make_unique<SchemaRemovalCounter>()));
-  (void)watch;
 }
 
 }  // namespace native_registry::python

@@ -4,7 +4,8 @@
 // a call only converts and compares.
 //
 // Owns: ArgumentPlan(s), the conversion of a boxed call's arguments to
-// Python and SharedArguments (arguments.cpp defines them). May not touch:
+// Python and SharedArguments (argument_plan.cpp builds the plans,
+// arguments.cpp converts by them). May not touch:
 // registry state, or what an impl returns (callables.cpp converts results).
 
 #pragma once

@@ -1,4 +1,4 @@
-"""The argument plan a Python cond or impl keeps per schema (arguments.cpp):
+"""The argument plan a Python cond or impl keeps per schema (argument_plan.cpp):
 the forms it hands on stay torch.library's when one node sees calls that pass
 different keyword arguments, when the plan's schema is removed and its op
 defined again with another, and on an out= overload."""
