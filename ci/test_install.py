@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -157,12 +158,18 @@ def test_binaries_find_their_libraries_relative_to_themselves(venv, wheel):
 
 
 def test_cmake_program_builds_and_runs_against_the_installed_package(venv, wheel, tmp_path):
+    """fixtures/install/cmake's consumer, and the README's C++ example beside it."""
+    readme = (ROOT / "README.md").read_text().split("## The C++ API", 1)[1]
+    example = tmp_path / "readme_example.cpp"
+    example.write_text(re.search(r"^```cpp\n(.*?)^```", readme, flags=re.M | re.S).group(1))
     prefix = venv_python(venv, "import native_registry; print(native_registry.cmake_prefix_path)").strip()
     build = tmp_path / "cmake"
     run(["cmake", "-S", ROOT / "fixtures/install/cmake", "-B", build, "-DCMAKE_BUILD_TYPE=Release",
-         f"-DCMAKE_PREFIX_PATH={prefix}", f"-DPython3_EXECUTABLE={venv / 'bin/python'}"])
+         f"-DCMAKE_PREFIX_PATH={prefix}", f"-DPython3_EXECUTABLE={venv / 'bin/python'}",
+         f"-DREADME_EXAMPLE={example}"])
     run(["cmake", "--build", build, "-j2"])
     assert run([build / "consumer"], env=clean_env()).strip() == "ok"
+    run([build / "readme_example"], env=clean_env())  # exit 0: the override routed the call
 
 
 def test_pkg_config_names_the_installed_folders(venv, wheel):
