@@ -227,3 +227,25 @@ def test_untaken_python_branches_count_the_conformance_contexts_only(tmp_path, m
     assert area.endswith(": pick")
     assert [(line, untaken) for _, line, untaken, _ in gaps[area]] == [(2, 1)]
     assert coverage_gaps.python_gaps(cov, [str(module)], "own-tests:") != {}
+
+
+def test_the_python_suite_parts_cover_every_file_once_and_join_into_one_report(tmp_path, monkeypatch):
+    import conformance_run
+
+    monkeypatch.setattr(conformance_run.os, "cpu_count", lambda: 2)
+    parts = conformance_run.python_shards("cpu")
+    files = sorted(p for part in parts for p in part)
+    expected = sorted(f"conformance/python/{p.name}" for p in (ROOT / "conformance/python").glob("test_*.py"))
+    assert len(parts) == 2 and files == expected
+    monkeypatch.setattr(conformance_run.os, "cpu_count", lambda: 1)
+    assert conformance_run.python_shards("cpu") == [["conformance/python"]]
+    assert conformance_run.python_shards("cuda") == [["conformance/python"]]
+
+    for i, names in enumerate((["a", "b"], ["c"])):
+        cases = "".join(f'<testcase classname="m{i}" name="{n}" time="1"/>' for n in names)
+        (tmp_path / f"p{i}.xml").write_text(f'<testsuites><testsuite name="pytest" tests="{len(names)}">'
+                                            f"{cases}</testsuite></testsuites>")
+    conformance_run.join_junit([tmp_path / "p0.xml", tmp_path / "p1.xml"], tmp_path / "all.xml")
+    root = ET.parse(tmp_path / "all.xml").getroot()
+    assert [c.get("name") for c in root.iter("testcase")] == ["a", "b", "c"]
+    assert not (tmp_path / "p0.xml").exists() and not (tmp_path / "p1.xml").exists()
