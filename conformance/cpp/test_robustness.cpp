@@ -144,6 +144,51 @@ std::string outcome(const c10::OperatorHandle& op, const at::Tensor& x) {
   std::_Exit(bad == 0 ? 0 : 1);
 }
 
+// Runs in a death-test child: the target defined again with the same schema
+// and the graph installed again. Exits 0 if a call of the new op routes to the
+// override (7s) and its `_native` op runs the impl eagerly and infers the
+// shape on meta tensors, else 1 with what happened.
+[[noreturn]] void install_again_after_redefinition(RegistryAdapter& registry,
+                                                   const std::function<void(const Key&)>& add) {
+  alarm(60);
+  const Key key{kRedefNs, "foo", "CPU"};
+  auto lib = define_foo(false);
+  add(key);
+  registry.install(key);
+  lib.reset();
+  lib = define_foo(false);
+  registry.install(key);
+  int bad = 0;
+  auto foo = c10::Dispatcher::singleton().findSchemaOrThrow((std::string(kRedefNs) + "::foo").c_str(), "");
+  Stack routed{tensor({1, 1})};
+  foo.callBoxed(&routed);
+  if (!same(routed.at(0).toTensor(), tensor({7, 7}))) {
+    std::fputs("the new op's call did not reach the override\n", stderr);
+    ++bad;
+  }
+  std::optional<c10::OperatorHandle> native = registry.native_op(registry.graph(key).at(0));
+  if (!native) std::_Exit(3);
+  try {
+    Stack eager{tensor({1, 1})};
+    native->callBoxed(&eager);
+    if (!same(eager.at(0).toTensor(), tensor({7, 7}))) {
+      std::fputs("the _native op's eager call did not run the impl\n", stderr);
+      ++bad;
+    }
+    Stack meta{at::ones({3}, at::device(at::kMeta))};
+    native->callBoxed(&meta);
+    if (meta.at(0).toTensor().sizes() != at::IntArrayRef{3}) {
+      std::fputs("the _native op's meta call gave another shape\n", stderr);
+      ++bad;
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "the _native op raised: %s\n", e.what());
+    ++bad;
+  }
+  std::fflush(stderr);
+  std::_Exit(bad == 0 ? 0 : 1);
+}
+
 // The background work of the fork test: each kind of control-plane change in
 // turn, until stopped.
 void control_plane_load(RegistryAdapter& registry, const std::function<void()>& add_background,
@@ -257,6 +302,18 @@ TEST_P(Conformance, ARestoreAfterTheTargetWasRedefinedWarnsAndLeavesTheOpRaising
     add(key, constant_cond(true), fill_impl(7), "redef_dsl");
   };
   EXPECT_EXIT(restore_after_redefinition(adapter(), add_override), ::testing::ExitedWithCode(0), "");
+}
+
+TEST_P(Conformance, AGraphInstalledAgainAfterItsTargetWasRedefinedRoutesTheNewOp) {
+  BEHAVIOUR("robustness.reinstall-after-target-redefined");
+  REQUIRE_FEATURE("native-op-meta");
+  REQUIRE_FEATURE("namespaces");
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  auto add_override = [&](const Key& key) {
+    add(key, constant_cond(true), fill_impl(7), "redef_dsl");
+  };
+  EXPECT_EXIT(install_again_after_redefinition(adapter(), add_override),
+              ::testing::ExitedWithCode(0), "");
 }
 
 // Forty children forked while another thread registers, installs, toggles,

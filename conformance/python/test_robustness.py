@@ -108,6 +108,26 @@ def test_a_restore_after_the_target_was_redefined_does_not_revive_the_old_op(imp
     assert results["new op"] == "returned [3.0, 3.0]", results["new op"]
 
 
+@behaviour("robustness.reinstall-after-target-redefined")
+def test_a_graph_installed_again_after_its_target_was_redefined_routes_the_new_op(impl):
+    lines = run_in_fresh_interpreter(impl, script(REDEF_SETUP, """
+        lib._destroy()
+        lib = define("foo(Tensor x) -> Tensor", lambda x: x + 2)   # the same schema, anew
+        impl.install(NS, "foo", "CPU")
+        native = impl.native_op(impl.graph(NS, "foo", "CPU")[0])
+        print("routed: " + outcome(getattr(torch.ops, NS).foo, x))
+        print("eager: " + outcome(native, x))
+        try:
+            print("meta: " + str(tuple(native(torch.ones(3, device="meta")).shape)))
+        except Exception as e:
+            print("meta: raised " + " ".join(str(e).split()))
+    """), timeout=120)
+    results = check_named_error(lines)
+    assert results["routed"] == "returned [7.0, 7.0]", f"the new op's call: {results['routed']}"
+    assert results["eager"] == "returned [7.0, 7.0]", f"the _native op's eager call: {results['eager']}"
+    assert results["meta"] == "(3,)", f"the _native op's meta call: {results['meta']}"
+
+
 @behaviour("robustness.native-op-target-removed")
 def test_a_native_op_whose_target_left_the_dispatcher_raises(impl):
     """Disabled (under the policy that removes an emptied router, upstream's),
