@@ -9,6 +9,7 @@ import os
 import pathlib
 import platform
 import sys
+import tempfile
 import threading
 import time
 import xml.etree.ElementTree as ET
@@ -90,7 +91,14 @@ def run_python(impl: Implementation, results: pathlib.Path, env: dict | None = N
                f"--junitxml={part_xml}", *extra]
         if device != "cpu":
             cmd += ["-m", "device"]
-        statuses[i] = stream(cmd, label, part_log, env=env, progress=pytest_progress)
+        if len(shards) == 1:
+            statuses[i] = stream(cmd, label, part_log, env=env, progress=pytest_progress)
+            return
+        # Each part its own tmp_path root: two sessions numbering and pruning
+        # pytest's shared one at once could remove each other's folders.
+        with tempfile.TemporaryDirectory(prefix=f"nr-conformance-part{i}-") as base:
+            statuses[i] = stream([*cmd, f"--basetemp={base}"], label, part_log, env=env,
+                                 progress=pytest_progress)
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(len(shards))]
     for thread in threads:
