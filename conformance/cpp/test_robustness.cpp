@@ -65,14 +65,21 @@ std::string outcome(const c10::OperatorHandle& op, const at::Tensor& x) {
   }
 }
 
+// The override every redefinition scenario routes through: a cond that
+// always accepts, an impl that fills with 7 (as Conformance::add registers it).
+void add_redef_override(RegistryAdapter& registry, const Key& key) {
+  registry.allow_namespace(key.lib_symbol);
+  registry.register_override({"redef_dsl", key.lib_symbol, key.op_symbol, key.dispatch_key,
+                              constant_cond(true), fill_impl(7), {}, false});
+}
+
 // Runs in a death-test child: exits 0 if the `_native` op's eager and meta
 // calls both raise naming the override, else 1 with what happened.
-[[noreturn]] void call_native_after_redefinition(RegistryAdapter& registry, bool remove_first,
-                                                 const std::function<void(const Key&)>& add) {
+[[noreturn]] void call_native_after_redefinition(RegistryAdapter& registry, bool remove_first) {
   alarm(60);  // a hang fails the test within a minute
   const Key key{kRedefNs, "foo", "CPU"};
   auto lib = define_foo(false);
-  add(key);
+  add_redef_override(registry, key);
   registry.install(key);
   const NodeInfo node = registry.graph(key).at(0);
   std::optional<c10::OperatorHandle> native = registry.native_op(node);
@@ -99,13 +106,12 @@ std::string outcome(const c10::OperatorHandle& op, const at::Tensor& x) {
 // schema in between, then the inner one, whose snapshot had the `_native` op
 // active. Exits 0 if that restore warned naming the override and left the
 // op raising, and the new op computes its own result.
-[[noreturn]] void restore_after_redefinition(RegistryAdapter& registry,
-                                             const std::function<void(const Key&)>& add) {
+[[noreturn]] void restore_after_redefinition(RegistryAdapter& registry) {
   alarm(60);
   const Key key{kRedefNs, "foo", "CPU"};
   auto lib = define_foo(false);
   std::unique_ptr<Scope> outer = registry.scope();
-  add(key);
+  add_redef_override(registry, key);
   registry.install(key);
   const NodeInfo node = registry.graph(key).at(0);
   std::optional<c10::OperatorHandle> native = registry.native_op(node);
@@ -148,12 +154,11 @@ std::string outcome(const c10::OperatorHandle& op, const at::Tensor& x) {
 // and the graph installed again. Exits 0 if a call of the new op routes to the
 // override (7s) and its `_native` op runs the impl eagerly and infers the
 // shape on meta tensors, else 1 with what happened.
-[[noreturn]] void install_again_after_redefinition(RegistryAdapter& registry,
-                                                   const std::function<void(const Key&)>& add) {
+[[noreturn]] void install_again_after_redefinition(RegistryAdapter& registry) {
   alarm(60);
   const Key key{kRedefNs, "foo", "CPU"};
   auto lib = define_foo(false);
-  add(key);
+  add_redef_override(registry, key);
   registry.install(key);
   lib.reset();
   lib = define_foo(false);
@@ -274,10 +279,7 @@ TEST_P(Conformance, ANativeOpWhoseTargetWasRedefinedRaisesNamingTheOverride) {
   REQUIRE_FEATURE("native-op-meta");
   REQUIRE_FEATURE("namespaces");
   GTEST_FLAG_SET(death_test_style, "threadsafe");
-  auto add_override = [&](const Key& key) {
-    add(key, constant_cond(true), fill_impl(7), "redef_dsl");
-  };
-  EXPECT_EXIT(call_native_after_redefinition(adapter(), false, add_override),
+  EXPECT_EXIT(call_native_after_redefinition(adapter(), false),
               ::testing::ExitedWithCode(0), "");
 }
 
@@ -286,10 +288,7 @@ TEST_P(Conformance, ANativeOpWhoseTargetLeftTheDispatcherRaises) {
   REQUIRE_FEATURE("native-op-meta");
   REQUIRE_FEATURE("namespaces");
   GTEST_FLAG_SET(death_test_style, "threadsafe");
-  auto add_override = [&](const Key& key) {
-    add(key, constant_cond(true), fill_impl(7), "redef_dsl");
-  };
-  EXPECT_EXIT(call_native_after_redefinition(adapter(), true, add_override),
+  EXPECT_EXIT(call_native_after_redefinition(adapter(), true),
               ::testing::ExitedWithCode(0), "");
 }
 
@@ -298,10 +297,7 @@ TEST_P(Conformance, ARestoreAfterTheTargetWasRedefinedWarnsAndLeavesTheOpRaising
   REQUIRE_FEATURE("native-op-meta");
   REQUIRE_FEATURE("namespaces");
   GTEST_FLAG_SET(death_test_style, "threadsafe");
-  auto add_override = [&](const Key& key) {
-    add(key, constant_cond(true), fill_impl(7), "redef_dsl");
-  };
-  EXPECT_EXIT(restore_after_redefinition(adapter(), add_override), ::testing::ExitedWithCode(0), "");
+  EXPECT_EXIT(restore_after_redefinition(adapter()), ::testing::ExitedWithCode(0), "");
 }
 
 TEST_P(Conformance, AGraphInstalledAgainAfterItsTargetWasRedefinedRoutesTheNewOp) {
@@ -309,10 +305,7 @@ TEST_P(Conformance, AGraphInstalledAgainAfterItsTargetWasRedefinedRoutesTheNewOp
   REQUIRE_FEATURE("native-op-meta");
   REQUIRE_FEATURE("namespaces");
   GTEST_FLAG_SET(death_test_style, "threadsafe");
-  auto add_override = [&](const Key& key) {
-    add(key, constant_cond(true), fill_impl(7), "redef_dsl");
-  };
-  EXPECT_EXIT(install_again_after_redefinition(adapter(), add_override),
+  EXPECT_EXIT(install_again_after_redefinition(adapter()),
               ::testing::ExitedWithCode(0), "");
 }
 
