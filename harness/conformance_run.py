@@ -9,10 +9,7 @@ import os
 import pathlib
 import platform
 import sys
-import tempfile
-import threading
 import time
-import xml.etree.ElementTree as ET
 
 from implementations import Implementation
 from progress import ROOT, gtest_progress, pytest_progress, stream
@@ -20,6 +17,7 @@ import catalogue as catalogue_module
 import check as catalogue_check
 import matrix
 import report_html
+import suite_parts
 
 
 def device_suffix(device: str) -> str:
@@ -43,46 +41,16 @@ def run_cpp(impl: Implementation, build: pathlib.Path, results: pathlib.Path,
     return status, rows
 
 
-# The Python suite's files whose tests start interpreters of their own (a child
-# per takeover case, the ordering-and-log-handler child, spawned workers): about
-# half the suite's time. With two cores or more they run in a pytest process
-# beside the one that runs the rest, and the two reports are joined.
-RUN_BESIDE = ("test_takeover.py", "test_lifetimes.py")
-
-
-def python_shards(device: str) -> list[list[str]]:
-    """The pytest processes of one Python suite run, each as its paths."""
-    suite = ROOT / "conformance" / "python"
-    beside = [f"conformance/python/{name}" for name in RUN_BESIDE if (suite / name).exists()]
-    if device != "cpu" or (os.cpu_count() or 1) < 2 or not beside:
-        return [["conformance/python"]]
-    rest = [f"conformance/python/{p.name}" for p in sorted(suite.glob("test_*.py"))
-            if p.name not in RUN_BESIDE]
-    return [rest, beside]
-
-
-def join_junit(parts: list[pathlib.Path], into: pathlib.Path) -> None:
-    """One JUnit file holding every part's test suites; the parts removed."""
-    root = ET.Element("testsuites")
-    for part in parts:
-        if part.exists():
-            got = ET.parse(part).getroot()
-            root.extend(got if got.tag == "testsuites" else [got])
-            part.unlink()
-    ET.ElementTree(root).write(into, encoding="utf-8", xml_declaration=True)
-
-
 def run_python(impl: Implementation, results: pathlib.Path, env: dict | None = None,
                extra: tuple[str, ...] = (), device: str = "cpu") -> tuple[int, list[dict]]:
     # At another device than cpu only the device tests (marker `device`) run.
     stem = impl.file_stem + device_suffix(device)
-    report, xml, log = (results / f"python-{stem}.{kind}" for kind in ("jsonl", "xml", "log"))
-    shards = python_shards(device)
-    parts = [(report, xml, log)] if len(shards) == 1 else [
-        tuple(results / f"python-{stem}.part{i}.{kind}" for kind in ("jsonl", "xml", "log"))
-        for i in range(len(shards))]
+    files = tuple(results / f"python-{stem}.{kind}" for kind in ("jsonl", "xml", "log"))
+    report = files[0]
+    shards = suite_parts.python_shards(device)
+    parts = suite_parts.part_files(files, len(shards))
     label = f"py {impl.label}{device_suffix(device)}"
-    statuses = [0] * len(shards)
+    statuses: list[int | None] = [0] * len(shards)
 
     def run(i: int) -> None:
         part_report, part_xml, part_log = parts[i]
@@ -91,30 +59,14 @@ def run_python(impl: Implementation, results: pathlib.Path, env: dict | None = N
                f"--junitxml={part_xml}", *extra]
         if device != "cpu":
             cmd += ["-m", "device"]
-        if len(shards) == 1:
-            statuses[i] = stream(cmd, label, part_log, env=env, progress=pytest_progress)
-            return
-        # Each part its own tmp_path root: two sessions numbering and pruning
-        # pytest's shared one at once could remove each other's folders.
-        with tempfile.TemporaryDirectory(prefix=f"nr-conformance-part{i}-") as base:
-            statuses[i] = stream([*cmd, f"--basetemp={base}"], label, part_log, env=env,
-                                 progress=pytest_progress)
+        with suite_parts.own_basetemp(len(shards), i) as basetemp:
+            statuses[i] = stream([*cmd, *basetemp], label, part_log, env=env, progress=pytest_progress)
 
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(shards))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    if len(shards) > 1:
-        report.write_text("".join(p[0].read_text() for p in parts if p[0].exists()))
-        log.write_text("".join(p[2].read_text() for p in parts if p[2].exists()))
-        for part_report, _, part_log in parts:
-            part_report.unlink(missing_ok=True)
-            part_log.unlink(missing_ok=True)
-        join_junit([p[1] for p in parts], xml)
+    suite_parts.side_by_side(len(shards), run)
+    suite_parts.join_parts(parts, files)
     # pytest's exit codes: 0 passed, 1 tests failed, 5 nothing collected (a
     # part that a selection emptied), others: the run itself broke.
-    status = max(0 if s == 5 and len(shards) > 1 else s for s in statuses)
+    status = suite_parts.joined_status(statuses)
     rows = matrix.python_rows(report) if report.exists() else []
     for row in rows:  # the harness's label, unique even where adapters share a name
         row["implementation"] = impl.label

@@ -25,6 +25,7 @@ import threading
 import xml.etree.ElementTree as ET
 
 import staging
+import suite_parts
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 # NR_MUTANTS_WORK: another folder for the workspaces, so that two runs (the
@@ -224,26 +225,41 @@ def package_env(ws: Workspace, out: pathlib.Path) -> dict:
         sources=ws.src / "reference" / "python" / "native_registry"))
 
 
-def pytest_run(arguments: list[str], out: pathlib.Path, timeout: float, env: dict | None,
-               tree: pathlib.Path | None, ws: Workspace, fail_fast: bool = True) -> tuple[list[str], str]:
-    """pytest on `arguments` in `tree` (the workspace's copy by default),
-    importing the workspace build's package unless `env` is given: (failing
-    tests, output). A failure of any level fails (ANY_FAILURE_FAILS)."""
+def pytest_run(parts: list[list[str]], out: pathlib.Path, timeout: float, env: dict | None,
+               tree: pathlib.Path | None, ws: Workspace, fail_fast: bool = True,
+               conformance_report: bool = False) -> tuple[list[str], str]:
+    """pytest in `tree` (the workspace's copy by default), importing the
+    workspace build's package unless `env` is given: (failing tests, output).
+    Each of `parts` is one pytest process's arguments; several run side by
+    side (suite_parts), their reports joined into out/python.xml (and, with
+    `conformance_report`, the conformance report out/python.jsonl). A
+    failure of any level fails (ANY_FAILURE_FAILS)."""
     tree = ws.src if tree is None else tree
     env = package_env(ws, out) if env is None else env
-    xml, report = out / "python.xml", out / "python.jsonl"
-    xml.unlink(missing_ok=True)
-    report.unlink(missing_ok=True)
-    status, output = run_killable(
-        [sys.executable, "-m", "pytest", *arguments, "-q", *(["-x"] if fail_fast else []),
-         "-p", "no:cacheprovider", f"--junitxml={xml}"],
-        timeout, cwd=tree, env={**env, **FREED_MEMORY_FILLED, **ANY_FAILURE_FAILS})
+    files = (out / "python.xml", out / "python.jsonl")
+    for f in files:
+        f.unlink(missing_ok=True)
+    each = suite_parts.part_files(files, len(parts))
+    ran: list[tuple[int | None, str]] = [(None, "")] * len(parts)
+
+    def run(i: int) -> None:
+        xml, report = each[i]
+        cmd = [sys.executable, "-m", "pytest", *parts[i], "-q", *(["-x"] if fail_fast else []),
+               "-p", "no:cacheprovider", f"--junitxml={xml}",
+               *([f"--conformance-report={report}"] if conformance_report else [])]
+        with suite_parts.own_basetemp(len(parts), i) as basetemp:
+            ran[i] = run_killable([*cmd, *basetemp], timeout, cwd=tree,
+                                  env={**env, **FREED_MEMORY_FILLED, **ANY_FAILURE_FAILS})
+
+    suite_parts.side_by_side(len(parts), run, on_interrupt=kill_live)
+    suite_parts.join_parts(each, files)
+    status, output = suite_parts.joined_status([s for s, _ in ran]), "\n".join(o for _, o in ran)
     if status is None:
         return ["<timeout>"], output
     # The conformance report's rows say "fail" for a failure of any level
     # (another implementation's adapter may run its own conftest): both count.
-    missed = [r["test"] for r in failing_rows(report)]
-    failed = (sorted(set(failing_gtests(xml)) | set(missed))
+    missed = [r["test"] for r in failing_rows(files[1])]
+    failed = (sorted(set(failing_gtests(files[0])) | set(missed))
               or ([f"<exit {status}>"] if status else []))
     return failed, output
 
@@ -257,14 +273,17 @@ def python_suite(out: pathlib.Path, timeout: float = TIMEOUT_S, impl: str = "ada
     failure of any level unless not `fail_fast`. `deselect`: node ids not
     run (the baseline's failures, which would otherwise stop it at once).
     `behaviour`: only the tests naming it, collected from the files that do
-    (behaviour_files: there must be one)."""
-    where = ["conformance/python"]
+    (behaviour_files: there must be one). A whole run that stops at nothing
+    (a baseline) runs as the conformance run's parts, side by side."""
+    parts = [["conformance/python"]]
     if behaviour is not None:
-        where = [f"conformance/python/{name}" for name in behaviour_files(behaviour)]
-        where.append(f"--behaviours={behaviour}")
-    return pytest_run([*where, f"--impl={impl}", f"--conformance-report={out / 'python.jsonl'}",
-                       *(f"--deselect={nodeid}" for nodeid in deselect)],
-                      out, timeout, env, tree, ws, fail_fast)
+        parts = [[*(f"conformance/python/{name}" for name in behaviour_files(behaviour)),
+                  f"--behaviours={behaviour}"]]
+    elif not fail_fast:
+        parts = suite_parts.python_shards("cpu")
+    options = [f"--impl={impl}", *(f"--deselect={nodeid}" for nodeid in deselect)]
+    return pytest_run([[*part, *options] for part in parts], out, timeout, env, tree, ws, fail_fast,
+                      conformance_report=True)
 
 
 @functools.cache
@@ -317,6 +336,15 @@ def behaviour_seconds(out: pathlib.Path) -> dict[str, float]:
         for behaviour in row.get("behaviours", []):
             seconds[behaviour] = seconds.get(behaviour, 0.0) + took.get((pathlib.Path(path).stem, name), 0.0)
     return seconds
+
+
+def serial_seconds(xml: pathlib.Path) -> float:
+    """What a JUnit file's test suites took one after the other: a suite run
+    as parts side by side took less wall time than a mutant's run of it in
+    one process will."""
+    if not xml.exists():
+        return 0.0
+    return sum(float(s.get("time") or 0) for s in ET.parse(xml).getroot().iter("testsuite"))
 
 
 def baseline_deselect(out: pathlib.Path) -> list[str]:

@@ -237,4 +237,11 @@ def run(args) -> int:
     for f, v, d in rows:
         if v != "killed":
             print(f"  {v}: {f['name']}: {d}")
+    # A fault its behaviour's tests do not kill costs a whole Python suite
+    # (minutes): its `breaks` names the wrong behaviour, or that behaviour's
+    # tests miss what it breaks.
+    wide = [o.key for o in outcomes if "python" in o.seconds]
+    if wide:
+        print(f"  note: {len(wide)} faults met the whole Python suite, their behaviour's tests not killing "
+              f"them: {', '.join(wide)}")
     return 0 if killed == len(rows) else 1

@@ -19,6 +19,7 @@ sys.path.insert(0, str(ROOT / "conformance" / "python"))
 import catalogue  # noqa: E402
 import coverage_report  # noqa: E402
 import matrix  # noqa: E402
+import mutants  # noqa: E402
 import progress  # noqa: E402
 import report_html  # noqa: E402
 
@@ -230,22 +231,42 @@ def test_untaken_python_branches_count_the_conformance_contexts_only(tmp_path, m
 
 
 def test_the_python_suite_parts_cover_every_file_once_and_join_into_one_report(tmp_path, monkeypatch):
-    import conformance_run
+    import suite_parts
 
-    monkeypatch.setattr(conformance_run.os, "cpu_count", lambda: 2)
-    parts = conformance_run.python_shards("cpu")
+    monkeypatch.setattr(suite_parts.os, "cpu_count", lambda: 2)
+    parts = suite_parts.python_shards("cpu")
     files = sorted(p for part in parts for p in part)
     expected = sorted(f"conformance/python/{p.name}" for p in (ROOT / "conformance/python").glob("test_*.py"))
     assert len(parts) == 2 and files == expected
-    monkeypatch.setattr(conformance_run.os, "cpu_count", lambda: 1)
-    assert conformance_run.python_shards("cpu") == [["conformance/python"]]
-    assert conformance_run.python_shards("cuda") == [["conformance/python"]]
+    monkeypatch.setattr(suite_parts.os, "cpu_count", lambda: 1)
+    assert suite_parts.python_shards("cpu") == [["conformance/python"]]
+    assert suite_parts.python_shards("cuda") == [["conformance/python"]]
 
+    whole = (tmp_path / "python.jsonl", tmp_path / "python.xml")
+    assert suite_parts.part_files(whole, 1) == [whole]
+    each = suite_parts.part_files(whole, 2)
+    assert [p.name for part in each for p in part] == ["python.part0.jsonl", "python.part0.xml",
+                                                       "python.part1.jsonl", "python.part1.xml"]
     for i, names in enumerate((["a", "b"], ["c"])):
         cases = "".join(f'<testcase classname="m{i}" name="{n}" time="1"/>' for n in names)
-        (tmp_path / f"p{i}.xml").write_text(f'<testsuites><testsuite name="pytest" tests="{len(names)}">'
-                                            f"{cases}</testsuite></testsuites>")
-    conformance_run.join_junit([tmp_path / "p0.xml", tmp_path / "p1.xml"], tmp_path / "all.xml")
-    root = ET.parse(tmp_path / "all.xml").getroot()
+        each[i][1].write_text(f'<testsuites><testsuite name="pytest" tests="{len(names)}" time="{len(names)}.5">'
+                              f"{cases}</testsuite></testsuites>")
+        each[i][0].write_text("".join(f'{{"test": "{n}"}}\n' for n in names))
+    suite_parts.join_parts(each, whole)
+    root = ET.parse(whole[1]).getroot()
     assert [c.get("name") for c in root.iter("testcase")] == ["a", "b", "c"]
-    assert not (tmp_path / "p0.xml").exists() and not (tmp_path / "p1.xml").exists()
+    assert whole[0].read_text().splitlines() == ['{"test": "a"}', '{"test": "b"}', '{"test": "c"}']
+    assert not any(p.exists() for part in each for p in part)
+    # A mutant's whole run is one process: its time limit derives from the
+    # parts' times one after the other, not from the run's wall time.
+    assert mutants.serial_seconds(whole[1]) == 2.5 + 1.5
+
+
+def test_a_run_of_parts_fails_when_one_does_and_times_out_when_one_does():
+    import suite_parts
+
+    assert suite_parts.joined_status([0, 0]) == 0
+    assert suite_parts.joined_status([0, 1]) == 1
+    assert suite_parts.joined_status([5, 0]) == 0, "a part a selection emptied is no failure"
+    assert suite_parts.joined_status([5]) == 5, "a whole run that collected nothing is"
+    assert suite_parts.joined_status([None, 1]) is None
