@@ -282,9 +282,9 @@ def run_all(chosen: list, equivalents: dict[str, str], records: pathlib.Path, ba
 
 
 class Runner:
-    """Runs the sample in order over the workspaces, one thread each; each
-    takes the next mutant when it is done with one. Outcomes are recorded
-    (the .jsonl) and printed as they come."""
+    """Runs the sample over the workspaces, one thread each; each takes its
+    next mutant (Runner.take) when it is done with one. Outcomes are
+    recorded (the .jsonl) and printed as they come."""
 
     def __init__(self, chosen: list[mutagen.Mutant], equivalents: dict[str, str], records: pathlib.Path,
                  timeouts: dict[str, float], baseline: dict[str, list[str]], done: dict[str, Outcome],
@@ -292,6 +292,7 @@ class Runner:
         self.commit, self.own_tests = commit, own_tests
         numbered = list(enumerate(chosen, 1))
         self.pending = [(i, m) for i, m in numbered if m.key not in done]
+        self.at: dict[Workspace, str] = {}  # the file each workspace's last mutant changed
         self.total, self.equivalents, self.records = len(chosen), equivalents, records
         self.timeouts, self.baseline = timeouts, baseline
         self.outcomes: list[tuple[int, Outcome]] = [(i, done[m.key]) for i, m in numbered if m.key in done]
@@ -317,14 +318,32 @@ class Runner:
         if self.errors:
             raise self.errors[0]
 
+    def take(self, ws: Workspace) -> tuple[int, mutagen.Mutant] | None:
+        """The next mutant for `ws` (under self.lock): one of the file its
+        last mutant changed, else the first of a file no other workspace is
+        at, else the first. A mutant of another file than the last costs a
+        second compile, the restored file's; with the mutants in file order
+        and each workspace keeping to its files, that happens once per file
+        rather than at almost every mutant."""
+        if not self.pending:
+            return None
+        at = {f for w, f in self.at.items() if w != ws}
+        pick = next((k for k, (_, m) in enumerate(self.pending) if m.file == self.at.get(ws)), None)
+        if pick is None:
+            pick = next((k for k, (_, m) in enumerate(self.pending) if m.file not in at), 0)
+        index, mutant = self.pending.pop(pick)
+        self.at[ws] = mutant.file
+        return index, mutant
+
     def work(self, ws: Workspace, target: Target, out: pathlib.Path) -> None:
         out.mkdir(parents=True, exist_ok=True)
         try:
             while not self.stop.is_set():
                 with self.lock:
-                    if not self.pending:
-                        return
-                    index, mutant = self.pending.pop(0)
+                    taken = self.take(ws)
+                if taken is None:
+                    return
+                index, mutant = taken
                 path = target.place[mutant.file]
                 pristine = path.read_text()
                 try:

@@ -272,6 +272,24 @@ def test_a_seeded_fault_meets_the_tests_of_the_behaviour_it_breaks_first(tmp_pat
     assert order(generated) == ["c++", "python"]
 
 
+def test_each_workspace_keeps_to_the_files_of_its_mutants(tmp_path):
+    """Runner.take: a workspace takes the mutants of the file its last one
+    changed (one compile each), else the first of a file no other workspace
+    is at; a file's last mutants go to whichever workspace is free."""
+    import mutant_runner
+    import seeded_faults
+    chosen = [seeded_faults.SeededFault(file, f"{file}{n}", "b", "x", "y")
+              for file, n in ("a1", "a2", "a3", "b1", "b2", "c1", "d1")]
+    runner = mutant_runner.Runner(chosen, {}, tmp_path / "r.jsonl", {}, {}, {})
+    one, two = mutants.Workspace(tmp_path / "one"), mutants.Workspace(tmp_path / "two")
+    taken = [(ws, runner.take(ws)[1].key) for ws in (one, two, one, two, one, two, two)]
+    assert [key for _, key in taken] == ["a1", "b1", "a2", "b2", "a3", "c1", "d1"]
+    assert runner.take(one) is None
+    # Nothing of its own file or a free one left: it shares another's file.
+    runner = mutant_runner.Runner(chosen[:3], {}, tmp_path / "r.jsonl", {}, {}, {})
+    assert [runner.take(ws)[1].key for ws in (one, two, two)] == ["a1", "a2", "a3"]
+
+
 def test_the_behaviours_option_runs_only_the_tests_naming_them():
     proc = subprocess.run([sys.executable, "-m", "pytest", "conformance/python/test_routing.py", "--collect-only",
                            "-q", "-p", "no:cacheprovider", "--behaviours=routing.first-match-wins"],
