@@ -54,6 +54,12 @@ std::unique_ptr<torch::Library> define_foo(bool three_arguments) {
   return lib;
 }
 
+// The op define_foo defines, as the dispatcher has it now (after a
+// redefinition: the new one).
+c10::OperatorHandle foo_op() {
+  return c10::Dispatcher::singleton().findSchemaOrThrow((std::string(kRedefNs) + "::foo").c_str(), "");
+}
+
 // "raised <message>" or "returned".
 std::string outcome(const c10::OperatorHandle& op, const at::Tensor& x) {
   Stack stack{x};
@@ -139,7 +145,7 @@ void add_redef_override(RegistryAdapter& registry, const Key& key) {
     std::fprintf(stderr, "the _native op after the restore: %s\n", what.c_str());
     ++bad;
   }
-  auto foo = c10::Dispatcher::singleton().findSchemaOrThrow((std::string(kRedefNs) + "::foo").c_str(), "");
+  auto foo = foo_op();
   Stack stack{tensor({1, 1}), tensor({1, 1}), tensor({1, 1})};
   foo.callBoxed(&stack);
   if (!same(stack.at(0).toTensor(), tensor({4, 4}))) {
@@ -164,7 +170,7 @@ void add_redef_override(RegistryAdapter& registry, const Key& key) {
   lib = define_foo(false);
   registry.install(key);
   int bad = 0;
-  auto foo = c10::Dispatcher::singleton().findSchemaOrThrow((std::string(kRedefNs) + "::foo").c_str(), "");
+  auto foo = foo_op();
   Stack routed{tensor({1, 1})};
   foo.callBoxed(&routed);
   if (!same(routed.at(0).toTensor(), tensor({7, 7}))) {
