@@ -25,17 +25,51 @@ from __future__ import annotations
 
 import importlib
 import types
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from . import registry, variants
 
 
 def _rows(module: types.ModuleType) -> list[tuple]:
+    """The rows of ``_OVERRIDES``, each checked for its shape: a tuple or list
+    ``(op_symbol, cond, impl, ...)`` with a non-empty str op_symbol and a
+    callable cond and impl (ValueError naming the row otherwise), so that
+    registering them cannot stop part-way for a malformed row."""
+    name = module.__name__
     rows = getattr(module, "_OVERRIDES", None)
     if rows is None:
-        raise ValueError(f"{module.__name__} declares no _OVERRIDES")
-    return [tuple(row) for row in rows]
+        raise ValueError(f"{name} declares no _OVERRIDES")
+    if isinstance(rows, (str, bytes)) or not isinstance(rows, Iterable):
+        raise ValueError(f"{name}: _OVERRIDES must be a sequence of rows "
+                         f"(op_symbol, cond, impl, ...), got {type(rows).__name__}")
+    checked = []
+    for index, row in enumerate(rows):
+        if not isinstance(row, (tuple, list)) or len(row) < 3:
+            raise ValueError(f"{name}: _OVERRIDES row {index} must be a tuple (op_symbol, cond, "
+                             f"impl, ...), got {row!r}")
+        op_symbol, cond, impl = row[:3]
+        if not isinstance(op_symbol, str) or not op_symbol:
+            raise ValueError(f"{name}: _OVERRIDES row {index} names no op: its op_symbol is "
+                             f"{op_symbol!r}")
+        for part, value in (("cond", cond), ("impl", impl)):
+            if not callable(value):
+                raise ValueError(f"{name}: _OVERRIDES row {index} ({op_symbol}) has a "
+                                 f"{part} that is not callable: {value!r}")
+        checked.append(tuple(row))
+    return checked
+
+
+def _import_defining(name: str, defining: str) -> None:
+    """Import the module that defines the declared ops; ValueError naming it
+    when it cannot be found (or is named relatively, which has no package
+    to be relative to here)."""
+    if defining.startswith("."):
+        raise ValueError(f"{name}: _DEFINING_MODULE {defining!r} is relative; name it in full")
+    try:
+        importlib.import_module(defining)
+    except ImportError as e:
+        raise ValueError(f"{name}: _DEFINING_MODULE {defining!r} cannot be imported: {e}") from e
 
 
 def check(module: types.ModuleType) -> None:
@@ -52,8 +86,8 @@ def check(module: types.ModuleType) -> None:
         raise ValueError(f"{name} declares no _NAMESPACE")
     if not isinstance(defining, str) or not defining:
         raise ValueError(f"{name} declares no _DEFINING_MODULE")
-    importlib.import_module(defining)
     ops = [row[0] for row in _rows(module)]
+    _import_defining(name, defining)
     for op_symbol in ops:
         if registry._resolve_overload(namespace, op_symbol) is None:
             raise ValueError(f"{name} registers {namespace}::{op_symbol}, which does not "
@@ -62,6 +96,9 @@ def check(module: types.ModuleType) -> None:
     if table is None:
         return
     defaults = getattr(module, "_DEFAULT_VARIANTS", None)
+    if not isinstance(table, Mapping) or not all(isinstance(v, Mapping) for v in table.values()):
+        raise ValueError(f"{name}: _VARIANTS must map each op to a mapping of its variants by "
+                         f"name, got {table!r}")
     if set(table) != set(ops):
         raise ValueError(f"{name}: _VARIANTS covers {sorted(table)}, but the module registers "
                          f"{sorted(ops)}")
@@ -85,11 +122,24 @@ def register(module: types.ModuleType, dsl_name: str, dispatch_key: str, *,
     ``_OVERRIDES`` (``op_symbol, cond, impl``) by ``dsl_name`` at
     ``dispatch_key`` in its namespace, through ``target`` (a module with
     upstream's register_op_override; the reference's registry by default).
-    Nothing is registered if the check fails."""
+
+    All or nothing: nothing is registered if the check fails, and if the
+    registry refuses a row (a refused dispatch key, a namespace off the
+    allowlist, ...) the rows registered before it are taken back, through
+    ``target``'s snapshot() and restore() (the reference's registry has
+    them; a target without them gets the check only), and the refusal is
+    raised."""
     check(module)
-    for op_symbol, cond, impl, *_ in _rows(module):
-        target.register_op_override(dsl_name, module._NAMESPACE, op_symbol, dispatch_key,
-                                    cond, impl)
+    rows = _rows(module)
+    saved = target.snapshot() if hasattr(target, "snapshot") and hasattr(target, "restore") else None
+    try:
+        for op_symbol, cond, impl, *_ in rows:
+            target.register_op_override(dsl_name, module._NAMESPACE, op_symbol, dispatch_key,
+                                        cond, impl)
+    except BaseException:
+        if saved is not None:
+            target.restore(saved)
+        raise
 
 
 def choose(qualified_op: str, declared: Mapping[str, Any], default: str) -> Any:

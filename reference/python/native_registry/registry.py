@@ -125,17 +125,15 @@ class _NodeField:
             if self.default is self._MISSING:
                 raise AttributeError(self.name)
             return self.default
-        handle = node._handle
-        if handle is None:
+        if node._handle is None:
             return getattr(node, self.slot)
-        return _bound_field(handle, self.name)
+        return _bound_field(_live_handle(node), self.name)
 
     def __set__(self, node: _OverrideNode, value: Any) -> None:
-        handle = node._handle
-        if handle is None:
+        if node._handle is None:
             object.__setattr__(node, self.slot, value)
         elif self.name in self._CALLABLES:
-            node._handle = _C.replace_callable(handle, self.name, value)
+            _rebind(node, _C.replace_callable(_live_handle(node), self.name, value))
         elif self.name == "active":
             raise AttributeError(
                 "active of a registered node follows the filters; use "
@@ -212,6 +210,26 @@ UserOrderingFn = Callable[[str, str, list[_OverrideNode]], list[_OverrideNode]]
 _views: weakref.WeakValueDictionary[str, _OverrideNode] = weakref.WeakValueDictionary()
 
 
+def _live_handle(node: _OverrideNode) -> _C.Node:
+    """The C++ node a bound object stands for now. Two objects may be bound to
+    one node (its view, and a copy an ordering function put in its place);
+    the cached view follows every callable write, so read through it."""
+    handle = node._handle
+    view = _views.get(handle.node_id)
+    return handle if view is None or view._handle is None else view._handle
+
+
+def _rebind(node: _OverrideNode, handle: _C.Node) -> None:
+    """Bind `node` to `handle`, the node now in the graph of that node_id
+    (new callables); the cached view follows, or `node` becomes it."""
+    node._handle = handle
+    view = _views.get(handle.node_id)
+    if view is None:
+        _views[handle.node_id] = node
+    else:
+        view._handle = handle
+
+
 def _node_of(handle: _C.Node) -> _OverrideNode:
     """The node object users see for a C++ node, registered from Python or C++.
     Its fields are read from the C++ node whenever they are read."""
@@ -274,12 +292,25 @@ def _resolve_overload(lib_symbol: str, op_symbol: str) -> torch._ops.OpOverload 
     """The OpOverload ``lib_symbol::op_symbol`` names ("bmm" is bmm.default,
     "add.Tensor" that overload), in any namespace, or None while the op is
     not in the dispatcher (an op Python defines resolves once its defining
-    module ran). Upstream main's signature (jkzhang7/pytorch @ 6be35214)."""
+    module ran). Upstream main's signature (jkzhang7/pytorch @ 6be35214).
+
+    None for anything else too: a non-string, a name that is some other
+    attribute of torch.ops (a class, a method of a namespace or a packet),
+    a packet without that overload; never an exception."""
+    if not isinstance(lib_symbol, str) or not isinstance(op_symbol, str):
+        return None
     name, _, overload = op_symbol.partition(".")
     try:
-        return getattr(getattr(getattr(torch.ops, lib_symbol), name), overload or "default")
-    except (AttributeError, RuntimeError):
+        found = getattr(getattr(getattr(torch.ops, lib_symbol), name), overload or "default")
+        if not isinstance(found, torch._ops.OpOverload):
+            return None
+        # torch.ops caches what it handed out; the dispatcher says whether the
+        # op is still defined (an op a C++ library defined can go uncached).
+        schema = found._schema
+        torch._C._dispatch_find_schema_or_throw(schema.name, schema.overload_name)
+    except Exception:  # a name torch.ops cannot take (a lone surrogate, ...) as well
         return None
+    return found
 
 
 def _reaches_key(dispatch_key: str, args: tuple, kwargs: dict) -> bool:
@@ -354,6 +385,28 @@ def _chain_signature(key: GraphKey, handles: list) -> tuple:
                                       id(h.try_initialize_runtime)) for h in handles))
 
 
+# Where a router kernel says it was registered (torch::Library's debug text:
+# its __FILE__ and __LINE__ in the core's router.cpp).
+_ROUTER_DEBUG_FILE = "router.cpp:"
+
+
+def _router_is_the_kernel(key: GraphKey, overload: torch._ops.OpOverload) -> bool:
+    """Whether the router of `key` is what the op runs at its key. It is not
+    once the op was undefined and defined again with a kernel of its own
+    there (that kernel shadows the old router, which stays registered): the
+    table then must not turn the new op into the old op's overrides."""
+    dispatch_key = getattr(torch._C.DispatchKey, key[2], None)
+    if dispatch_key is None:
+        return True  # a key torch does not name: nothing to compare with
+    schema = overload._schema
+    name = schema.name + (f".{schema.overload_name}" if schema.overload_name else "")
+    try:
+        kernel = torch._C._dispatch_get_computed_kernel_for_dispatch_key(name, dispatch_key)
+    except RuntimeError:
+        return False
+    return _ROUTER_DEBUG_FILE in repr(kernel)
+
+
 def _decomp_overrides() -> dict[object, Callable[..., Any]]:
     """One router per installed router that routes through a non-empty chain,
     derived from the C++ registry now."""
@@ -362,7 +415,7 @@ def _decomp_overrides() -> dict[object, Callable[..., Any]]:
     for key in _C.router_keys():
         handles = _C.published_chain(key)
         overload = _resolve_overload(key[0], key[1])
-        if not handles or overload is None:
+        if not handles or overload is None or not _router_is_the_kernel(key, overload):
             continue
         signature = _chain_signature(key, handles)
         cached = _compile_routers.get(key)
@@ -467,18 +520,73 @@ def reenable_op_overrides(
     _C.reenable_op_overrides(dsl, ops, keys)
 
 
+# What a copy of a registered node (dataclasses.replace, as upstream's nodes
+# are dataclasses) may change: its callables. The rest names the node's graph,
+# its `_native` op and what the filters match; `active` follows the filters.
+_COPY_FIXED_FIELDS = ("dsl_name", "lib_symbol", "op_symbol", "dispatch_key",
+                      "unconditional_override")
+
+
+class _ReorderRefused(BaseException):
+    """Raised from within an ordering callback to end the reordering with no
+    change (the binding aborts on anything not an Exception); carries the
+    error to raise."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _copy_changes(item: _OverrideNode, handle: _C.Node, where: str) -> dict[str, Any]:
+    """The callables a copy of the node `handle` carries that the node does not
+    (by identity), checked as a write of them would be, so that applying them
+    cannot fail half-way. TypeError / ValueError naming the field otherwise."""
+    for name in _COPY_FIXED_FIELDS:
+        mine, theirs = getattr(item, name), getattr(handle, name)
+        if mine != theirs:
+            raise ValueError(f"ordering function returned a copy of node {handle.node_id} of "
+                             f"{where} with {name}={mine!r} (the node has {theirs!r}); a copy "
+                             "may change only cond_fn, impl_fn and try_initialize_runtime")
+    changes = {}
+    for name in _NodeField._CALLABLES:
+        value = getattr(item, name)
+        if value is _bound_field(handle, name):
+            continue
+        if name == "try_initialize_runtime" and value is not None and handle.unconditional_override:
+            raise ValueError(f"ordering function returned a copy of node {handle.node_id} of "
+                             f"{where} with a try_initialize_runtime, which an unconditional "
+                             "override cannot have")
+        if not (callable(value) or (name == "try_initialize_runtime" and value is None)):
+            raise TypeError(f"ordering function returned a copy of node {handle.node_id} of "
+                            f"{where} whose {name} is not callable: {value!r}")
+        changes[name] = value
+    return changes
+
+
 def reorder_graphs_from_user_function(
     fn: UserOrderingFn, *, reregister_overrides: bool = False
 ) -> None:
     """Replace every graph by ``fn(op_symbol, dispatch_key, graph)``.
 
+    ``fn`` may return the graph's nodes or copies of them
+    (``dataclasses.replace(node, impl_fn=...)``, as upstream's nodes are
+    dataclasses): a copy stands for the node of its node_id, and its
+    callables become that node's (routing takes them at the graph's next
+    install, as after a write of them; the node's view shows them, and the
+    copy becomes bound to the node). A copy that changes anything but its
+    callables is refused.
+
     If ``fn`` raises or returns something other than a list of this graph's
-    nodes, a warning containing "Graph transformation failed" is logged and
-    the graph is kept. With ``reregister_overrides``, changed graphs are
+    nodes (or copies), a warning containing "Graph transformation failed" is
+    logged and the graph is kept, callables included. With
+    ``reregister_overrides``, changed graphs (order or callables) are
     installed again.
     """
     if not callable(fn):
         raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+
+    # key -> (the handles returned, [(copy, its node's handle, new callables)]).
+    copies: dict[GraphKey, tuple[list, list]] = {}
 
     # An Exception from fn is a failed transformation (a warning, the graph
     # kept); KeyboardInterrupt, SystemExit and the like end the reordering,
@@ -487,15 +595,61 @@ def reorder_graphs_from_user_function(
         result = fn(op_symbol, dispatch_key, [_node_of(h) for h in handles])
         if not isinstance(result, list):
             return result  # the C++ side reports the wrong type
-        out = []
+        by_id = {h.node_id: h for h in handles}
+        where = f"{handles[0].lib_symbol}::{op_symbol}/{dispatch_key}" if handles else op_symbol
+        out, changed = [], []
         for item in result:
-            if not isinstance(item, _OverrideNode) or item._handle is None:
+            if not isinstance(item, _OverrideNode):
                 raise TypeError(f"ordering function returned {type(item).__name__} {item!r}, "
-                                "not a registered node")
-            out.append(item._handle)
+                                "not a node")
+            if item._handle is not None:
+                out.append(_live_handle(item))  # the C++ side checks it is this graph's
+                continue
+            node_id = item.node_id
+            handle = by_id.get(node_id) if isinstance(node_id, str) else None
+            if handle is None:
+                raise TypeError(f"ordering function returned {item!r}, which is neither a "
+                                f"registered node nor a copy of a node of {where}")
+            changes = _copy_changes(item, handle, where)
+            if changes:
+                changed.append((item, handle, changes))
+            out.append(handle)
+        if changed:
+            if len({id(h) for h in out}) != len(out):
+                raise TypeError(f"ordering function returned a node of {where} twice")
+            key = handles[0].key
+            if reregister_overrides and _resolve_overload(key[0], key[1]) is None:
+                # The core installs reordered graphs all or nothing; so must
+                # the graphs given new callables here: end it before any change.
+                raise _ReorderRefused(AttributeError(
+                    f"op '{key[0]}::{key[1]}' not found; is the namespace '{key[0]}' loaded "
+                    "(its library defined or imported) and the op symbol spelled with its "
+                    "overload?"))
+            copies[key] = (out, changed)
         return out
 
-    _C.reorder_graphs(on_handles, "changed" if reregister_overrides else "nothing")
+    try:
+        _C.reorder_graphs(on_handles, "changed" if reregister_overrides else "nothing")
+    except _ReorderRefused as refused:
+        raise refused.error from None
+    applied = []
+    for key, (out, changed) in copies.items():
+        current = _C.graph(key)
+        if len(current) != len(out) or any(a is not b for a, b in zip(current, out)):
+            # Refused; the core warned where the order changed, not where only
+            # the callables did.
+            if [h.node_id for h in current] == [h.node_id for h in out]:
+                log.warning("Graph transformation failed for %s::%s/%s: the graph changed while "
+                            "the ordering function ran. Preserving the current graph.", *key)
+            continue
+        for item, handle, changes in changed:
+            for name, value in changes.items():
+                handle = _C.replace_callable(handle, name, value)
+            _rebind(item, handle)
+        applied.append(key)
+    if reregister_overrides:
+        for key in applied:
+            _C.install_graph(key, False)
 
 
 def get_dsl_operations(dsl_name: str, lib_symbol: str = "aten") -> list[str]:
