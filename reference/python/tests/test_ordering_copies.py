@@ -1,0 +1,118 @@
+"""The reference's answer to issue 27, item 6, beyond what the conformance
+suite can ask of every implementation: a copy of a node that an ordering
+function returns gives the C++ node its callables (never refused), the node's
+view and the copy both show them, and the copy becomes bound to the node."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+import torch
+
+from torch_fixtures import mul
+from native_registry import _C
+
+KEY = ("aten", "mul.Tensor", "CPU")
+
+
+def accept(*a, **k):
+    return True
+
+
+def fill(value):
+    return lambda a, *rest: torch.full_like(a, value)
+
+
+def test_a_copys_callables_become_the_nodes_and_route(reg, caplog):
+    seven, nine = fill(7.0), fill(9.0)
+    reg.register_op_override("dsl_a", *KEY, accept, seven)
+    reg.register_all_overrides()
+    (view,) = reg.graph(*KEY)
+    kept = []
+
+    def copies(op_symbol, dispatch_key, graph):
+        kept.extend(dataclasses.replace(n, impl_fn=nine) for n in graph)
+        return list(kept)
+
+    with caplog.at_level(logging.WARNING, logger="native_registry.registry"):
+        reg.reorder_graphs_from_user_function(copies, reregister_overrides=True)
+    assert not caplog.records, [r.getMessage() for r in caplog.records]
+    (copy,) = kept
+    # One record: the C++ node's; the view held before and the copy read it.
+    assert _C.graph(KEY)[0].impl_fn is nine
+    assert view.impl_fn is nine and copy.impl_fn is nine
+    assert reg.graph(*KEY)[0] is view
+    assert copy.node_id == view.node_id
+    assert torch.equal(mul(), torch.full((2,), 9.0))
+    _C.check_invariants()
+
+
+def test_the_bound_copy_and_the_view_stay_one_node(reg):
+    """A write through either object reaches the C++ node, and the other
+    object reads it: neither holds a node the graph no longer has."""
+    seven, eight, nine = fill(7.0), fill(8.0), fill(9.0)
+    reg.register_op_override("dsl_a", *KEY, accept, seven)
+    reg.register_all_overrides()
+    (view,) = reg.graph(*KEY)
+    kept = []
+
+    def copies(op_symbol, dispatch_key, graph):
+        kept.extend(dataclasses.replace(n, impl_fn=nine) for n in graph)
+        return list(kept)
+
+    reg.reorder_graphs_from_user_function(copies)
+    (copy,) = kept
+    copy.impl_fn = eight            # the copy is bound: a write reaches the graph
+    assert view.impl_fn is eight
+    view.impl_fn = seven            # and back through the view
+    assert copy.impl_fn is seven
+    reg.register_all_overrides()
+    assert torch.equal(mul(), torch.full((2,), 7.0))
+    _C.check_invariants()
+
+
+def test_a_copy_changes_nothing_until_installed_without_reregister(reg):
+    seven, nine = fill(7.0), fill(9.0)
+    reg.register_op_override("dsl_a", *KEY, accept, seven)
+    reg.register_all_overrides()
+    reg.reorder_graphs_from_user_function(
+        lambda op, key, graph: [dataclasses.replace(n, impl_fn=nine) for n in graph])
+    assert reg.graph(*KEY)[0].impl_fn is nine
+    assert torch.equal(mul(), torch.full((2,), 7.0)), "the router took the copy before an install"
+    reg.register_all_overrides()
+    assert torch.equal(mul(), torch.full((2,), 9.0))
+
+
+def test_a_copy_of_a_predicate_node_keeps_its_predicate_routing(reg):
+    """A copy reads a C++ predicate as a new Python object each time; taking
+    it again gives the node an equal predicate, not a Python cond."""
+    from native_registry import predicates as P
+
+    nine = fill(9.0)
+    reg.register_op_override("dsl_a", *KEY, P.dtype_in(torch.float16), fill(7.0))
+    reg.register_all_overrides()
+    reg.reorder_graphs_from_user_function(
+        lambda op, key, graph: [dataclasses.replace(n, impl_fn=nine) for n in graph],
+        reregister_overrides=True)
+    half = torch.ones(2, dtype=torch.float16)
+    assert torch.equal(half * half, torch.full((2,), 9.0, dtype=torch.float16))
+    assert torch.equal(mul(), torch.tensor([8.0, 15.0]))  # float32 declines
+    assert isinstance(_C.graph(KEY)[0].cond_fn, _C.predicates.Predicate)
+
+
+def test_the_decomposition_table_skips_a_router_another_kernel_shadows(reg):
+    """The check behind dropping redefined targets: a router is in the table
+    only while it is the op's kernel at its key."""
+    reg.register_op_override("dsl_a", *KEY, accept, fill(7.0))
+    reg.register_all_overrides()
+    op = torch.ops.aten.mul.Tensor
+    assert op in reg.native_decomp_table(overrides_only=True)
+    lib = torch.library.Library("aten", "IMPL")
+    try:
+        lib.impl("mul.Tensor", lambda a, b: torch.full_like(a, 3.0), "CPU")
+        assert torch.equal(mul(), torch.full((2,), 3.0))
+        assert op not in reg.native_decomp_table(overrides_only=True)
+    finally:
+        lib._destroy()
+    assert op in reg.native_decomp_table(overrides_only=True)
