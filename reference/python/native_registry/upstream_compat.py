@@ -102,7 +102,23 @@ class _GraphsView(MutableMapping):
         return [_reference._node_of(h) for h in _C.graph(tuple(key))]
 
     def __setitem__(self, key: GraphKey, nodes: Iterable[_OverrideNode]) -> None:
-        _C.replace_graph(tuple(key), [_handle_of(node) for node in nodes])
+        nodes = list(nodes)
+        fresh = [(node, node.node_id) for node in nodes
+                 if isinstance(node, _OverrideNode) and node._handle is None]
+        if not fresh:
+            _C.replace_graph(tuple(key), [_handle_of(node) for node in nodes])
+            return
+        # All or nothing: hand-made nodes registered here are unregistered
+        # again, and unbound, if the assignment is refused.
+        saved = _reference.snapshot()
+        try:
+            _C.replace_graph(tuple(key), [_handle_of(node) for node in nodes])
+        except BaseException:
+            _reference.restore(saved)
+            for node, node_id in fresh:
+                node._handle = None
+                node.node_id = node_id
+            raise
 
     def __delitem__(self, key: GraphKey) -> None:
         if key not in self:
@@ -331,9 +347,12 @@ def _keys_named(dsl_names, op_symbols, dispatch_keys) -> set:
 
 def _reinstall(keys: set) -> None:
     """Upstream re-registers every graph a filter change names, installed
-    before or not, each on a fresh capture."""
+    before or not. A graph whose router is in the dispatcher already has the
+    new chain (the core published it with the filter change): installing it
+    again would rewrite the dispatcher's table while other threads call the
+    op. Only graphs without a router are installed."""
     for key in sorted(keys):
-        if key in _graphs:
+        if key in _graphs and _C.router_state(tuple(key)) == "absent":
             _install_graph(key)
 
 
@@ -403,28 +422,32 @@ def install_as_torch_native() -> types.ModuleType:
     module in place and moves nothing. The reference's log records go to this
     module's logger from then on, the one code written for
     ``torch._native.registry`` listens on."""
-    import native_registry
+    # Submodules only: this runs while `native_registry` itself may still be
+    # importing (early activation with native_registry imported before torch).
     from . import takeover, variants
+    from .ordering_env import get_user_ordering_fn
 
     this = sys.modules[__name__]
-    try:
-        import torch._native as package
-    except ImportError:  # a PyTorch without torch._native: a bare package
-        package = types.ModuleType("torch._native")
-        package.__path__ = []  # a package, so `import torch._native.registry` resolves
-    replaced = sys.modules.get("torch._native.registry")
-    if replaced is not None and replaced is not this:
-        # Before take_over re-points the replaced module's own names.
-        _repoint_bound_names(replaced.__name__, replaced)
-        takeover.take_over(replaced, this)
-    package.registry = this
-    package.get_user_ordering_fn = native_registry.get_user_ordering_fn
-    package._unconditional_masked = _unconditional_masked
-    sys.modules["torch._native"] = package
-    sys.modules["torch._native.registry"] = this
-    torch._native = package
-    _reference.log = log
-    _serve_variants(package, variants)
+    with takeover.LOCK:  # one takeover at a time; a second caller finds it done
+        try:
+            import torch._native as package
+        except ImportError:  # a PyTorch without torch._native: a bare package
+            package = types.ModuleType("torch._native")
+            package.__path__ = []  # a package, so `import torch._native.registry` resolves
+        replaced = sys.modules.get("torch._native.registry")
+        if replaced is not None and replaced is not this:
+            # Plans, and refuses, before anything changes: a refusal leaves
+            # torch's module, its helpers and the dispatcher as they were.
+            if takeover.take_over(replaced, this):
+                _repoint_bound_names(replaced.__name__, replaced)
+        package.registry = this
+        package.get_user_ordering_fn = get_user_ordering_fn
+        package._unconditional_masked = _unconditional_masked
+        sys.modules["torch._native"] = package
+        sys.modules["torch._native.registry"] = this
+        torch._native = package
+        _reference.log = log
+        _serve_variants(package, variants)
     return package
 
 

@@ -83,13 +83,25 @@ def test_override_libs_and_decomp_overrides_are_derived(reg):
     assert torch.ops.aten.mul.Tensor not in compat._native_decomp_overrides
 
 
-def test_deregister_removes_an_emptied_router_as_upstream_does(reg):
+def test_filter_changes_publish_chains_and_leave_the_dispatcher_alone(reg):
+    """Upstream reinstalls every graph a filter change names; here an
+    installed router keeps its place in the dispatcher (other threads may be
+    calling the op) and takes the new chain; only a graph without a router
+    is installed."""
     reg.register_op_override("dsl_a", *KEY, lambda *a, **k: True, _ninety_nine)
     compat._register_all_overrides()
+    router = _C.router_id(KEY)
     compat.deregister_op_overrides(disable_dsl_names="dsl_a")
-    assert reg.router_state(*KEY) == "absent" and KEY not in compat._override_libs
+    assert KEY not in compat._override_libs  # nothing routes
+    assert reg.router_state(*KEY) == "dormant" and _C.router_id(KEY) == router
+    assert torch.mul(torch.ones(2), torch.ones(2)).tolist() == [1.0, 1.0]
     compat.reenable_op_overrides(enable_dsl_names="dsl_a")
-    assert reg.router_state(*KEY) == "active"
+    assert reg.router_state(*KEY) == "active" and _C.router_id(KEY) == router
+    assert torch.mul(torch.ones(2), torch.ones(2)).tolist() == [99.0, 99.0]
+    # A graph never installed is installed by the re-enable that names it.
+    _C.uninstall_graph(KEY)
+    compat.reenable_op_overrides(enable_dsl_names="dsl_a")
+    assert reg.router_state(*KEY) == "active" and _C.router_id(KEY) != router
 
 
 def test_install_as_torch_native_on_a_torch_without_it():
