@@ -74,9 +74,11 @@ def _import_defining(name: str, defining: str) -> None:
 
 def check(module: types.ModuleType) -> None:
     """Raise ValueError naming the first thing wrong with ``module``'s
-    declaration: a missing ``_NAMESPACE`` or ``_DEFINING_MODULE``, an op of
-    ``_OVERRIDES`` that does not resolve once the defining module is
-    imported, a ``_VARIANTS`` table that disagrees with ``_OVERRIDES`` or
+    declaration: a missing ``_NAMESPACE`` or ``_DEFINING_MODULE``, a row of
+    ``_OVERRIDES`` that is not ``(op_symbol, cond, impl, ...)`` with a str
+    op_symbol and callable cond and impl, a defining module that cannot be
+    imported, an op of ``_OVERRIDES`` that does not resolve once the
+    defining module is imported, a ``_VARIANTS`` table that disagrees with ``_OVERRIDES`` or
     with ``_DEFAULT_VARIANTS``, or a variant without callable ``eligible``
     and ``impl``."""
     name = module.__name__
