@@ -601,7 +601,7 @@ def reorder_graphs_from_user_function(
         for item in result:
             if not isinstance(item, _OverrideNode):
                 raise TypeError(f"ordering function returned {type(item).__name__} {item!r}, "
-                                "not a node")
+                                "not a registered node or a copy of one")
             if item._handle is not None:
                 out.append(_live_handle(item))  # the C++ side checks it is this graph's
                 continue
