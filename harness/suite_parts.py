@@ -22,7 +22,7 @@ from progress import ROOT
 # per takeover case, the ordering-and-log-handler child, spawned workers): about
 # half the suite's time. With two cores or more they run in a pytest process
 # beside the one that runs the rest, and the two reports are joined.
-RUN_BESIDE = ("test_takeover.py", "test_lifetimes.py")
+RUN_BESIDE = ("test_takeover.py", "test_takeover_transaction.py", "test_lifetimes.py")
 
 # pytest's exit status when a part collected nothing (a selection emptied it).
 NOTHING_COLLECTED = 5

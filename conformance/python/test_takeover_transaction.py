@@ -293,8 +293,15 @@ def test_early_activation_works_whatever_is_imported_first(impl, first, tmp_path
     if env is None:
         pytest.skip("unsupported: the adapter was not loaded by spec")
     env["NATIVE_REGISTRY_AS_TORCH_NATIVE"] = "1"
-    # The site hook the wheel's .pth gives, for children too (a spawned one).
-    env["PYTHONPATH"] = os.pathsep.join([str(PTH.parent), env.get("PYTHONPATH", "")])
+    # A site folder holding the wheel's .pth and the module it imports, made
+    # a site folder of every interpreter of the test (a spawned child too) by
+    # a sitecustomize, as site-packages is for an installed wheel.
+    site_dir, boot = tmp_path / "site", tmp_path / "boot"
+    site_dir.mkdir(), boot.mkdir()
+    for source in (PTH, PTH.parent / "_native_registry_early.py"):
+        (site_dir / source.name).write_text(source.read_text())
+    (boot / "sitecustomize.py").write_text(f"import site\nsite.addsitedir({str(site_dir)!r})\n")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(boot), env.get("PYTHONPATH")]))
     check = ("import sys, torch, native_registry.upstream_compat as c\n"
              "print(sys.modules['torch._native.registry'] is c, "
              "torch._native.get_user_ordering_fn is native_registry.get_user_ordering_fn)\n")
@@ -309,9 +316,8 @@ def test_early_activation_works_whatever_is_imported_first(impl, first, tmp_path
                 "    print(q.get(timeout=240)); p.join(60); print(p.exitcode)\n")
     else:
         body = f"import {first}\nimport native_registry\n" + check
-    script = "import site\n" f"site.addsitedir({str(PTH.parent)!r})\n" + body
     main = tmp_path / "main.py"  # a file: a spawned child imports its __main__ from it
-    main.write_text(script)
+    main.write_text(body)
     out = subprocess.run([sys.executable, str(main)], capture_output=True, text=True,
                          timeout=300, env=env, cwd=str(tmp_path))
     assert out.returncode == 0, out.stderr[-3000:]

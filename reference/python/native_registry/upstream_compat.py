@@ -64,10 +64,30 @@ GraphKey = _reference.GraphKey
 # ---- nodes ------------------------------------------------------------------------
 
 
+def _copied_node(node: _OverrideNode) -> _C.Node | None:
+    """The core node `node` is a copy of (``dataclasses.replace`` of a node of
+    its graph: same node_id), given the copy's callables as an ordering
+    function's copy gives them; None for a node of no such id."""
+    key = (node.lib_symbol, node.op_symbol, node.dispatch_key)
+    if not isinstance(node.node_id, str) or key not in _C.graph_keys():
+        return None
+    handle = next((h for h in _C.graph(key) if h.node_id == node.node_id), None)
+    if handle is None:
+        return None
+    for name, value in _reference._copy_changes(node, handle, "/".join(key)).items():
+        handle = _C.replace_callable(handle, name, value)
+    _reference._rebind(node, handle)
+    return handle
+
+
 def _handle_of(node: _OverrideNode) -> _C.Node:
-    """The core's node for `node`, registering a hand-made one first (into the
-    graph of its key; callers set the graph's order next)."""
-    if node._handle is None:
+    """The core's node for `node`: the node it is bound to (read through its
+    view, which follows callable writes), the node it is a copy of, or a
+    hand-made one registered first (into the graph of its key; callers set
+    the graph's order next)."""
+    if node._handle is not None:
+        return _reference._live_handle(node)
+    if _copied_node(node) is None:
         _ensure_allowed(node.lib_symbol)
         handle = _C.register_op_override(
             node.dsl_name, node.lib_symbol, node.op_symbol, node.dispatch_key,
@@ -109,8 +129,10 @@ class _GraphsView(MutableMapping):
             _C.replace_graph(tuple(key), [_handle_of(node) for node in nodes])
             return
         # All or nothing: hand-made nodes registered here are unregistered
-        # again, and unbound, if the assignment is refused.
+        # again, copies' callables given back, and both unbound, if the
+        # assignment is refused.
         saved = _reference.snapshot()
+        views = {node_id: view._handle for node_id, view in list(_reference._views.items())}
         try:
             _C.replace_graph(tuple(key), [_handle_of(node) for node in nodes])
         except BaseException:
@@ -118,6 +140,10 @@ class _GraphsView(MutableMapping):
             for node, node_id in fresh:
                 node._handle = None
                 node.node_id = node_id
+            for node_id, handle in views.items():
+                view = _reference._views.get(node_id)
+                if view is not None:
+                    view._handle = handle
             raise
 
     def __delitem__(self, key: GraphKey) -> None:

@@ -3,6 +3,7 @@ reads, and the containers upstream keeps as caches are derived."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from native_registry import _C
@@ -55,6 +56,39 @@ def test_filter_sets_are_the_core_filters(reg):
     compat._filter_state._dsl_names.clear()
     assert _C.filters() == ([], [], [])
     assert torch.equal(torch.mul(a, b), torch.tensor([99.0]))
+
+
+def test_a_refused_graphs_assignment_registers_nothing(reg):
+    """Assigning a list the core refuses (a node of another key, here after a
+    hand-made one the assignment registered first) raises and leaves the
+    registry as it was: the hand-made node is unregistered and unbound."""
+    reg.register_op_override("dsl_a", *KEY, _never, _ninety_nine)
+    other = ("aten", "add.Tensor", "CPU")
+    reg.register_op_override("dsl_c", *other, _never, _ninety_nine)
+    (foreign,) = compat._graphs[other]
+    hand_made = compat._OverrideNode("dsl_b", *KEY, lambda *a, **k: True, _ninety_nine, "mine")
+    before = [n.node_id for n in reg.graph(*KEY)]
+    with pytest.raises(ValueError, match="belongs to"):
+        compat._graphs[KEY] = [hand_made, foreign]
+    assert [n.node_id for n in reg.graph(*KEY)] == before
+    assert hand_made._handle is None and hand_made.node_id == "mine"
+    assert "dsl_b" not in compat._dsl_name_to_lib_graph
+    _C.check_invariants()
+
+
+def test_a_copy_assigned_to_graphs_gives_its_node_the_copys_callables(reg):
+    """Upstream's tests rebuild graphs from dataclasses.replace copies and
+    install them: the copy stands for its node (same id), whose impl routes."""
+    import dataclasses
+    reg.register_op_override("dsl_a", *KEY, lambda *a, **k: True, _ninety_nine)
+    (node,) = compat._graphs[KEY]
+    copy = dataclasses.replace(node, impl_fn=lambda a, b: torch.full_like(a, 7.0))
+    compat._graphs[KEY] = [copy]
+    compat._register_overrides_from_graph(*KEY, compat._graphs[KEY])
+    assert [n.node_id for n in reg.graph(*KEY)] == [node.node_id]
+    assert node.impl_fn is copy.impl_fn  # the view shows the node's new impl
+    assert torch.mul(torch.ones(2), torch.ones(2)).tolist() == [7.0, 7.0]
+    _C.check_invariants()
 
 
 def test_override_libs_and_decomp_overrides_are_derived(reg):
