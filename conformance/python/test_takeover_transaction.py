@@ -78,6 +78,7 @@ def test_a_takeover_keeps_each_nodes_active_and_the_routed_order(impl):
     lines = run_in_fresh_interpreter(impl, SETUP + '''
 stock.register_op_override("uncond", "aten", "add.Tensor", "CPU", None, const(9.0),
                            unconditional_override=True)
+stock.register_op_override("keep", "aten", "add.Tensor", "CPU", lambda *a, **k: False, const(8.0))
 stock.register_op_override("first", "aten", "mul.Tensor", "CPU", small, const(1.0))
 stock.register_op_override("second", "aten", "mul.Tensor", "CPU", small, const(2.0))
 stock.register_op_override("never", "aten", "sub.Tensor", "CPU", small, const(4.0))
@@ -88,10 +89,13 @@ stock.reorder_graphs_from_user_function(lambda op, key, graph: list(reversed(gra
 before = answers()
 compat.install_as_torch_native()
 after = answers()
+print(json.dumps([[n.active for n in ref.graph("aten", "add.Tensor", "CPU")]]))
 print(json.dumps([before, after, ref.router_state("aten", "sub.Tensor", "CPU")]))
 stock.reenable_op_overrides(enable_dsl_names="uncond")
 print(json.dumps(answers()[1]))
 ''')
+    # keep, uncond (reversed): the disabled unconditional one stays off
+    assert json.loads(lines[-3]) == [[True, False]]
     before, after, sub_router = json.loads(lines[-2])
     assert before == [1.0, 6.0, 0.0]
     assert after == before

@@ -94,6 +94,8 @@ class StockState:
     # Installed keys where the stock router sits above another kernel's
     # router at the same key (the dispatcher runs it first).
     on_top: frozenset[tuple[str, str, str]]
+    # Each node's `active` as the stock registry last set it (at its graph's install).
+    actives: dict[str, bool]
     # Installed keys whose op, without the stock router, decomposes there.
     composite_implicit: frozenset[tuple[str, str, str]]
 
@@ -195,7 +197,7 @@ def read(stock: types.ModuleType) -> StockState:
     filters = (sorted(state._dsl_names), sorted(state._op_symbols), sorted(state._dispatch_keys))
     on_top = frozenset(key for key in installed if _stock_on_top(stock, key))
     composite = frozenset(key for key in installed if _left_composite_implicit(stock, key))
-    return StockState(graphs, installed, filters, routed, on_top, composite)
+    return StockState(graphs, installed, filters, routed, on_top, actives, composite)
 
 
 def _filtered(node: StockNode, filters: tuple) -> bool:
@@ -271,6 +273,9 @@ def plan(state: StockState, compat: types.ModuleType) -> Plan:
                     "routes that key: taking it over would route calls to it; install it in the "
                     "stock registry or leave it empty first")
             orders[key] = ref_ids + [n.node_id for n in nodes]
+            converted.update(n.node_id for n in nodes  # disabled there: stays so, as below
+                             if n.unconditional_override and not state.actives[n.node_id]
+                             and _filtered(n, filters))
             continue
         by_id = {n.node_id: n for n in nodes}
         unknown = [i for i in routed if i not in by_id]
