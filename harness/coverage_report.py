@@ -34,6 +34,7 @@ import time
 
 import coverage_gaps
 import staging
+from coverage_contexts import CHILD_CONTEXT
 from coverage_behaviours import BUILD, MEASURED, cpp_per_behaviour, per_behaviour, shown_name
 from coverage_pages import index_page, lcov_to_cobertura, ranges, summary_lines  # noqa: F401 (ranges: tests)
 
@@ -93,7 +94,13 @@ def write_config(out: pathlib.Path, sources: list[str], staged: pathlib.Path) ->
     measured = folders + sorted({str(pathlib.Path(f).parent) for f in files})
     config = out / "coveragerc"
     config.write_text("\n".join([
+        # Child interpreters (the takeover, lifetime and early-activation tests
+        # run their bodies in them) are measured too: coverage.py starts in
+        # every Python started through subprocess, with this file's options
+        # only, so their context comes from the environment (see
+        # coverage_contexts.py, which sets it per test).
         "[run]", "branch = True", "parallel = True", f"data_file = {out / 'python.coverage'}",
+        "patch = subprocess", f"context = ${{{CHILD_CONTEXT}}}",
         "source =", *[f"    {m}" for m in measured],
         "[paths]", "reference =", f"    {REFERENCE_PY}", f"    {staged / 'native_registry'}",
         "[report]", "include =", *[f"    {f}" for f in files], *[f"    {d}/*" for d in folders],
@@ -209,6 +216,7 @@ def run(args) -> int:
 
 
 def measured_pytest(config: pathlib.Path, context: str, env: dict, suite: list[str]) -> int:
+    env = {**env, CHILD_CONTEXT: context}
     return sh([sys.executable, "-m", "coverage", "run", f"--rcfile={config}", f"--context={context}",
                "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "coverage_contexts", *suite],
               env=env).returncode
