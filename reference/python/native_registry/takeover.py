@@ -316,18 +316,19 @@ def plan(state: StockState, compat: types.ModuleType) -> Plan:
 def take_over(stock: types.ModuleType, compat: types.ModuleType) -> bool:
     """Move the stock registry's overrides into the reference (see the
     module's docstring). False when there was nothing to take over (the
-    module is the reference's, or was taken over before)."""
-    with LOCK:
-        if stock is compat or getattr(stock, TAKEN_OVER, None) is not None:
-            return False
-        state = read(stock)
-        the_plan = plan(state, compat)
-        _register(the_plan, compat)
-        remove_routers(stock)
-        for key in the_plan.install:
-            compat._install_graph(key)
-        forward(stock, compat)
-        return True
+    module is the reference's, or was taken over before). The caller holds
+    LOCK (install_as_torch_native does), so that a second caller finds the
+    module taken over."""
+    if stock is compat or getattr(stock, TAKEN_OVER, None) is not None:
+        return False
+    state = read(stock)
+    the_plan = plan(state, compat)
+    _register(the_plan, compat)
+    remove_routers(stock)
+    for key in the_plan.install:
+        compat._install_graph(key)
+    forward(stock, compat)
+    return True
 
 
 def _register(the_plan: Plan, compat: types.ModuleType) -> None:
