@@ -31,9 +31,9 @@
 
 #include <native_registry/native_registry.h>
 #include <native_registry/predicates.h>
+#include <native_registry/router_kind.h>
 
 #include "cpu_impl.h"
-#include "router.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -133,7 +133,7 @@ void bm_call(benchmark::State& state, Op op, Variant variant, int64_t numel, int
   at::set_num_threads(1);
   const at::Tensor a = at::rand({numel});
   const at::Tensor b = at::rand({numel});
-  native_registry::detail::set_typed_routers_enabled(variant != Variant::kDeclineCppBoxed);
+  native_registry::set_typed_routers_enabled(variant != Variant::kDeclineCppBoxed);
   std::unique_ptr<Registry> registry;
   if (variant == Variant::kDormant) {
     registry = install_chain(op, 1, false);
@@ -141,7 +141,7 @@ void bm_call(benchmark::State& state, Op op, Variant variant, int64_t numel, int
   } else if (variant != Variant::kStock) {
     registry = install_chain(op, chain, variant == Variant::kAcceptCpp);
   }
-  native_registry::detail::set_typed_routers_enabled(true);
+  native_registry::set_typed_routers_enabled(true);
   run_calls(state, op, a, b, case_name(op, variant, numel, chain));
   registry.reset();
 }

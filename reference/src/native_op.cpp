@@ -9,11 +9,9 @@
 
 #include "native_op.h"
 
-#include "fork_guard.h"
 #include "quiet_override_warning.h"
 
 #include <native_registry/errors.h>
-#include "router.h"
 
 #include <mutex>
 #include <vector>

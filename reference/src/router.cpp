@@ -28,11 +28,18 @@ bool typed_routers_by_default() {
 std::atomic<bool> g_typed_routers_enabled{typed_routers_by_default()};
 }  // namespace
 
-void set_typed_routers_enabled(bool enabled) {
-  g_typed_routers_enabled.store(enabled, std::memory_order_relaxed);
+}  // namespace native_registry::detail
+
+// See native_registry/router_kind.h.
+void native_registry::set_typed_routers_enabled(bool enabled) {
+  detail::g_typed_routers_enabled.store(enabled, std::memory_order_relaxed);
 }
 
-bool typed_routers_enabled() { return g_typed_routers_enabled.load(std::memory_order_relaxed); }
+bool native_registry::typed_routers_enabled() {
+  return detail::g_typed_routers_enabled.load(std::memory_order_relaxed);
+}
+
+namespace native_registry::detail {
 
 namespace {
 

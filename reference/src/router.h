@@ -37,6 +37,7 @@
 
 #include <native_registry/types.h>
 
+#include <native_registry/router_kind.h>
 #include <torch/library.h>
 
 #include <cstdint>
@@ -45,12 +46,6 @@
 #include <vector>
 
 namespace native_registry::detail {
-
-// Whether routers constructed from now on may use the typed kernel (the
-// default). Off, every router is boxed: for benchmarks and tests that compare
-// the two. Routers already installed keep their kernel.
-void set_typed_routers_enabled(bool enabled);
-bool typed_routers_enabled();
 
 struct Chain {
   Graph nodes;
