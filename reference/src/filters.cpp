@@ -17,6 +17,17 @@ void check_filter_entries(const char* what, const std::vector<std::string>& entr
   for (const std::string& entry : entries) detail::check_not_blank(what, entry);
 }
 
+// What a filter change names, for its one log record.
+std::string describe(const Filter& filter) {
+  auto list = [](const std::vector<std::string>& names) {
+    std::string out = "[";
+    for (const std::string& name : names) out += (out.size() > 1 ? ", " : "") + name;
+    return out + "]";
+  };
+  return "dsl=" + list(filter.dsl_names) + " op_symbol=" + list(filter.op_symbols) +
+         " dispatch_key=" + list(filter.dispatch_keys);
+}
+
 }  // namespace
 
 bool detail::FilterState::matches(const OverrideNode& node) const {
@@ -45,7 +56,7 @@ void Registry::Impl::deregister_op_overrides(const Filter& disable) {
   check_filter_entries("disable_op_symbols entry", disable.op_symbols);
   check_filter_entries("disable_dispatch_keys entry", disable.dispatch_keys);
   ControlScope scope(*this);
-  log(LogLevel::kInfo, "disabling overrides");
+  log(LogLevel::kInfo, "Disabling overrides: " + describe(disable));
   const FilterState saved = state_.filters;
   state_.filters.dsl_names.insert(disable.dsl_names.begin(), disable.dsl_names.end());
   state_.filters.op_symbols.insert(disable.op_symbols.begin(), disable.op_symbols.end());
@@ -64,7 +75,7 @@ void Registry::Impl::reenable_op_overrides(const Filter& enable) {
   check_filter_entries("enable_op_symbols entry", enable.op_symbols);
   check_filter_entries("enable_dispatch_keys entry", enable.dispatch_keys);
   ControlScope scope(*this);
-  log(LogLevel::kInfo, "re-enabling overrides");
+  log(LogLevel::kInfo, "Re-enabling overrides: " + describe(enable));
   const FilterState saved = state_.filters;
   for (const auto& name : enable.dsl_names) state_.filters.dsl_names.erase(name);
   for (const auto& name : enable.op_symbols) state_.filters.op_symbols.erase(name);

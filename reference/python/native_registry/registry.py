@@ -502,7 +502,6 @@ def deregister_op_overrides(
     overrides stay enabled."""
     dsl, ops, keys = (_resolve_iterable(disable_dsl_names), _resolve_iterable(disable_op_symbols),
                       _resolve_iterable(disable_dispatch_keys))
-    log.info("Disabling overrides: dsl=%s op_symbol=%s dispatch_key=%s", dsl, ops, keys)
     _C.deregister_op_overrides(dsl, ops, keys)
 
 
@@ -516,7 +515,6 @@ def reenable_op_overrides(
     routers of the graphs they name follow."""
     dsl, ops, keys = (_resolve_iterable(enable_dsl_names), _resolve_iterable(enable_op_symbols),
                       _resolve_iterable(enable_dispatch_keys))
-    log.info("Re-enabling overrides: dsl=%s op_symbol=%s dispatch_key=%s", dsl, ops, keys)
     _C.reenable_op_overrides(dsl, ops, keys)
 
 

@@ -118,6 +118,17 @@ def test_deregister_marks_nodes_inactive_and_reenable_restores(reg):
         node.active = False
 
 
+def test_a_filter_change_is_logged_once_with_what_it_names(reg, caplog):
+    reg.register_op_override("dsl_a", "aten", "mul.Tensor", "CPU", lambda a, b: False,
+                             lambda a, b: a)
+    with caplog.at_level(logging.INFO, logger="native_registry.registry"):
+        reg.deregister_op_overrides(disable_dsl_names="dsl_a", disable_dispatch_keys=["CPU"])
+        reg.reenable_op_overrides(enable_dsl_names="dsl_a", enable_dispatch_keys=["CPU"])
+    messages = [r.getMessage() for r in caplog.records if r.name == "native_registry.registry"]
+    assert messages == ["Disabling overrides: dsl=[dsl_a] op_symbol=[] dispatch_key=[CPU]",
+                        "Re-enabling overrides: dsl=[dsl_a] op_symbol=[] dispatch_key=[CPU]"]
+
+
 def test_reorder_with_user_function(reg):
     for dsl in ("dsl_c", "dsl_a", "dsl_b"):
         reg.register_op_override(dsl, "aten", "mul.Tensor", "CPU", true_cond, identity)
