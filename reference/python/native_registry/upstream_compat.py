@@ -34,7 +34,7 @@ import logging
 import sys
 import types
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping, MutableSet
+from collections.abc import Callable, Iterable, Iterator, MutableMapping, MutableSet
 from typing import Any
 
 import torch
@@ -193,16 +193,11 @@ class _Derived(MutableMapping):
         return f"{type(self).__name__}({self._compute()!r})"
 
 
-def _index(field: int) -> Callable[[], dict[str, list[GraphKey]]]:
-    """Graph keys by dsl name (0), op symbol (1) or dispatch key (2), in key
-    order, from the graphs as they are now."""
+def _index(core_index: Callable[[], dict]) -> Callable[[], dict[str, list[GraphKey]]]:
+    """Graph keys by dsl name, op symbol or dispatch key, as the core indexes
+    them, each list in key order."""
     def compute() -> dict[str, list[GraphKey]]:
-        index: dict[str, list[GraphKey]] = {}
-        for key in _C.graph_keys():  # one read of the keys, not one per graph
-            names = {h.dsl_name for h in _C.graph(key)} if field == 0 else {key[field]}
-            for name in sorted(names):
-                index.setdefault(name, []).append(key)
-        return index
+        return {name: sorted(keys) for name, keys in core_index().items()}
     return compute
 
 
@@ -295,9 +290,9 @@ class _FilterState:
 
 _graphs = _GraphsView()
 _filter_state = _FilterState()
-_dsl_name_to_lib_graph = _Derived(_index(0))
-_op_symbol_to_lib_graph = _Derived(_index(1))
-_dispatch_key_to_lib_graph = _Derived(_index(2))
+_dsl_name_to_lib_graph = _Derived(_index(_C.graphs_by_dsl_name))
+_op_symbol_to_lib_graph = _Derived(_index(_C.graphs_by_op_symbol))
+_dispatch_key_to_lib_graph = _Derived(_index(_C.graphs_by_dispatch_key))
 _override_libs = _Derived(_installed_routers)
 _aten_override_libs = _override_libs  # torch 2.13's name (its routers were all aten's)
 _native_decomp_overrides = _Derived(_reference._decomp_overrides)
