@@ -40,3 +40,14 @@ from .ordering_env import ORDER_FN_ENV_VAR, get_user_ordering_fn  # noqa: E402,F
 # For CMAKE_PREFIX_PATH, as torch.utils.cmake_prefix_path: find_package(native_registry)
 # finds the installed package's CMake files there (share/cmake/native_registry).
 cmake_prefix_path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "share", "cmake")
+
+
+def __getattr__(name: str) -> object:
+    """``check_overrides`` (from .check), imported on first use: imported
+    here, ``python -m native_registry.check`` would find its module loaded
+    before running it as __main__ (runpy's RuntimeWarning, two copies)."""
+    if name == "check_overrides":
+        from .check import check_overrides
+
+        return check_overrides
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
