@@ -74,17 +74,32 @@ struct Choice {
   bool done = false;                    // the node's impl ran already (in the host scope)
 };
 
-Choice choose(const Chain& chain, const c10::OperatorHandle& op, c10::DispatchKeySet keys,
-              const Stack& stack) {
+C10_NOINLINE void raise_op_gone(const Router::Shared& shared);
+
+// Raises the router's error if its op left the dispatcher: asked after every
+// piece of user code a call runs (a cond, a runtime check, an impl), which
+// may destroy the op's library, and the op with it, or define it again.
+inline void check_op_still_there(const Router::Shared& shared) {
+  if (C10_UNLIKELY(shared.watch->gone.load(std::memory_order_acquire))) raise_op_gone(shared);
+}
+
+Choice choose(const Router::Shared& shared, const Chain& chain, const c10::OperatorHandle& op,
+              c10::DispatchKeySet keys, const Stack& stack) {
   if (chain.divert_when_tracing && !t_in_diverted_call) {
     TraceShortcutFn shortcut = g_trace_shortcut.load(std::memory_order_acquire);
     if (shortcut != nullptr && !has_cow_argument(stack) && shortcut()) return {true, nullptr};
   }
   for (const NodePtr& node : chain.nodes) {
-    if (!node->cond(op, keys, stack)) continue;
+    const bool accepted = node->cond(op, keys, stack);
+    check_op_still_there(shared);  // the next cond, or the impl, would read its schema
+    if (!accepted) continue;
     // Only an accepting cond initialises the runtime, immediately before the
     // impl (upstream's documented order): a declining cond never enters it.
-    if (node->options.try_initialize_runtime && !node->ensure_runtime()) continue;
+    if (node->options.try_initialize_runtime) {
+      const bool ready = node->ensure_runtime();
+      check_op_still_there(shared);
+      if (!ready) continue;
+    }
     return {false, node.get()};
   }
   return {};
@@ -93,22 +108,23 @@ Choice choose(const Chain& chain, const c10::OperatorHandle& op, c10::DispatchKe
 // choose() inside the host scope, when the chain needs one and a host set it;
 // inside it too, the chosen node's impl when that is the host's own
 // (impl_in_host_scope), and the choice comes back done.
-Choice choose_in_scope(const Chain& chain, const c10::OperatorHandle& op,
-                       c10::DispatchKeySet keys, Stack* stack) {
+Choice choose_in_scope(const Router::Shared& shared, const Chain& chain,
+                       const c10::OperatorHandle& op, c10::DispatchKeySet keys, Stack* stack) {
   HostScopeFn scope = chain.needs_host_scope ? g_host_scope.load(std::memory_order_acquire)
                                              : nullptr;
-  if (scope == nullptr) return choose(chain, op, keys, *stack);
+  if (scope == nullptr) return choose(shared, chain, op, keys, *stack);
   struct Context {
+    const Router::Shared& shared;
     const Chain& chain;
     const c10::OperatorHandle& op;
     c10::DispatchKeySet keys;
     Stack* stack;
     Choice choice;
-  } context{chain, op, keys, stack, Choice{}};
+  } context{shared, chain, op, keys, stack, Choice{}};
   scope(
       [](void* raw) {
         auto* c = static_cast<Context*>(raw);
-        c->choice = choose(c->chain, c->op, c->keys, *c->stack);
+        c->choice = choose(c->shared, c->chain, c->op, c->keys, *c->stack);
         if (c->choice.node != nullptr && c->choice.node->options.impl_in_host_scope) {
           c->choice.node->run_impl(c->op, c->keys, c->stack);
           c->choice.done = true;
@@ -125,16 +141,22 @@ C10_NOINLINE void raise_op_gone(const Router::Shared& shared) {
   TORCH_CHECK(false, "the native_registry router at ", shared.dispatch_key, " of ",
               shared.watch->name,
               " was installed for an op that has since left the dispatcher (its library "
-              "destroyed, the op perhaps defined again): its overrides and its fallback are "
+              "destroyed, the op perhaps defined again; before this call or by code this call "
+              "ran: a cond, a runtime check, an impl): its overrides and its fallback are "
               "the old op's; install the graph again (or restore) to route the op as it is now");
 }
 
 void route(const Router::Shared& shared, const c10::OperatorHandle& op,
            c10::DispatchKeySet keys, Stack* stack) {
-  if (C10_UNLIKELY(shared.watch->gone.load(std::memory_order_relaxed))) raise_op_gone(shared);
+  check_op_still_there(shared);
   const Chain* chain = shared.chain.load(std::memory_order_acquire);
-  const Choice choice = choose_in_scope(*chain, op, keys, stack);
-  if (choice.done) return;
+  const Choice choice = choose_in_scope(shared, *chain, op, keys, stack);
+  if (choice.done) {
+    // The impl ran in the host scope; its results are the op's as the call
+    // started, which the caller would misread if the op changed meanwhile.
+    check_op_still_there(shared);
+    return;
+  }
   if (choice.divert) {
     DivertedCallScope diverted;
     op.callBoxed(stack);
@@ -142,6 +164,7 @@ void route(const Router::Shared& shared, const c10::OperatorHandle& op,
   }
   if (choice.node != nullptr) {
     choice.node->run_impl(op, keys, stack);
+    check_op_still_there(shared);  // as above
     return;
   }
   if (!shared.fallback) {

@@ -11,15 +11,27 @@
 #include <iostream>
 #include <utility>
 
+#if defined(__GLIBCXX__)
+#include <cxxabi.h>
+#endif
+
 namespace native_registry {
 
-Registry::Impl::ControlScope::~ControlScope() {
+// noexcept(false): a log handler may end its thread (pthread_exit, as
+// CPython does to a daemon thread that takes the GIL during shutdown), and
+// that forced unwind must leave through here; a noexcept destructor would
+// abort the process.
+Registry::Impl::ControlScope::~ControlScope() noexcept(false) {
   registry_.pending_ = nullptr;
   LogSink sink = registry_.log_sink_;
   lock_.unlock();
   for (const auto& [level, message] : pending_.logs) {
     try {
       emit(sink, level, message);
+#if defined(__GLIBCXX__)
+    } catch (abi::__forced_unwind&) {
+      throw;  // the thread is ending (see above), not the handler failing
+#endif
     } catch (...) {
       // A log handler's failure must not turn a done operation into an error.
     }

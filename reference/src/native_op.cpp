@@ -104,6 +104,30 @@ std::shared_ptr<torch::jit::Operator> jit_operator(const std::string& name) {
   return torch::jit::findOperatorFor(c10::OperatorName(name, ""));
 }
 
+// TorchScript keeps copies of an operator's Operation (a std::function that,
+// for a dispatcher op, holds a bare OperatorHandle), not the operator: a
+// function compiled over the op would hold nothing held_outside() counts,
+// and call a freed entry once the op was undefined. So the op's operator is
+// swapped for one whose Operation wraps LibTorch's and also holds `token`:
+// every copy anyone keeps counts as a holder. Done right after the
+// definition, before anything can have looked the op up. Returns false,
+// changing nothing, when LibTorch made no operator for the op.
+bool give_operation_a_token(const std::string& name, const c10::OperatorHandle& handle,
+                            const std::shared_ptr<const NativeOpToken>& token) {
+  const std::shared_ptr<torch::jit::Operator> made = jit_operator(name);
+  if (!made || !made->isC10Op()) return false;
+  torch::jit::Operation inner = made->getOperation();
+  torch::jit::deregisterOperator(handle.schema());
+  torch::jit::registerOperator(torch::jit::Operator(
+      handle, [token, inner = std::move(inner)](torch::jit::Stack& stack) mutable {
+        // The op stays defined while this copy lives (held_outside()); the
+        // check is for a copy that outlived that promise.
+        TORCH_CHECK(token->defined.load(std::memory_order_acquire), token->gone_message);
+        inner(stack);
+      }));
+  return true;
+}
+
 // Throws OperatorChangedError, changing nothing, unless `target`'s schema
 // is the one of `signature`: the `_native` op `name` of `description` was
 // defined for that schema.
@@ -156,9 +180,17 @@ NativeOp::NativeOp(const NodePtr& node, const c10::OperatorHandle& target,
       torch::Library::FRAGMENT, kNativeNamespace, std::nullopt, __FILE__, __LINE__);
   QuietOverrideWarning quiet;
   definition_->def(target.schema().cloneWithName(name_, ""));
-  // Nothing outside can hold the op yet: what holds its operator now is
-  // LibTorch's own bookkeeping.
+  token_ = std::make_shared<NativeOpToken>();
+  token_->gone_message = name_ + ": " + description_ +
+                         " is gone: its op was undefined while a compiled program (TorchScript) "
+                         "still held it; rebuild the program";
+  const auto handle = c10::Dispatcher::singleton().findSchema(c10::OperatorName(name_, ""));
+  TORCH_INTERNAL_ASSERT(handle.has_value(), name_, " is not in the dispatcher after its definition");
+  if (!give_operation_a_token(name_, *handle, token_)) token_.reset();
+  // Nothing outside can hold the op yet: what holds its operator and its
+  // token now is LibTorch's own bookkeeping and this object.
   if (auto op = jit_operator(name_)) jit_holders_baseline_ = op.use_count() - 1;
+  if (token_) token_holders_baseline_ = token_.use_count();
   try {
     activate(node, target, dispatch_key);
   } catch (...) {
@@ -168,13 +200,19 @@ NativeOp::NativeOp(const NodePtr& node, const c10::OperatorHandle& target,
 }
 
 NativeOp::~NativeOp() {
-  // Kernels first, then the definition: the op leaves the dispatcher whole.
+  if (token_) token_->defined.store(false, std::memory_order_release);
+  // Kernels first, then the definition: the op leaves the dispatcher whole
+  // (LibTorch's listener takes its operator, ours included, out of the JIT's
+  // registry with it).
   retired_.reset();
   kernels_.reset();
   definition_.reset();
 }
 
 bool NativeOp::held_outside() const {
+  // Copies of the Operation (TorchScript's) hold the token beyond this
+  // object and the operator that made them.
+  if (token_ && token_.use_count() > token_holders_baseline_) return true;
   if (jit_holders_baseline_ < 0) return false;
   const std::shared_ptr<torch::jit::Operator> op = jit_operator(name_);
   return op && op.use_count() - 1 > jit_holders_baseline_;

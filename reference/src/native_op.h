@@ -20,7 +20,10 @@
 // torch.ops object of an op holds the op's torch::jit::Operator, which
 // LibTorch makes for each op it defines, so held_outside() counts the
 // holders of that operator beyond LibTorch's own; C++ code holds an op the
-// same way through hold_native_op() (registry.h). A bare OperatorHandle
+// same way through hold_native_op() (registry.h). TorchScript holds copies
+// of the operator's Operation instead; the op's operator is LibTorch's with
+// an Operation that also holds a token (NativeOpToken), so those count too.
+// A bare OperatorHandle
 // from Dispatcher::findSchema is valid only while the op is active.
 //
 // A call of the active impl holds a reference to the node for its whole
@@ -56,6 +59,13 @@
 #include <vector>
 
 namespace native_registry::detail {
+
+// What the op's JIT Operation holds (native_op.cpp: every copy TorchScript
+// keeps of it counts as a holder of the op).
+struct NativeOpToken {
+  std::atomic<bool> defined{true};
+  std::string gone_message;
+};
 
 class NativeOp {
  public:
@@ -125,6 +135,10 @@ class NativeOp {
   // Holders of the op's torch::jit::Operator that are LibTorch's own,
   // counted right after the definition; -1 if LibTorch made none.
   long jit_holders_baseline_ = -1;
+  // Held by the op's JIT Operation and every copy of it; null if LibTorch
+  // made no operator. Holders counted right after the definition.
+  std::shared_ptr<NativeOpToken> token_;
+  long token_holders_baseline_ = 0;
   NodePtr node_;  // the bound node, null when retired
   std::shared_ptr<Binding> binding_;  // while active
   std::shared_ptr<const OpWatch> target_watch_;  // of the target last activated for

@@ -9,6 +9,10 @@
 #include <set>
 #include <utility>
 
+#if defined(__GLIBCXX__)
+#include <cxxabi.h>
+#endif
+
 namespace native_registry {
 
 namespace {
@@ -55,6 +59,10 @@ std::vector<GraphKey> Registry::Impl::reorder_graphs(const OrderingFn& fn, Reord
       reordered = fn(key.op_symbol, key.dispatch_key, original);
     } catch (const AbortError&) {
       throw;  // nothing has changed
+#if defined(__GLIBCXX__)
+    } catch (abi::__forced_unwind&) {
+      throw;  // the thread is ending (pthread_exit), not the function failing
+#endif
     } catch (const std::exception& e) {
       log_unlocked(LogLevel::kWarning, "Graph transformation failed for " + where + ": " +
                                            e.what() + ". Preserving original graph.");

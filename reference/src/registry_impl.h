@@ -217,7 +217,7 @@ class Registry::Impl::ControlScope {
   }
   // Releases the lock, then emits the queued log records through the sink
   // that was set when they were queued, then frees what was retired.
-  ~ControlScope();
+  ~ControlScope() noexcept(false);  // see control_scope.cpp
   ControlScope(const ControlScope&) = delete;
   ControlScope& operator=(const ControlScope&) = delete;
 

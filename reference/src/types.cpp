@@ -21,12 +21,16 @@ bool OverrideNode::ensure_runtime() const {
 
 void OverrideNode::run_impl(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
                             Stack* stack) const {
-  const size_t below = stack->size() - op.schema().arguments().size();
+  // Read before the impl runs: the impl may destroy the op's library (the
+  // schema gone) or define the op again; the call keeps the schema it
+  // started with, and its caller raises if the op changed.
+  const c10::FunctionSchema& schema = op.schema();
+  const size_t below = stack->size() - schema.arguments().size();
+  const size_t returns = schema.returns().size();
   impl(op, keys, stack);
-  TORCH_CHECK(stack->size() == below + op.schema().returns().size(), "the impl of override ",
-              node_id, " left ", stack->size() - std::min(below, stack->size()),
-              " values on the stack for ", op.operator_name(), ", which returns ",
-              op.schema().returns().size());
+  TORCH_CHECK(stack->size() == below + returns, "the impl of override ", node_id, " left ",
+              stack->size() - std::min(below, stack->size()), " values on the stack for ",
+              op.operator_name(), ", which returns ", returns);
 }
 
 }  // namespace native_registry

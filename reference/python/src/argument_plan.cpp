@@ -72,7 +72,11 @@ PyObject* keyword_names_tuple(const c10::SmallVector<PyObject*, 8>& names) {
 }
 
 ArgumentPlan::ArgumentPlan(const c10::FunctionSchema& from)
-    : schema(&from), removals(g_schema_removals.load(std::memory_order_acquire)) {
+    : schema(&from),
+      removals(g_schema_removals.load(std::memory_order_acquire)),
+      op_name(from.operator_name()),
+      argument_count(from.arguments().size()),
+      returns(from.returns()) {
   const auto& arguments = from.arguments();
   keyword_start = arguments.size();
   while (keyword_start > 0 && arguments[keyword_start - 1].kwarg_only()) --keyword_start;

@@ -46,6 +46,12 @@ struct ArgumentPlan {
 
   const c10::FunctionSchema* schema = nullptr;
   uint64_t removals = 0;           // g_schema_removals when it was built
+  // Copies of what an impl's results are converted by: code the impl runs
+  // may destroy the op's library (`schema` gone) or define the op again, and
+  // the call keeps the schema it started with (the router then raises).
+  c10::OperatorName op_name;
+  size_t argument_count = 0;
+  std::vector<c10::Argument> returns;
   std::vector<Slot> slots;         // one per argument, in schema order
   size_t keyword_start = 0;        // the first keyword-only argument
   size_t always_passed = 0;        // positional arguments before this one have no default
@@ -65,6 +71,18 @@ struct ArgumentPlan {
   // The kwnames tuple for the keyword-only arguments in `passed` (a bit
   // each), when the plan indexes them (names_by_passed is not empty).
   PyObject* names_for(uint64_t passed);
+};
+
+// Marks a plan in use for one call: a plan is freed only when no call is inside.
+class PlanInUse {
+ public:
+  explicit PlanInUse(ArgumentPlan& plan) : plan_(plan) { ++plan_.calls_inside; }
+  ~PlanInUse() { --plan_.calls_inside; }
+  PlanInUse(const PlanInUse&) = delete;
+  PlanInUse& operator=(const PlanInUse&) = delete;
+
+ private:
+  ArgumentPlan& plan_;
 };
 
 // Whether an argument holds its schema default, by the IValue equality

@@ -90,18 +90,6 @@ class ArgumentVector {
   size_t size_ = 1;
 };
 
-// Marks a plan in use for one call: a plan is freed only when no call is inside.
-class PlanInUse {
- public:
-  explicit PlanInUse(ArgumentPlan& plan) : plan_(plan) { ++plan_.calls_inside; }
-  ~PlanInUse() { --plan_.calls_inside; }
-  PlanInUse(const PlanInUse&) = delete;
-  PlanInUse& operator=(const PlanInUse&) = delete;
-
- private:
-  ArgumentPlan& plan_;
-};
-
 // Pushes the keyword-only arguments a call passes, for a plan with too many
 // of them to index their kwnames tuples; returns the tuple of their names
 // (null if none is passed).

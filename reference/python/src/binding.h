@@ -24,11 +24,18 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <exception>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <vector>
+
+#if defined(__GLIBCXX__)
+#include <cxxabi.h>
+#endif
 
 namespace native_registry::python {
 
@@ -37,12 +44,26 @@ namespace P = native_registry::predicates;
 
 inline Registry& registry() { return Registry::global(); }
 
+// Whether the interpreter is shutting down. Then CPython ends any other
+// thread that takes the GIL with pthread_exit, whose forced unwind aborts
+// the process at the first noexcept frame (every destructor) or swallowing
+// catch (...) it meets; so code that may run in such a frame (a destructor,
+// the log sink the core calls from one) does not take the GIL then.
+inline bool interpreter_finalizing() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsFinalizing();
+#else
+  return _Py_IsFinalizing();
+#endif
+}
+
 // Owns one Python reference and drops it under the GIL from any thread.
+// During shutdown it is left to the interpreter (see interpreter_finalizing).
 class PyRef {
  public:
   explicit PyRef(py::object object) : object_(object.release().ptr()) {}
   ~PyRef() {
-    if (Py_IsInitialized()) {
+    if (Py_IsInitialized() && !interpreter_finalizing()) {
       py::gil_scoped_acquire gil;
       Py_DECREF(object_);
     }
@@ -95,10 +116,32 @@ class GilForPython {
 };
 
 // Runs `work` with the GIL released: see the GIL rules at gil.cpp's head.
+// The GIL is taken back in this frame, not in a destructor (as
+// py::gil_scoped_release does): a daemon thread that takes it back during
+// shutdown is ended by a forced unwind (see interpreter_finalizing), which
+// must pass through here to end the thread quietly, not abort the process.
 template <class Work>
 auto without_gil(Work&& work) -> decltype(work()) {
-  py::gil_scoped_release released;
-  return work();
+  using Result = decltype(work());
+  PyThreadState* const state = PyEval_SaveThread();
+  std::exception_ptr failed;
+  std::optional<std::conditional_t<std::is_void_v<Result>, bool, Result>> result;
+  try {
+    if constexpr (std::is_void_v<Result>) {
+      work();
+    } else {
+      result.emplace(work());
+    }
+#if defined(__GLIBCXX__)
+  } catch (abi::__forced_unwind&) {
+    throw;  // the thread is ending: it must not take the GIL again
+#endif
+  } catch (...) {
+    failed = std::current_exception();
+  }
+  PyEval_RestoreThread(state);
+  if (failed) std::rethrow_exception(failed);
+  if constexpr (!std::is_void_v<Result>) return std::move(*result);
 }
 
 // Makes the core's routers make their choice inside the host scope (with_gil).

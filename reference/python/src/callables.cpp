@@ -12,6 +12,8 @@
 
 #include "binding.h"
 
+#include "argument_plan.h"
+
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/jit/python/pybind_utils.h>
 
@@ -35,11 +37,11 @@ bool has_dimension_names(const T& tensor) {
 // bug to report, not a result to pass on. A tensor goes on as it is (what
 // toIValue makes of it, without its generic conversion); a named one goes
 // through toIValue, to be refused as there.
-c10::IValue returned_value(const c10::OperatorHandle& op, const c10::Argument& ret,
+c10::IValue returned_value(const ArgumentPlan& plan, const c10::Argument& ret,
                            const py::handle& value) {
   if (ret.real_type()->kind() == c10::TypeKind::TensorType) {
     if (!THPVariable_Check(value.ptr())) {
-      throw py::type_error("the impl of " + c10::toString(op.operator_name()) + " returned " +
+      throw py::type_error("the impl of " + c10::toString(plan.op_name) + " returned " +
                            type_name(value) + " where the schema promises a Tensor");
     }
     const at::Tensor& tensor = THPVariable_Unpack(value.ptr());
@@ -48,12 +50,13 @@ c10::IValue returned_value(const c10::OperatorHandle& op, const c10::Argument& r
   return torch::jit::toIValue(value, ret.real_type());
 }
 
-// Pushes what a Python impl returned, converted to the op's return types.
-void push_python_result(const c10::OperatorHandle& op, Stack* stack, const py::object& out) {
-  const auto& returns = op.schema().returns();
+// Pushes what a Python impl returned, converted to the return types of the
+// schema its call started with (`plan`'s).
+void push_python_result(const ArgumentPlan& plan, Stack* stack, const py::object& out) {
+  const auto& returns = plan.returns;
   if (returns.empty()) return;
   if (returns.size() == 1) {
-    stack->push_back(returned_value(op, returns[0], out));
+    stack->push_back(returned_value(plan, returns[0], out));
     return;
   }
   // Any sequence, as torch.library takes a Python kernel's results (and so
@@ -66,7 +69,7 @@ void push_python_result(const c10::OperatorHandle& op, Stack* stack, const py::o
   if (length < 0) PyErr_Clear();  // a sequence whose len() raised: reported below
   if (length != static_cast<Py_ssize_t>(returns.size())) {
     throw py::type_error(
-        "the impl of " + c10::toString(op.operator_name()) + " must return a tuple or list of " +
+        "the impl of " + c10::toString(plan.op_name) + " must return a tuple or list of " +
         std::to_string(returns.size()) + " values, got " + type_name(out) +
         (length >= 0 ? " of " + std::to_string(length) + " values" : std::string()));
   }
@@ -74,7 +77,7 @@ void push_python_result(const c10::OperatorHandle& op, Stack* stack, const py::o
     auto value = py::reinterpret_steal<py::object>(
         PySequence_GetItem(out.ptr(), static_cast<Py_ssize_t>(i)));
     if (!value) throw py::error_already_set();
-    stack->push_back(returned_value(op, returns[i], value));
+    stack->push_back(returned_value(plan, returns[i], value));
   }
 }
 
@@ -89,9 +92,13 @@ bool PythonCond::operator()(const c10::OperatorHandle& op, c10::DispatchKeySet,
 void PythonImpl::operator()(const c10::OperatorHandle& op, c10::DispatchKeySet,
                             Stack* stack) const {
   GilForPython gil;
+  // The plan of the schema the call starts with, held for the call: the
+  // impl may remove or redefine the op (see ArgumentPlan::returns).
+  ArgumentPlan& plan = plans->for_schema(op.schema());
+  PlanInUse in_use(plan);
   py::object out = call_with_arguments(*plans, fn->get(), op, *stack, gil.shared());
-  torch::jit::drop(*stack, op.schema().arguments().size());
-  push_python_result(op, stack, out);
+  torch::jit::drop(*stack, plan.argument_count);
+  push_python_result(plan, stack, out);
 }
 
 bool PythonTryInitialize::operator()() const {

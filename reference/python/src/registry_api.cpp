@@ -180,6 +180,8 @@ void bind_settings(py::module_& m) {
   m.def("set_log_sink", [](py::function sink) {
     auto ref = hold(std::move(sink));
     LogSink forward = [ref](LogLevel level, const std::string& message) {
+      // The core may call it from a destructor: see interpreter_finalizing.
+      if (interpreter_finalizing()) return;
       py::gil_scoped_acquire gil;
       try {
         ref->get()(level == LogLevel::kWarning ? "warning" : "info", message);
