@@ -216,7 +216,12 @@ def _op_db_samples(overload: Any, device: torch.device, per_dtype: int) -> list[
     """The first `per_dtype` samples of each dtype from the OpInfos of this
     aten op (op_db: torch's own test inputs) that fit its schema, as
     (args, kwargs)."""
-    from torch.testing._internal.common_methods_invocations import op_db
+    try:
+        from torch.testing._internal.common_methods_invocations import op_db
+    except ImportError as exc:  # it needs torch's test-only dependencies (expecttest, ...)
+        raise RuntimeError(
+            f"the default samples come from torch's op_db, which could not be imported ({exc}); "
+            "install what it needs or pass samples=") from exc
 
     base = overload._schema.name.split("::", 1)[1].rstrip("_")
     taken: list[tuple] = []

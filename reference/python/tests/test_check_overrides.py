@@ -5,6 +5,7 @@ and the dispatcher are as they were afterwards, whatever the check found."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import pathlib
 import subprocess
@@ -27,10 +28,18 @@ FIXTURES = pathlib.Path(__file__).resolve().parents[3] / "fixtures" / "python"
 
 
 def registry_state(reg) -> tuple:
-    """The registry's own dump and the watched ops' dispatch tables."""
-    return (reg._C.dump_state(), torch._C._dispatch_dump(OP) + torch._C._dispatch_dump_table(OP),
-            torch._C._dispatch_dump("aten::add.Tensor")
-            + torch._C._dispatch_dump_table("aten::add.Tensor"))
+    """What the registry holds (graphs, each node's id and whether it is
+    enabled, routers, published chains, filters) and the dispatch tables of
+    the ops the tests override. (Not _C.dump_state(): it crashed in the GPU
+    machine's build against torch 2.11.)"""
+    C = reg._C
+    graphs = {key: ([(h.node_id, id(h.impl_fn), C.is_enabled(h)) for h in C.graph(key)],
+                    C.router_state(key), C.router_id(key) if key in C.router_keys() else None,
+                    [h.node_id for h in C.published_chain(key)])
+              for key in C.graph_keys()}
+    tables = [torch._C._dispatch_dump(op) + torch._C._dispatch_dump_table(op)
+              for op in (OP, "aten::add.Tensor")]
+    return graphs, sorted(C.router_keys()), C.filters(), tables
 
 
 def run(reg, registrar, checks=CHEAP, **kwargs):
@@ -190,17 +199,33 @@ def test_unconditional_override_checked_against_the_ops_kernel(reg):
     assert [r.check for r in report.failures] == ["outputs"]
 
 
-def test_default_samples_come_from_op_db(reg):
+def register_add(reg):
     reg.register_op_override(F.DSL, "aten", "add.Tensor", "CPU", lambda *a, **k: True,
                              lambda a, b, alpha=1: torch.add(a.clone(), b, alpha=alpha, out=torch.empty(
                                  torch.broadcast_shapes(a.shape, b.shape),
                                  dtype=torch.result_type(a, b))))
     reg.register_all_overrides()
+
+
+def test_default_samples_come_from_op_db(reg):
+    if importlib.util.find_spec("expecttest") is None:
+        pytest.skip("unsupported: torch's op_db needs expecttest, which is not installed")
+    register_add(reg)
     report = check_overrides("add.Tensor", samples_per_dtype=1,
                              checks=("outputs", "inputs_unchanged", "aliasing"))
     outputs = report.result(report.results[0].node_id, "outputs")
     assert outputs.status == "pass"
     assert int(outputs.detail.split()[0]) >= 8  # one per dtype op_db has for add
+
+
+def test_default_samples_unavailable_is_a_clear_error(reg, monkeypatch):
+    register_add(reg)
+    before = registry_state(reg)
+    # None in sys.modules makes the import fail, as a missing expecttest does.
+    monkeypatch.setitem(sys.modules, "torch.testing._internal.common_methods_invocations", None)
+    with pytest.raises(RuntimeError, match="op_db, which could not be imported.*pass samples="):
+        check_overrides("add.Tensor")
+    assert registry_state(reg) == before
 
 
 @pytest.mark.parametrize("kwargs, error, match", [
@@ -268,3 +293,24 @@ def test_command_line_names_what_it_cannot_load():
     missing = command("check_registrars:no_such_registrar")
     assert missing.returncode == 2
     assert "no_such_registrar" in missing.stderr
+
+
+def test_triton_fixture_passes_every_check_on_cuda(reg):
+    if not torch.cuda.is_available():
+        pytest.skip("unsupported: no CUDA device")
+    import triton_mul
+
+    if triton_mul.triton is None:
+        pytest.skip("unsupported: Triton is not installed")
+    F.triton_mul()
+    reg.register_all_overrides()
+    before = registry_state(reg)
+    torch._dynamo.reset()
+    report = check_overrides(OP, samples=F.cuda_samples(), device="cuda")
+    torch._dynamo.reset()
+    assert registry_state(reg) == before
+    assert report.failures == []
+    # The cond takes the three float16 same-shape samples and declines the rest.
+    assert {(r.check, r.status, r.detail) for r in report.results} == {
+        *((c, "pass", "3 samples") for c in CHEAP), ("compile", "pass", "1 sample"),
+        ("export", "pass", "1 sample")}
