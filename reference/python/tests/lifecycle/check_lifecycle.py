@@ -86,6 +86,9 @@ def test_lifecycle_programs_match_the_model(program):
         Clock.examples += 1
         failure, _ = R.check(program)
         Clock.seen[key] = failure
+    if failure is not None and failure[0].startswith(R.DOCUMENTED_HAZARD):
+        print(f"lifecycle: {failure[0]} (not a failure): {program!r}")
+        failure = None
     if failure is not None:
         signature, detail = failure
         if Clock.first_failure is None:

@@ -110,6 +110,9 @@ class Model:
         self.snaps: list = []
         self.programs: list = []       # what each recorded program answers
         self.base_stock = self.base_ref = 0
+        # routers put where the op had none: a dispatcher write the
+        # reference documents as not to be run under calls of that op
+        self.fresh_routers = 0
 
     # ---- the dispatcher ----
 
@@ -197,7 +200,9 @@ class Model:
         if not new:
             router.chain = chain
             return
-        if router is not None:
+        if router is None:
+            self.fresh_routers += 1
+        else:
             self.remove_router(key, router)
         router = self.ref_routers[key] = Router("ref", chain)
         self.add_router(key, router)
@@ -314,6 +319,13 @@ class Model:
         """Merge the stock registry into the reference; returns what each
         call answered just before (the takeover must change none)."""
         before = {key: self.expect(key)[0] for key in P.KEYS}
+        for key in P.KEYS:
+            # Reference nodes never installed, under a stock router at the
+            # same key: one registry cannot keep them silent and route the
+            # stock ones, so they may answer from now on.
+            if (self.ref_graphs.get(key) and key not in self.ref_installed
+                    and self.stock_graphs.get(key) and key in self.stock_routers):
+                before[key].values |= {float(self.nodes[n].value) for n in self.ref_graphs[key]}
         for key, nids in self.stock_graphs.items():
             if self.ref_graphs.get(key) and nids:
                 for nid in self.ref_graphs[key] + nids:  # their merged order is not pinned

@@ -76,6 +76,7 @@ class Takeover:
 class Reorder:
     api: str
     how: str                    # "reverse", "copies_never" (dataclasses.replace), "copies_reverse"
+    reregister: bool = True     # reregister_overrides (changed graphs installed again)
 
 
 @dataclass(frozen=True)
@@ -90,8 +91,9 @@ class Restore:
 
 @dataclass(frozen=True)
 class Trace:
-    api: str                    # whose native_decomp_table make_fx traces with
+    api: str                    # whose native_decomp_table the program is traced with
     key: str
+    how: str = "make_fx"        # "make_fx", "export" (run_decompositions), "compile" (aot_autograd)
 
 
 @dataclass(frozen=True)
@@ -153,7 +155,7 @@ SAFE_UNDER_CALLS = st.one_of(
     st.builds(Reg, st.just("ref"), st.sampled_from(("mul", "add")), st.sampled_from(DSLS),
               st.sampled_from(PLAIN_CONDS)),
     _filter(),
-    st.builds(Reorder, st.just("ref"), st.sampled_from(("reverse", "copies_never"))),
+    st.builds(Reorder, st.just("ref"), st.sampled_from(("reverse", "copies_never")), st.just(False)),
 )
 
 STEP = st.one_of(
@@ -166,7 +168,8 @@ STEP = st.one_of(
     st.builds(Reorder, st.sampled_from(("ref", "stock")),
               st.sampled_from(("reverse", "copies_never", "copies_reverse"))),
     st.just(Snapshot()), st.builds(Restore, st.integers(0, 3)),
-    st.builds(Trace, st.sampled_from(("ref", "stock")), st.sampled_from(("mul", "add"))),
+    st.builds(Trace, st.sampled_from(("ref", "stock")), st.sampled_from(("mul", "add")),
+              st.sampled_from(("make_fx", "make_fx", "export", "compile"))),
     st.builds(JitScope, st.sampled_from(("mul", "add"))),
     st.builds(CallProgram, st.integers(0, 3)),
     st.builds(Redefine, st.booleans()),
@@ -342,7 +345,7 @@ def _step_code(i: int, step, value_of: dict) -> list[str]:
                 "copies_never": "[dataclasses.replace(n, cond_fn=never) for n in g]",
                 "copies_reverse": "[dataclasses.replace(n) for n in reversed(g)]"}[step.how]
         return ["del WARNED[:]",
-                f"{fn}(lambda op, key, g: {body}, reregister_overrides=True)",
+                f"{fn}(lambda op, key, g: {body}, reregister_overrides={step.reregister})",
                 "out('warned', i, bool(WARNED))"]
     if isinstance(step, Snapshot):
         return ["SNAPS.append(nr.snapshot())"]
@@ -352,12 +355,30 @@ def _step_code(i: int, step, value_of: dict) -> list[str]:
         lib, op = OP[step.key]
         table = "nr.native_decomp_table" if step.api == "ref" else "S.native_decomp_table"
         torch_fn = "torch.mul" if step.key == "mul" else "torch.add"
-        return ["from torch.fx.experimental.proxy_tensor import make_fx",
-                f"_gm = make_fx(lambda x: {torch_fn}(x, x), decomposition_table={table}())(X)",
-                # run by an Interpreter: it calls the op objects the graph holds
-                "PROGS.append(torch.fx.Interpreter(_gm).run)",
-                "out('traced', i, [n.target.__name__ for n in _gm.graph.nodes "
-                "if n.op == 'call_function'])"]
+        if step.how == "export":
+            lines = ["class _M(torch.nn.Module):",
+                     f"    def forward(self, x): return {torch_fn}(x, x)",
+                     f"_ep = torch.export.export(_M(), (X,)).run_decompositions({table}())",
+                     "_gm = _ep.graph_module",
+                     "PROGS.append(_ep.module())"]
+        elif step.how == "compile":
+            lines = ["from torch._dynamo.backends.common import aot_autograd",
+                     "from functorch.compile import make_boxed_func",
+                     "_seen = []",
+                     "def _fw(gm, _inputs):",
+                     "    _seen.append(gm); return make_boxed_func(gm.forward)",
+                     f"_fn = torch.compile(lambda x: {torch_fn}(x, x), fullgraph=True, "
+                     f"backend=aot_autograd(fw_compiler=_fw, decompositions={table}()))",
+                     "_fn(X)",  # compiles now, with the table as it is now
+                     "_gm = _seen[-1]",
+                     "PROGS.append(_fn)"]
+        else:
+            lines = ["from torch.fx.experimental.proxy_tensor import make_fx",
+                     f"_gm = make_fx(lambda x: {torch_fn}(x, x), decomposition_table={table}())(X)",
+                     # run by an Interpreter: it calls the op objects the graph holds
+                     "PROGS.append(torch.fx.Interpreter(_gm).run)"]
+        return lines + ["out('traced', i, [getattr(n.target, '__name__', str(n.target)) "
+                        "for n in _gm.graph.nodes if n.op == 'call_function'])"]
     if isinstance(step, JitScope):
         lib, op = OP[step.key]
         v = value_of[id(step), i]
@@ -458,7 +479,17 @@ def render(program: Program, universe: dict) -> str:
         for _ in step.steps:
             j, inner, _ = numbered[pos]
             pos += 1
-            lines += _wrapped(j, inner, value_of, calls=False)
+            if isinstance(inner, Filter) and inner.api != "ref":
+                # torch 2.13's own registry re-installs routers on every
+                # filter change, a LibTorch hazard under calls that is not
+                # the reference's: such a step runs only once the reference
+                # is torch._native.registry
+                lines += ["if sys.modules['torch._native.registry'] is not compat:",
+                          f"    out('skipped', {j})",
+                          "else:"]
+                lines += ["    " + line for line in _wrapped(j, inner, value_of, calls=False)]
+            else:
+                lines += _wrapped(j, inner, value_of, calls=False)
             lines.append("time.sleep(0.02)")
         lines += ["_stop.set(); [t.join(30) for t in _callers]",
                   f"out('callers', {i}, _bad[:3], len(_bad), _rounds[0], "

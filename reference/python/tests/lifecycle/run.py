@@ -103,6 +103,11 @@ def run_child(program: Program, timeout: float = CHILD_TIMEOUT) -> dict:
                 observations.append(json.loads(line[2:]))
             except ValueError:
                 pass
+    package = os.environ.get("NR_LIFECYCLE_PACKAGE")
+    loaded = next((o[1] for o in observations if o[0] == "loaded"), None)
+    if package and loaded is not None and not loaded.startswith(str(pathlib.Path(package).resolve())):
+        # never judge another package than the one named
+        raise RuntimeError(f"the child imported native_registry from {loaded}, not from {package}")
     return {"rc": rc, "timed_out": timed_out, "observations": observations, "stderr": stderr,
             "script": script}
 
@@ -118,6 +123,10 @@ def _signal_name(rc) -> str:
     return {134: "SIGABRT", 139: "SIGSEGV"}.get(rc, f"status{rc}")
 
 
+# Not a failure of the implementation (see judge): reported, never failed on.
+DOCUMENTED_HAZARD = "documented-hazard"
+
+
 class Failure(Exception):
     def __init__(self, signature: str, detail: str) -> None:
         super().__init__(f"{signature}: {detail}")
@@ -129,14 +138,22 @@ def judge(program: Program, result: dict) -> tuple[str, str] | None:
     hung or hit an internal assert is reported as such even where a wrong
     answer came first (the worst bug names the class)."""
     try:
-        _judge(program, result)
+        try:
+            _judge(program, result)
+        except (IndexError, KeyError, TypeError, ValueError) as e:
+            # the observations did not have the shape the judge reads: a
+            # child cut short mid-line, or a defect of the judge itself
+            import traceback
+            raise Failure(f"unreadable-observations:{type(e).__name__}",
+                          traceback.format_exc(limit=3)) from None
     except Failure as f:
         stderr = result["stderr"]
         abnormal = (result["timed_out"] or result["rc"] != 0
                     or "INTERNAL ASSERT FAILED" in stderr or "ERROR: AddressSanitizer" in stderr
                     or not any(o[0] == "end" for o in result["observations"]))
         if abnormal and not f.signature.split(":")[0] in (
-                "crash", "hang", "internal-assert", "asan", "exit", "exit-with-daemon-threads"):
+                "crash", "hang", "internal-assert", "asan", "exit", "exit-with-daemon-threads",
+                DOCUMENTED_HAZARD, "unreadable-observations"):
             last = max((o[1] for o in result["observations"] if len(o) > 1 and isinstance(o[1], int)),
                        default=None)
             where = type(P.numbering(program)[last][1]).__name__ if last is not None else "import"
@@ -161,7 +178,13 @@ def _judge(program: Program, result: dict) -> None:
     def first(i, kind):
         return next((o for o in by_step[i] if o[0] == kind), None)
 
+    hazard = [False]
+
     def died(where: str) -> Failure:
+        if hazard[0]:
+            # a router put into the dispatcher while threads called the op:
+            # LibTorch's own hazard, which the reference documents
+            return Failure(f"{DOCUMENTED_HAZARD}:{where}", _tail(stderr))
         if result["timed_out"]:
             return Failure(f"hang:{where}", f"no progress within {CHILD_TIMEOUT:.0f} s")
         if "INTERNAL ASSERT FAILED" in stderr:
@@ -337,6 +360,8 @@ def _judge(program: Program, result: dict) -> None:
                     if new == graph:
                         continue
                     m.ref_graphs[key] = new
+                    if not step.reregister:
+                        continue  # routers keep the chain they publish
                     if key == "f" and m.needs_router("f") and not m.f_defined:
                         m.uncertain.add("f")
                         continue
@@ -420,10 +445,18 @@ def _judge(program: Program, result: dict) -> None:
         i, step, _ = numbered[pos]
         pos += 1
         if isinstance(step, Threads):
+            fresh = m.fresh_routers
             for _ in step.steps:
                 j, inner, _ = numbered[pos]
                 pos += 1
-                apply(j, inner)
+                skipped = first(j, "skipped") is not None
+                if isinstance(inner, Filter) and inner.api != "ref" and skipped != (not m.taken_over):
+                    raise Failure("one-registry", f"step {j}: torch._native.registry is "
+                                  f"{'not ' if skipped else ''}the reference's, the model says "
+                                  f"{'it is' if m.taken_over else 'it is not'}")
+                if not skipped:
+                    apply(j, inner)
+                hazard[0] = m.fresh_routers != fresh
             callers = first(i, "callers")
             if callers is None:
                 raise died("Threads")
@@ -433,6 +466,7 @@ def _judge(program: Program, result: dict) -> None:
             if bad:
                 kind = "error" if any(len(s) > 2 for s in sample) else "wrong-answer"
                 raise Failure(f"callers-{kind}", f"step {i} {step!r}: {bad} bad calls, e.g. {sample}")
+            hazard[0] = False
             check_calls(i, step)
             continue
         before = apply(i, step)
