@@ -25,6 +25,11 @@ from . import run as R
 def _smaller(program: P.Program):
     """Candidates one deletion or simplification smaller, smallest first."""
     steps = program.steps
+    for end in range(1, len(steps)):  # the steps after the failing one first
+        yield P.Program(program.header, steps[:end])
+    for pos, step in enumerate(steps):  # a Threads step's inner steps without the threads
+        if isinstance(step, P.Threads):
+            yield P.Program(program.header, steps[:pos] + step.steps + steps[pos + 1:])
     for width in (4, 2, 1):
         for start in range(0, len(steps), width):
             if width < len(steps):

@@ -210,9 +210,13 @@ class _Warned(logging.Handler):
     def emit(self, record):
         if "Graph transformation failed" in record.getMessage():
             WARNED.append(1)
-# torch's logger does not propagate to the root: listen on both
-for _name in ("", "torch"):
-    logging.getLogger(_name).addHandler(_Warned())
+def listen():
+    # On the loggers that emit it, each time: torch's logging setup may
+    # clear the handlers of "torch" (which the root never sees) on the way.
+    for _name in ("torch._native.registry", "native_registry.registry"):
+        _lg = logging.getLogger(_name)
+        if not any(isinstance(h, _Warned) for h in _lg.handlers):
+            _lg.addHandler(_Warned())
 def imp(v):
     return lambda *a, **k: torch.full_like(a[0], float(v))
 def always(*a, **k): return True
@@ -344,7 +348,7 @@ def _step_code(i: int, step, value_of: dict) -> list[str]:
         body = {"reverse": "list(reversed(g))",
                 "copies_never": "[dataclasses.replace(n, cond_fn=never) for n in g]",
                 "copies_reverse": "[dataclasses.replace(n) for n in reversed(g)]"}[step.how]
-        return ["del WARNED[:]",
+        return ["del WARNED[:]", "listen()",
                 f"{fn}(lambda op, key, g: {body}, reregister_overrides={step.reregister})",
                 "out('warned', i, bool(WARNED))"]
     if isinstance(step, Snapshot):
