@@ -11,8 +11,8 @@ the registry (lifecycle/model.py): no crash, hang or internal assert; one
 registry routes; every call answers as the model says; every error is a
 named Python exception.
 
-Budget and seed: NR_LIFECYCLE_SECONDS (default 180) of new examples, then
-up to NR_LIFECYCLE_SHRINK_SECONDS (default 240) shrinking a failure; the
+Budget and seed: NR_LIFECYCLE_SECONDS (default 180; ci/test: 120) of new examples, then
+up to NR_LIFECYCLE_SHRINK_SECONDS (default 120) shrinking failures; the
 seed is the UTC date (YYYYMMDD) unless NR_LIFECYCLE_SEED gives one; both are
 printed. A failure prints its minimal program; replay it with
     cd reference/python/tests && python -m lifecycle.run --program "<the program>"
@@ -36,7 +36,7 @@ from lifecycle import run as R
 from lifecycle.known import KNOWN
 
 SECONDS = float(os.environ.get("NR_LIFECYCLE_SECONDS", "180"))
-SHRINK_SECONDS = float(os.environ.get("NR_LIFECYCLE_SHRINK_SECONDS", "240"))
+SHRINK_SECONDS = float(os.environ.get("NR_LIFECYCLE_SHRINK_SECONDS", "120"))
 SEED = int(os.environ.get("NR_LIFECYCLE_SEED")
            or datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d"))
 # About 3 s a child on this machine; the clock below is what bounds the run.
@@ -81,7 +81,8 @@ def test_lifecycle_programs_match_the_model(program):
     else:
         if Clock.first_failure is None and elapsed > SECONDS:
             reject()  # the budget for new examples is spent
-        if Clock.first_failure is not None and now - Clock.first_failure > SHRINK_SECONDS:
+        if (Clock.first_failure is not None and elapsed > SECONDS
+                and now - max(Clock.first_failure, Clock.started + SECONDS) > SHRINK_SECONDS):
             reject()  # so is the one for shrinking
         Clock.examples += 1
         failure, _ = R.check(program)

@@ -157,6 +157,10 @@ def judge(program: Program, result: dict) -> tuple[str, str] | None:
             last = max((o[1] for o in result["observations"] if len(o) > 1 and isinstance(o[1], int)),
                        default=None)
             where = type(P.numbering(program)[last][1]).__name__ if last is not None else "import"
+            if any(o[0] == "end" for o in result["observations"]) and not result["timed_out"]:
+                # every step ran: the process died on its way out
+                where = "exit-with-daemon-threads" if program.header.daemon_exit else "exit"
+                return f"{where}:{_signal_name(result['rc'])}", f"(after {f.signature}: {f.detail})"
             kind = ("hang" if result["timed_out"] else
                     "internal-assert" if "INTERNAL ASSERT FAILED" in stderr else
                     "asan" if "ERROR: AddressSanitizer" in stderr else
@@ -272,7 +276,6 @@ def _judge(program: Program, result: dict) -> None:
     def apply(i, step):
         """Judges one step's own outcome and moves the model; returns the
         answers before a takeover (to judge the calls after it), if any."""
-        nonlocal m
         err = outcome(i, step)
         if isinstance(step, Reg):
             to_ref = step.api == "ref" or m.taken_over
@@ -348,7 +351,7 @@ def _judge(program: Program, result: dict) -> None:
             if step.api == "stock" and not m.taken_over:
                 for key in P.KEYS:
                     graph = m.stock_graphs.get(key, [])
-                    new = _reordered(m, graph, step.how, copies_are_new=True)
+                    new = _reordered(m, graph, step.how)
                     changed = new != graph
                     m.stock_graphs[key] = new if graph else graph
                     if changed:
@@ -356,7 +359,7 @@ def _judge(program: Program, result: dict) -> None:
             else:
                 for key in P.KEYS:
                     graph = m.ref_graphs.get(key, [])
-                    new = _reordered(m, graph, step.how, copies_are_new=True)
+                    new = _reordered(m, graph, step.how)
                     if new == graph:
                         continue
                     m.ref_graphs[key] = new
@@ -482,7 +485,7 @@ def _judge(program: Program, result: dict) -> None:
         raise died("end")
 
 
-def _reordered(m, graph, how, copies_are_new):
+def _reordered(m, graph, how):
     if how == "reverse" or how == "copies_reverse":
         return list(reversed(graph))
     new = []
