@@ -55,6 +55,9 @@ def child_environment() -> dict:
         env["MESONPY_EDITABLE_SKIP"] = os.pathsep.join([env["MESONPY_EDITABLE_SKIP"], *map(str, skip)])
     else:
         env = dict(os.environ)
+        # The editable install rebuilds its build folder on import when the
+        # C++ changed: here, once, not inside a child's time limit.
+        import native_registry  # noqa: F401
     env.pop("NATIVE_REGISTRY_AS_TORCH_NATIVE", None)
     env["PYTHONFAULTHANDLER"] = "1"
     if os.environ.get("NR_LIFECYCLE_ASAN") == "1":
