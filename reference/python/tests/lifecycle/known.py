@@ -1,0 +1,59 @@
+"""One small program per failure class that issue 27 reported on 3d47080
+(doc/lifecycle-3d47080.md lists what the random search found there). The
+test runs each first, every time, so a class once fixed stays fixed. Three
+of them pass on 3d47080 here (the toggles under calls, the declining cond
+that removes its op, the reorder's copies): kept, as the programs that
+would show those classes."""
+
+from __future__ import annotations
+
+from .program import (CallProgram, Filter, Header, Install, JitScope, Program, Redefine, Reg,
+                      Reorder, Takeover, Threads, Trace)
+
+KNOWN = {
+    # (a) the takeover is not a transaction
+    "takeover-turns-disabled-unconditional-on": Program(Header(), (
+        Reg("stock", "mul", "triton", "uncond"), Reg("stock", "mul", "user", "always"),
+        Install("stock"), Filter("stock", "triton", True), Takeover())),
+    "takeover-changes-which-override-answers": Program(Header(), (
+        Reg("ref", "mul", "user", "always"), Install("ref"),
+        Reg("stock", "mul", "triton", "always"), Install("stock"), Takeover())),
+    "refused-takeover-leaves-front-ends-on-the-reference": Program(Header(), (
+        Reg("stock", "mul", "triton", "always"), Install("stock"),
+        Takeover(1, refused=True), Filter("pn", "triton", True))),
+    "takeover-from-two-threads": Program(Header(), (
+        Reg("stock", "mul", "triton", "always"), Takeover(2))),
+    "stock-traced-program-after-takeover": Program(Header(), (
+        Reg("stock", "mul", "triton", "always"), Install("stock"), Trace("stock", "mul"),
+        Takeover(), CallProgram(0))),
+    "bound-stock-function-after-takeover": Program(Header(), (
+        Reg("stock", "mul", "triton", "always"), Install("stock"), Takeover(),
+        Reg("bound", "mul", "triton", "always"), Filter("bound", "triton", True))),
+    # (b) front-end toggles under calls, after the takeover
+    "python-native-toggles-under-calls": Program(Header(), (
+        Takeover(), Reg("ref", "mul", "triton", "always"), Reg("ref", "add", "triton", "always"),
+        Install("ref"),
+        Threads((Filter("pn", "triton", True), Filter("pn", "triton", False)) * 4))),
+    # (c) early activation, native_registry imported before torch
+    "early-activation-registry-first": Program(Header(early="nr_first"), (
+        Reg("stock", "mul", "triton", "always"),)),
+    # (d) ops removed or redefined mid-call; TorchScript after its scope
+    "op-redefined-from-cond": Program(Header(), (
+        Reg("ref", "f", "user", "cond_redefines"), Install("ref"))),
+    "op-redefined-from-runtime-check": Program(Header(), (
+        Reg("ref", "f", "user", "runtime_redefines"), Install("ref"))),
+    "op-redefined-from-impl": Program(Header(), (
+        Reg("ref", "f", "user", "impl_redefines"), Install("ref"))),
+    "op-removed-from-declining-cond": Program(Header(), (
+        Reg("ref", "f", "user", "cond_removes"), Install("ref"))),
+    "torchscript-after-its-scope": Program(Header(), (JitScope("mul"), CallProgram(0))),
+    # (e) daemon threads in the control plane at exit
+    "exit-with-daemon-threads": Program(Header(daemon_exit=True), (
+        Reg("ref", "mul", "user", "never"),)),
+    # (f) an ordering function returning copies
+    "reorder-copies-ignored": Program(Header(), (
+        Reg("ref", "mul", "user", "always"), Install("ref"), Reorder("ref", "copies_never"))),
+    # (g) native_decomp_table after the op is defined again
+    "decomp-table-after-redefinition": Program(Header(), (
+        Reg("ref", "f", "user", "always"), Install("ref"), Redefine())),
+}

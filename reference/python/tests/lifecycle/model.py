@@ -1,0 +1,416 @@
+"""The model: which node answers each call, step by step, and the judge that
+reads a child's observations against it.
+
+The dispatcher is modelled as a stack of routers per op key (torch 2.13's
+stock routers and the reference's), each holding the kernel that was on top
+when it was installed (its fallback): a call walks the top router's chain
+(first node whose cond takes the call answers), then its captured kernel's,
+down to the op's own. The stock registry follows torch 2.13's rules (every
+filter change re-installs the graphs it names, unconditional overrides are
+disabled like any other); the reference follows its own (routers keep their
+capture and swap chains; unconditional overrides survive a disable; the
+compatibility module re-installs as upstream does).
+
+Where a legal implementation may do either of two things (an ordering
+function's copies applied or refused with "Graph transformation failed";
+a function bound from the replaced module before the takeover working or
+refusing by name), the child's observation says which, and the model
+follows it. A takeover is judged as a transaction: every call right after it
+answers as right before it. What the model cannot tell after a takeover
+merged two registries' graphs for one op (their order) it no longer pins:
+those nodes may or may not answer, but nothing else may.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from dataclasses import dataclass, field
+
+from . import program as P
+
+FALLBACK = {"mul": 9.0, "add": 6.0}
+# A refusal by name from a function the takeover left behind.
+TAKEOVER_WORDS = ("took over", "taken over", "native_registry", "install_as_torch_native")
+
+
+class ModelError(Exception):
+    """The step must raise (AttributeError: lc::f is not defined and would
+    need a router)."""
+
+
+@dataclass
+class Node:
+    nid: int
+    key: str
+    dsl: str
+    cond: str          # "always", "never", or one of program.HOSTILE_CONDS
+    uncond: bool
+    value: int
+    uncertain: bool = False
+
+    def takes(self) -> bool:
+        return self.cond != "never"
+
+
+_uids = itertools.count()
+
+
+@dataclass
+class Router:
+    owner: str                 # "stock" or "ref"
+    chain: list                # node ids
+    captured: "Router | None" = None
+    stale: bool = False        # its op (lc::f) left the dispatcher
+    uid: int = field(default_factory=lambda: next(_uids))
+
+
+@dataclass
+class Expect:
+    values: set = field(default_factory=set)
+    error_ok: bool = False
+    anything: bool = False
+
+    def admits(self, observed) -> bool:
+        if self.anything:
+            return True
+        if isinstance(observed, list):
+            return self.error_ok and is_named(observed)
+        return observed in self.values
+
+    def __repr__(self) -> str:
+        if self.anything:
+            return "anything"
+        return f"one of {sorted(self.values, key=str)}" + (" or a named error" if self.error_ok else "")
+
+
+def is_named(err: list) -> bool:
+    """A named Python exception: a builtin's or torch's or the registry's
+    own class, never SystemError, never a C++ internal assert."""
+    module, qualname, message = err[:3]
+    return ((module == "builtins" or module.split(".")[0] in ("torch", "native_registry"))
+            and qualname not in ("SystemError",) and "INTERNAL ASSERT" not in message)
+
+
+class Model:
+    def __init__(self, header: P.Header) -> None:
+        self.nodes: dict[int, Node] = {}
+        self.stock_graphs: dict[str, list] = {}
+        self.stock_filters: set = set()
+        self.stock_routers: dict[str, Router] = {}
+        self.ref_graphs: dict[str, list] = {}
+        self.ref_filters: set = set()
+        self.ref_installed: set = set()
+        self.ref_routers: dict[str, Router] = {}
+        self.layers: dict[str, list] = {k: [] for k in P.KEYS}
+        self.taken_over = header.early != "off"
+        self.poisoned = False
+        self.uncertain: set = set()    # keys whose answers are no longer pinned
+        self.f_defined, self.f_gen = True, 0
+        self.snaps: list = []
+        self.programs: list = []       # what each recorded program answers
+        self.base_stock = self.base_ref = 0
+        # routers put where the op had none: a dispatcher write the
+        # reference documents as not to be run under calls of that op
+        self.fresh_routers = 0
+
+    # ---- the dispatcher ----
+
+    def top(self, key):
+        return self.layers[key][-1] if self.layers[key] else None
+
+    def add_router(self, key, router: Router) -> None:
+        router.captured = self.top(key)
+        self.layers[key].append(router)
+
+    def remove_router(self, key, router: Router) -> None:
+        stack = self.layers[key]
+        if router not in stack:
+            return
+        above = stack[stack.index(router) + 1:]
+        if any(r.captured is router for r in above):
+            # a router installed over it keeps calling it: how a removed
+            # router behaves there is not pinned here
+            self.uncertain.add(key)
+        stack.remove(router)
+
+    def fallback(self, key) -> float:
+        return FALLBACK[key] if key != "f" else 50.0 + self.f_gen
+
+    # ---- rules ----
+
+    def stock_enabled(self, nid) -> bool:
+        return self.nodes[nid].dsl not in self.stock_filters
+
+    def ref_enabled(self, nid) -> bool:
+        node = self.nodes[nid]
+        return node.uncond or node.dsl not in self.ref_filters
+
+    def ref_chain(self, key) -> list:
+        return [n for n in self.ref_graphs.get(key, []) if self.ref_enabled(n)]
+
+    def new_node(self, key, dsl, cond, value) -> int:
+        nid = len(self.nodes)
+        self.nodes[nid] = Node(nid, key, dsl, "always" if cond == "uncond" else cond,
+                               cond == "uncond", value)
+        return nid
+
+    # ---- the stock registry (torch 2.13) ----
+
+    def stock_reinstall(self, key) -> None:
+        old = self.stock_routers.pop(key, None)
+        if old is not None:
+            self.remove_router(key, old)
+        chain = [n for n in self.stock_graphs.get(key, []) if self.stock_enabled(n)]
+        if chain:
+            router = Router("stock", chain)
+            self.add_router(key, router)
+            self.stock_routers[key] = router
+
+    def stock_keys_of(self, dsls) -> list:
+        return [k for k in P.KEYS if any(self.nodes[n].dsl in dsls for n in self.stock_graphs.get(k, []))]
+
+    def stock_filter(self, dsl, disable) -> None:
+        if disable:
+            self.stock_filters.add(dsl)
+            keys = self.stock_keys_of(self.stock_filters)
+        else:
+            self.stock_filters.discard(dsl)
+            keys = self.stock_keys_of({dsl})
+        for key in keys:
+            self.stock_reinstall(key)
+
+    # ---- the reference ----
+
+    def publish(self, key, reinstall: bool) -> None:
+        router = self.ref_routers.get(key)
+        stale = router is not None and router.stale
+        chain = self.ref_chain(key)
+        if not chain:
+            if router is not None:
+                if stale or reinstall:
+                    self.remove_router(key, router)
+                    del self.ref_routers[key]
+                else:
+                    router.chain = []
+            return
+        new = router is None or stale or reinstall
+        if new and key == "f" and not self.f_defined:
+            raise ModelError(key)
+        if not new:
+            router.chain = chain
+            return
+        if router is None:
+            self.fresh_routers += 1
+        else:
+            self.remove_router(key, router)
+        router = self.ref_routers[key] = Router("ref", chain)
+        self.add_router(key, router)
+
+    def ref_install(self, key, reinstall: bool) -> None:
+        self.publish(key, reinstall)
+        self.ref_installed.add(key)
+
+    def needs_router(self, key) -> bool:
+        router = self.ref_routers.get(key)
+        return bool(self.ref_chain(key)) and (router is None or router.stale)
+
+    def ref_install_all(self) -> None:
+        if "f" in self.ref_graphs and self.needs_router("f") and not self.f_defined:
+            raise ModelError("f")
+        for key in sorted(self.ref_graphs, key=P.KEYS.index):
+            self.ref_install(key, False)
+
+    def ref_keys_of(self, dsls) -> list:
+        return [k for k in P.KEYS if any(self.nodes[n].dsl in dsls for n in self.ref_graphs.get(k, []))]
+
+    def ref_filter(self, dsl, disable) -> None:
+        """native_registry.registry's: installed routers of the graphs named follow."""
+        (self.ref_filters.add if disable else self.ref_filters.discard)(dsl)
+        keys = [k for k in self.ref_keys_of({dsl}) if k in self.ref_installed]
+        if "f" in keys and self.needs_router("f") and not self.f_defined:
+            raise ModelError("f")
+        for key in keys:
+            self.publish(key, False)
+
+    def compat_reinstall(self, keys) -> None:
+        for key in sorted(keys, key=P.KEYS.index):  # upstream_compat._reinstall: sorted keys
+            if key in self.ref_graphs:
+                self.ref_install(key, True)
+
+    def compat_filter(self, dsl, disable) -> None:
+        """upstream_compat's: the reference's, then every graph named re-installed."""
+        self.ref_filter(dsl, disable)
+        self.compat_reinstall(self.ref_keys_of(self.ref_filters if disable else {dsl}))
+
+    # ---- calls ----
+
+    def expect(self, key) -> tuple[Expect, bool]:
+        """What calling `key` now may give, and whether the call runs an
+        lc::f node that defines the op again (its side effect)."""
+        if key == "f" and not self.f_defined:
+            return Expect({"undefined"}), False
+        if key in self.uncertain:
+            return Expect(anything=True), False
+        result, router, seen = Expect(), self.top(key), set()
+        while router is not None:
+            if router.uid in seen:
+                return Expect(anything=True), False
+            seen.add(router.uid)
+            for nid in router.chain:
+                node = self.nodes[nid]
+                if node.uncertain:
+                    if node.cond in P.HOSTILE_CONDS:
+                        return Expect(anything=True), False
+                    result.values.add(float(node.value))
+                    continue
+                if node.cond in P.DECLINING:
+                    # falls through to a kernel of the op that is gone:
+                    # not pinned, as long as it is no crash
+                    return Expect(anything=True), True
+                if node.takes():
+                    result.values.add(float(node.value))
+                    hostile = node.cond in P.HOSTILE_CONDS
+                    result.error_ok = hostile
+                    return result, hostile
+            router = router.captured
+        result.values.add(self.fallback(key))
+        return result, False
+
+    def after_call(self, key, redefines: bool) -> None:
+        if redefines:
+            node = self.first_hostile()
+            self.redefine(remove_only=node is not None and node.cond == "cond_removes")
+
+    def first_hostile(self):
+        router = self.top("f")
+        while router is not None:
+            for nid in router.chain:
+                if self.nodes[nid].cond in P.HOSTILE_CONDS or self.nodes[nid].takes():
+                    node = self.nodes[nid]
+                    return node if node.cond in P.HOSTILE_CONDS else None
+            router = router.captured
+        return None
+
+    def redefine(self, remove_only: bool) -> None:
+        if self.f_defined:
+            self.f_defined = False
+            self.layers["f"] = []
+            router = self.ref_routers.get("f")
+            if router is not None:
+                router.stale = True
+        if not remove_only:
+            self.f_defined, self.f_gen = True, self.f_gen + 1
+
+    def decomp_entry_f(self) -> bool | None:
+        """Whether native_decomp_table holds lc::f (None: not pinned)."""
+        if "f" in self.uncertain:
+            return None
+        router = self.ref_routers.get("f")
+        return bool(self.f_defined and router is not None and not router.stale and router.chain)
+
+    def node_count(self) -> int:
+        return (self.base_stock + self.base_ref + sum(map(len, self.ref_graphs.values()))
+                + sum(map(len, self.stock_graphs.values())))
+
+    # ---- the takeover ----
+
+    def take_over(self) -> dict:
+        """Merge the stock registry into the reference; returns what each
+        call answered just before (the takeover must change none)."""
+        before = {key: self.expect(key)[0] for key in P.KEYS}
+        for key in P.KEYS:
+            # Reference nodes never installed, under a stock router at the
+            # same key: one registry cannot keep them silent and route the
+            # stock ones, so they may answer from now on.
+            if (self.ref_graphs.get(key) and key not in self.ref_installed
+                    and self.stock_graphs.get(key) and key in self.stock_routers):
+                before[key].values |= {float(self.nodes[n].value) for n in self.ref_graphs[key]}
+        for key, nids in self.stock_graphs.items():
+            if self.ref_graphs.get(key) and nids:
+                for nid in self.ref_graphs[key] + nids:  # their merged order is not pinned
+                    self.nodes[nid].uncertain = True
+            self.ref_graphs.setdefault(key, []).extend(nids)
+        for nid in itertools.chain.from_iterable(self.stock_graphs.values()):
+            # a node whose enabled state the reference's rules would change
+            # (a disabled unconditional one) must keep answering as before
+            # right after; later, its state is not pinned
+            if self.stock_enabled(nid) != (self.nodes[nid].uncond or self.nodes[nid].dsl not in
+                                           self.ref_filters | self.stock_filters):
+                self.nodes[nid].uncertain = True
+        for nid in itertools.chain.from_iterable(self.ref_graphs.values()):
+            if self.nodes[nid].dsl in self.stock_filters - self.ref_filters and not self.nodes[nid].uncond:
+                self.nodes[nid].uncertain = True
+        installed = list(self.stock_routers)
+        for key, router in list(self.stock_routers.items()):
+            self.remove_router(key, router)
+        self.stock_routers.clear()
+        self.ref_filters |= self.stock_filters
+        self.base_ref += self.base_stock
+        self.base_stock = 0
+        self.stock_graphs, self.stock_filters = {}, set()
+        for key in installed:
+            self.uncertain.discard(key)  # the layers below were rebuilt
+            self.ref_install(key, True)
+        self.taken_over = True
+        return before
+
+    # ---- snapshots ----
+
+    def snapshot(self) -> None:
+        self.snaps.append(copy.deepcopy({
+            "graphs": self.ref_graphs, "filters": self.ref_filters,
+            "installed": self.ref_installed, "f_gen": self.f_gen, "f_defined": self.f_defined,
+            "routers": {k: (r.uid, list(r.chain), r.stale) for k, r in self.ref_routers.items()}}))
+
+    def restore(self, which: int) -> None:
+        if not self.snaps:
+            return
+        saved = self.snaps[-1 - which % len(self.snaps)]
+        for key in P.KEYS:
+            current, old = self.ref_routers.get(key), saved["routers"].get(key)
+            if key == "f" and (saved["f_gen"] != self.f_gen or not self.f_defined
+                               or (current is not None and current.stale) or (old and old[2])):
+                self.uncertain.add("f")  # rebuilt on the op as it is now: not pinned here
+                continue
+            if old is None:
+                if current is not None:
+                    self.remove_router(key, current)
+                    del self.ref_routers[key]
+            elif current is not None and current.uid == old[0]:
+                current.chain = list(old[1])
+            else:
+                if current is not None:
+                    self.remove_router(key, current)
+                router = self.ref_routers[key] = Router("ref", list(old[1]))
+                self.add_router(key, router)
+        self.ref_graphs = copy.deepcopy(saved["graphs"])
+        self.ref_filters = set(saved["filters"])
+        self.ref_installed = set(saved["installed"])
+
+    # ---- programs ----
+
+    def traced(self, api, key) -> tuple:
+        """What a make_fx trace with a native_decomp_table records."""
+        if api == "stock" and not self.taken_over:
+            router = self.stock_routers.get(key)
+        else:
+            router = self.ref_routers.get(key)
+            if router is not None and router.stale:
+                router = None
+        if router is None:
+            return ("eager", key)
+        for nid in router.chain:
+            node = self.nodes[nid]
+            if node.uncertain:
+                return ("any",)
+            if node.takes():
+                return ("node", nid, "stock" if api == "stock" and not self.taken_over else "ref")
+        return ("eager", key)
+
+    def live(self, nid) -> bool:
+        """Whether node nid is still in a graph of a registry that routes
+        (a program holding its `_native` op must then still answer with it)."""
+        in_ref = any(nid in g for g in self.ref_graphs.values())
+        in_stock = not self.taken_over and any(nid in g for g in self.stock_graphs.values())
+        return in_ref or in_stock
