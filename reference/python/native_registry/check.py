@@ -880,7 +880,7 @@ def main(argv: list[str] | None = None) -> int:
                 if callable(samples):
                     samples = samples()
         except (ImportError, AttributeError) as exc:
-            parser.error(f"cannot load {exc}")
+            parser.error(f"cannot load {options.registrar} or its samples: {exc}")
         registry.register_all_overrides()
         report = check_overrides(
             options.op, samples=samples, device=options.device,
