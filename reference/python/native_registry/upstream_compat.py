@@ -459,8 +459,9 @@ def install_as_torch_native() -> types.ModuleType:
         if replaced is not None and replaced is not this:
             # Plans, and refuses, before anything changes: a refusal leaves
             # torch's module, its helpers and the dispatcher as they were.
-            if takeover.take_over(replaced, this):
-                _repoint_bound_names(replaced.__name__, replaced)
+            # Its function objects then run this module's functions, also where
+            # torch's DSL helpers bound them at import (see takeover.forward).
+            takeover.take_over(replaced, this)
         package.registry = this
         package.get_user_ordering_fn = get_user_ordering_fn
         package._unconditional_masked = _unconditional_masked
@@ -518,23 +519,3 @@ def _serve_variants(package: types.ModuleType, variants: types.ModuleType) -> No
     if not hasattr(pn, "set_override_variant"):
         pn.set_override_variant = variants.set_variant
         pn.override_variant = variants.variant
-
-
-def _repoint_bound_names(module_name: str, replaced: types.ModuleType) -> None:
-    """torch's DSL helpers (triton_utils, cutedsl_utils) bound the replaced
-    registry's functions under names of their own at import (``from
-    .registry import deregister_op_overrides as _deregister_op_overrides_impl``),
-    so a DSL's ``disable()`` would still reach the replaced registry. Every
-    such binding in a ``torch._native`` module now names this module's
-    function of the same name."""
-    this = sys.modules[__name__]
-    for name, module in list(sys.modules.items()):
-        if (not name.startswith("torch._native.") or module is None or module is this
-                or module is replaced):  # the replaced module's own names: take_over's
-            continue
-        for attr, value in list(vars(module).items()):
-            fn_name = getattr(value, "__name__", None)
-            if (callable(value) and getattr(value, "__module__", None) == module_name
-                    and isinstance(fn_name, str) and getattr(replaced, fn_name, None) is value
-                    and callable(getattr(this, fn_name, None))):
-                setattr(module, attr, getattr(this, fn_name))
