@@ -13,6 +13,7 @@ import logging
 import pytest
 import torch
 
+from test_ordering import Records
 from conftest import behaviour
 
 from torch_fixtures import MISSING_NS, mul
@@ -31,15 +32,6 @@ def decline(*a, **k):
 
 def fill(value):
     return lambda a, *rest: torch.full_like(a, value)
-
-
-class Records(logging.Handler):
-    def __init__(self):
-        super().__init__(logging.WARNING)
-        self.records = []
-
-    def emit(self, record):
-        self.records.append(record)
 
 
 def reorder_logged(impl, fn, *, reregister=False) -> list[str]:

@@ -24,16 +24,22 @@ def fill(value):
     return lambda a, *rest: torch.full_like(a, value)
 
 
+def copying(kept: list, **changes):
+    """An ordering function returning copies of its graph's nodes with
+    `changes`; the copies are appended to `kept`."""
+    def copies(op_symbol, dispatch_key, graph):
+        kept.extend(dataclasses.replace(n, **changes) for n in graph)
+        return list(kept)
+    return copies
+
+
 def test_a_copys_callables_become_the_nodes_and_route(reg, caplog):
     seven, nine = fill(7.0), fill(9.0)
     reg.register_op_override("dsl_a", *KEY, accept, seven)
     reg.register_all_overrides()
     (view,) = reg.graph(*KEY)
     kept = []
-
-    def copies(op_symbol, dispatch_key, graph):
-        kept.extend(dataclasses.replace(n, impl_fn=nine) for n in graph)
-        return list(kept)
+    copies = copying(kept, impl_fn=nine)
 
     with caplog.at_level(logging.WARNING, logger="native_registry.registry"):
         reg.reorder_graphs_from_user_function(copies, reregister_overrides=True)
@@ -56,10 +62,7 @@ def test_the_bound_copy_and_the_view_stay_one_node(reg):
     reg.register_all_overrides()
     (view,) = reg.graph(*KEY)
     kept = []
-
-    def copies(op_symbol, dispatch_key, graph):
-        kept.extend(dataclasses.replace(n, impl_fn=nine) for n in graph)
-        return list(kept)
+    copies = copying(kept, impl_fn=nine)
 
     reg.reorder_graphs_from_user_function(copies)
     (copy,) = kept
