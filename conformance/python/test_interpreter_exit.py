@@ -48,6 +48,9 @@ def loop():
         elif work == "toggle":
             impl.disable(dsl_names=["exit_dsl"])
             impl.enable(dsl_names=["exit_dsl"])
+        elif work == "scope":  # the scope's end releases Python callables
+            with impl.scope():
+                impl.register("exit_scoped", *KEY, lambda *a: False, lambda a, b: b)
         else:  # a routed call (a Python cond that declines), or stock torch's own op
             torch.mul(A, B)
 
@@ -79,7 +82,7 @@ def environment(impl) -> tuple[str, dict[str, str]]:
 
 
 @behaviour("robustness.interpreter-exit-with-daemon-threads")
-@pytest.mark.parametrize("work", ["query", "toggle"])
+@pytest.mark.parametrize("work", ["query", "toggle", "scope"])
 def test_daemon_threads_in_the_control_plane_at_exit_leave_status_0(impl, work):
     spec, env = environment(impl)
     stock = exit_statuses(STOCK_SPEC, work, env)

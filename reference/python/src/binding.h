@@ -47,8 +47,9 @@ inline Registry& registry() { return Registry::global(); }
 // Whether the interpreter is shutting down. Then CPython ends any other
 // thread that takes the GIL with pthread_exit, whose forced unwind aborts
 // the process at the first noexcept frame (every destructor) or swallowing
-// catch (...) it meets; so code that may run in such a frame (a destructor,
-// the log sink the core calls from one) does not take the GIL then.
+// catch (...) it meets; so code that may run in such a frame (the log sink,
+// which the core calls from a control scope's destructor) does not take the
+// GIL then, and a destructor never takes it (drop_reference).
 inline bool interpreter_finalizing() {
 #if PY_VERSION_HEX >= 0x030D0000
   return Py_IsFinalizing();
@@ -57,17 +58,24 @@ inline bool interpreter_finalizing() {
 #endif
 }
 
-// Owns one Python reference and drops it under the GIL from any thread.
-// During shutdown it is left to the interpreter (see interpreter_finalizing).
+// Drops one Python reference: at once when this thread holds the GIL, else
+// later, under the GIL, by whichever comes first of the next control-plane
+// call's return (without_gil) and a pending call the interpreter runs. It
+// never takes the GIL: PyRef's destructor runs in noexcept frames (a
+// control scope's releases, a node's last owner), where a daemon thread
+// that CPython ends for taking the GIL during shutdown (pthread_exit's
+// forced unwind) would abort the process. Defined in gil.cpp.
+void drop_reference(PyObject* object) noexcept;
+
+// Drops the references drop_reference deferred; the GIL is held. Cheap when
+// there are none.
+void drop_deferred_references();
+
+// Owns one Python reference, dropped by drop_reference from any thread.
 class PyRef {
  public:
   explicit PyRef(py::object object) : object_(object.release().ptr()) {}
-  ~PyRef() {
-    if (Py_IsInitialized() && !interpreter_finalizing()) {
-      py::gil_scoped_acquire gil;
-      Py_DECREF(object_);
-    }
-  }
+  ~PyRef() { drop_reference(object_); }
   PyRef(const PyRef&) = delete;
   PyRef& operator=(const PyRef&) = delete;
   py::handle get() const { return object_; }
@@ -140,6 +148,7 @@ auto without_gil(Work&& work) -> decltype(work()) {
     failed = std::current_exception();
   }
   PyEval_RestoreThread(state);
+  drop_deferred_references();
   if (failed) std::rethrow_exception(failed);
   if constexpr (!std::is_void_v<Result>) return std::move(*result);
 }

@@ -17,11 +17,17 @@
 // (the host scope, which also covers the trace shortcut and the Python impl it
 // chooses), and inside a Python impl chosen without one; chains of C++
 // predicates decline without it. Python references held
-// by C++ objects are dropped under the GIL (PyRef), whatever thread drops them.
+// by C++ objects are dropped under the GIL (PyRef), at once by a thread that
+// holds it, else deferred (drop_reference): a destructor never takes the GIL.
 
 #include "binding.h"
 
 #include <c10/macros/Macros.h>
+
+#include <atomic>
+#include <mutex>
+#include <utility>
+#include <vector>
 
 namespace native_registry::python {
 
@@ -68,7 +74,72 @@ void with_gil(void (*choose)(void*), void* context) {
   choose(context);
 }
 
+// The references drop_reference could not drop at once (see binding.h).
+// Invariant: `scheduled` is true while a pending call to drain them is
+// queued with the interpreter and has not yet taken the batch.
+struct DeferredReferences {
+  std::mutex mutex;
+  std::vector<PyObject*> objects;
+  bool scheduled = false;
+  std::atomic<bool> any{false};  // objects is non-empty; read without the lock
+};
+
+DeferredReferences& deferred() {
+  static auto* references = new DeferredReferences;  // never destroyed: used at exit
+  return *references;
+}
+
+int drain_deferred_references(void*) {
+  {
+    DeferredReferences& references = deferred();
+    std::lock_guard<std::mutex> lock(references.mutex);
+    references.scheduled = false;
+  }
+  drop_deferred_references();
+  return 0;
+}
+
+bool this_thread_holds_gil() {
+  PyThreadState* const mine = PyGILState_GetThisThreadState();
+  return mine != nullptr && gil_holding_state() == mine;
+}
+
 }  // namespace
+
+void drop_reference(PyObject* object) noexcept {
+  if (!Py_IsInitialized()) return;  // after shutdown: left to the process's end
+  if (this_thread_holds_gil()) {
+    Py_DECREF(object);
+    return;
+  }
+  DeferredReferences& references = deferred();
+  try {
+    std::lock_guard<std::mutex> lock(references.mutex);
+    references.objects.push_back(object);
+    references.any.store(true, std::memory_order_release);
+    // Py_AddPendingCall needs no GIL and no thread state. When the
+    // interpreter's queue is full the next control-plane call's return
+    // drains these instead, and the next deferral tries again.
+    if (!references.scheduled) {
+      references.scheduled = Py_AddPendingCall(&drain_deferred_references, nullptr) == 0;
+    }
+  } catch (const std::exception&) {
+    // Out of memory or a failed lock: the reference leaks, the process lives.
+  }
+}
+
+void drop_deferred_references() {
+  DeferredReferences& references = deferred();
+  if (!references.any.load(std::memory_order_acquire)) return;
+  std::vector<PyObject*> batch;
+  {
+    std::lock_guard<std::mutex> lock(references.mutex);
+    batch.swap(references.objects);
+    references.any.store(false, std::memory_order_release);
+  }
+  // A deallocation may run Python that defers more: they go to a new batch.
+  for (PyObject* object : batch) Py_DECREF(object);
+}
 
 HostScope* host_scope_holding_gil() {
   HostScope* scope = &t_host_scope;

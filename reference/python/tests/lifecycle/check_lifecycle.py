@@ -46,18 +46,7 @@ MAX_EXAMPLES = max(5, int(SECONDS / 2.0))
 # work (issue 27), each with its reason: reported on every run (pytest's
 # xfail for the known program, a printed line for the random search), never
 # silently passed, and not failing CI. A class not listed fails the run.
-OPEN_CLASSES: dict[str, str] = {
-    "exit-with-daemon-threads:SIGABRT": (
-        "daemon threads churning the control plane at exit still abort now and then: "
-        "a thread can pass the shutdown check and then take the GIL (reference/python/src/"
-        "binding.h, without_gil); issue 27 item 5 left open"),
-    "foreign-error:Filter": (
-        "a function bound from torch's registry module before early activation "
-        "(import torch first) raises a foreign error instead of reaching the reference; open"),
-    "unexpected-error:Reorder": (
-        "a reorder returning copies with reregister_overrides after threads registered "
-        "raises where the model expects the graph kept; open (model or reference)"),
-}
+OPEN_CLASSES: dict[str, str] = {}
 
 _classes: dict[str, type] = {}
 

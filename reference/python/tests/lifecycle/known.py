@@ -53,6 +53,15 @@ KNOWN = {
     # (f) an ordering function returning copies
     "reorder-copies-ignored": Program(Header(), (
         Reg("ref", "mul", "user", "always"), Install("ref"), Reorder("ref", "copies_never"))),
+    # (f') the registry's own error through a bound function and through a
+    # reorder that installs a graph whose op is gone (upstream raises the
+    # same AttributeError naming the op): judged as the registry's, not foreign
+    "bound-filter-reinstalls-a-missing-op": Program(Header(early="torch_first"), (
+        Redefine(remove_only=True), Reg("ref", "f", "triton", "always"),
+        Filter("bound", "triton", False))),
+    "reorder-copies-reregister-a-missing-op": Program(Header(), (
+        Redefine(remove_only=True), Reg("ref", "f", "triton", "always"),
+        Reorder("ref", "copies_never"))),
     # (g) native_decomp_table after the op is defined again
     "decomp-table-after-redefinition": Program(Header(), (
         Reg("ref", "f", "user", "always"), Install("ref"), Redefine())),

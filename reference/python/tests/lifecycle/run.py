@@ -245,10 +245,19 @@ def _judge(program: Program, result: dict) -> None:
             unexpected(step, err)
         m = trial
 
-    def bound_or_refused(step, err) -> bool:
+    def model_raises(operation) -> bool:
+        try:
+            operation(M.copy.deepcopy(m))
+        except M.ModelError:
+            return True
+        return False
+
+    def bound_or_refused(step, err, operation=None) -> bool:
         """A function bound from the replaced module before the takeover: it
-        reaches the reference (True) or refuses naming the takeover (False)."""
-        if err is None:
+        reaches the reference (True: also when it raises where the model says
+        the same call through the module raises, the registry's own error,
+        which `attempt` then judges) or refuses naming the takeover (False)."""
+        if err is None or (operation is not None and model_raises(operation)):
             return True
         if not any(word in err[2] for word in M.TAKEOVER_WORDS):
             raise Failure(f"foreign-error:{type(step).__name__}",
@@ -307,10 +316,11 @@ def _judge(program: Program, result: dict) -> None:
                 if err is not None:
                     unexpected(step, err)
                 m.stock_filter(step.dsl, step.disable)
-            elif step.api == "bound" and not bound_or_refused(step, err):
-                return None
             else:
-                attempt(step, err, lambda t: t.compat_filter(step.dsl, step.disable), partial=True)
+                compat = lambda t: t.compat_filter(step.dsl, step.disable)  # noqa: E731
+                if step.api == "bound" and not bound_or_refused(step, err, compat):
+                    return None
+                attempt(step, err, compat, partial=True)
         elif isinstance(step, Takeover):
             if err is not None:
                 unexpected(step, err)
@@ -347,11 +357,11 @@ def _judge(program: Program, result: dict) -> None:
                               f"step {i} {step!r}: {total} nodes, expected {m.node_count()}")
         elif isinstance(step, Reorder):
             warned = first(i, "warned")
-            if err is not None:
-                unexpected(step, err)
-            if warned is None or warned[2]:
-                return None
             if step.api == "stock" and not m.taken_over:
+                if err is not None:
+                    unexpected(step, err)
+                if warned is None or warned[2]:
+                    return None
                 for key in P.KEYS:
                     graph = m.stock_graphs.get(key, [])
                     new = _reordered(m, graph, step.how)
@@ -359,19 +369,10 @@ def _judge(program: Program, result: dict) -> None:
                     m.stock_graphs[key] = new if graph else graph
                     if changed:
                         m.stock_reinstall(key)
+            elif err is None and (warned is None or warned[2]):
+                return None
             else:
-                for key in P.KEYS:
-                    graph = m.ref_graphs.get(key, [])
-                    new = _reordered(m, graph, step.how)
-                    if new == graph:
-                        continue
-                    m.ref_graphs[key] = new
-                    if not step.reregister:
-                        continue  # routers keep the chain they publish
-                    if key == "f" and m.needs_router("f") and not m.f_defined:
-                        m.uncertain.add("f")
-                        continue
-                    m.ref_install(key, False)
+                attempt(step, err, lambda t: _reorder_reference(t, step))
         elif isinstance(step, Snapshot):
             if err is not None:
                 unexpected(step, err)
@@ -499,6 +500,25 @@ def _reordered(m, graph, how):
                                    node.uncertain)
         new.append(copy_nid)
     return new
+
+
+def _reorder_reference(m, step) -> None:
+    """The reference's reorder (its own API or the taken-over module's): all
+    or nothing; with reregister, every changed graph is installed, and one at
+    lc::f while lc::f is not defined makes the whole reorder raise."""
+    changed = []
+    for key in P.KEYS:
+        graph = m.ref_graphs.get(key, [])
+        new = _reordered(m, graph, step.how)
+        if new != graph:
+            m.ref_graphs[key] = new
+            changed.append(key)
+    if not step.reregister:
+        return  # routers keep the chain they publish
+    if "f" in changed and m.needs_router("f") and not m.f_defined:
+        raise M.ModelError("f")
+    for key in changed:
+        m.ref_install(key, False)
 
 
 def _excerpt(text: str, marker: str) -> str:
