@@ -25,6 +25,7 @@
 #include <pybind11/stl.h>
 
 #include <exception>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -44,38 +45,27 @@ namespace P = native_registry::predicates;
 
 inline Registry& registry() { return Registry::global(); }
 
-// Whether the interpreter is shutting down. Then CPython ends any other
-// thread that takes the GIL with pthread_exit, whose forced unwind aborts
-// the process at the first noexcept frame (every destructor) or swallowing
-// catch (...) it meets; so code that may run in such a frame (the log sink,
-// which the core calls from a control scope's destructor) does not take the
-// GIL then, and a destructor never takes it (drop_reference).
-inline bool interpreter_finalizing() {
-#if PY_VERSION_HEX >= 0x030D0000
-  return Py_IsFinalizing();
-#else
-  return _Py_IsFinalizing();
-#endif
-}
+// Runs `work` under the GIL: at once when this thread holds the GIL, else
+// later, in order, by whichever comes first of the next control-plane call's
+// return (without_gil) and a pending call the interpreter runs. It never
+// takes the GIL. CPython ends a daemon thread that takes the GIL during
+// shutdown with pthread_exit, whose forced unwind aborts the process at the
+// first noexcept frame it meets; what this runs is reached from such frames
+// (a PyRef dropped by a control scope's releases or a node's last owner, the
+// log sink the core calls from a control scope's destructor). Work still
+// queued when the interpreter has gone is dropped unrun. Defined in gil.cpp.
+void under_gil(std::function<void()> work) noexcept;
 
-// Drops one Python reference: at once when this thread holds the GIL, else
-// later, under the GIL, by whichever comes first of the next control-plane
-// call's return (without_gil) and a pending call the interpreter runs. It
-// never takes the GIL: PyRef's destructor runs in noexcept frames (a
-// control scope's releases, a node's last owner), where a daemon thread
-// that CPython ends for taking the GIL during shutdown (pthread_exit's
-// forced unwind) would abort the process. Defined in gil.cpp.
-void drop_reference(PyObject* object) noexcept;
+// Runs the work under_gil deferred; the GIL is held. Cheap when there is none.
+void run_deferred_work();
 
-// Drops the references drop_reference deferred; the GIL is held. Cheap when
-// there are none.
-void drop_deferred_references();
-
-// Owns one Python reference, dropped by drop_reference from any thread.
+// Owns one Python reference, dropped under the GIL (under_gil) from any thread.
 class PyRef {
  public:
   explicit PyRef(py::object object) : object_(object.release().ptr()) {}
-  ~PyRef() { drop_reference(object_); }
+  ~PyRef() {
+    under_gil([object = object_] { Py_DECREF(object); });
+  }
   PyRef(const PyRef&) = delete;
   PyRef& operator=(const PyRef&) = delete;
   py::handle get() const { return object_; }
@@ -126,7 +116,7 @@ class GilForPython {
 // Runs `work` with the GIL released: see the GIL rules at gil.cpp's head.
 // The GIL is taken back in this frame, not in a destructor (as
 // py::gil_scoped_release does): a daemon thread that takes it back during
-// shutdown is ended by a forced unwind (see interpreter_finalizing), which
+// shutdown is ended by a forced unwind (see under_gil), which
 // must pass through here to end the thread quietly, not abort the process.
 template <class Work>
 auto without_gil(Work&& work) -> decltype(work()) {
@@ -148,7 +138,7 @@ auto without_gil(Work&& work) -> decltype(work()) {
     failed = std::current_exception();
   }
   PyEval_RestoreThread(state);
-  drop_deferred_references();
+  run_deferred_work();
   if (failed) std::rethrow_exception(failed);
   if constexpr (!std::is_void_v<Result>) return std::move(*result);
 }

@@ -18,13 +18,14 @@
 // chooses), and inside a Python impl chosen without one; chains of C++
 // predicates decline without it. Python references held
 // by C++ objects are dropped under the GIL (PyRef), at once by a thread that
-// holds it, else deferred (drop_reference): a destructor never takes the GIL.
+// holds it, else deferred (under_gil): a destructor never takes the GIL.
 
 #include "binding.h"
 
 #include <c10/macros/Macros.h>
 
 #include <atomic>
+#include <functional>
 #include <mutex>
 #include <utility>
 #include <vector>
@@ -74,28 +75,28 @@ void with_gil(void (*choose)(void*), void* context) {
   choose(context);
 }
 
-// The references drop_reference could not drop at once (see binding.h).
-// Invariant: `scheduled` is true while a pending call to drain them is
-// queued with the interpreter and has not yet taken the batch.
-struct DeferredReferences {
+// The work under_gil could not run at once (see binding.h).
+// Invariant: `scheduled` is true while a pending call to run it is queued
+// with the interpreter and has not yet started.
+struct DeferredWork {
   std::mutex mutex;
-  std::vector<PyObject*> objects;
+  std::vector<std::function<void()>> queue;
   bool scheduled = false;
-  std::atomic<bool> any{false};  // objects is non-empty; read without the lock
+  std::atomic<bool> any{false};  // queue is non-empty; read without the lock
 };
 
-DeferredReferences& deferred() {
-  static auto* references = new DeferredReferences;  // never destroyed: used at exit
-  return *references;
+DeferredWork& deferred() {
+  static auto* work = new DeferredWork;  // never destroyed: used at exit
+  return *work;
 }
 
-int drain_deferred_references(void*) {
+int run_deferred_work_pending_call(void*) {
   {
-    DeferredReferences& references = deferred();
-    std::lock_guard<std::mutex> lock(references.mutex);
-    references.scheduled = false;
+    DeferredWork& work = deferred();
+    std::lock_guard<std::mutex> lock(work.mutex);
+    work.scheduled = false;
   }
-  drop_deferred_references();
+  run_deferred_work();
   return 0;
 }
 
@@ -106,39 +107,50 @@ bool this_thread_holds_gil() {
 
 }  // namespace
 
-void drop_reference(PyObject* object) noexcept {
+void under_gil(std::function<void()> work) noexcept {
   if (!Py_IsInitialized()) return;  // after shutdown: left to the process's end
   if (this_thread_holds_gil()) {
-    Py_DECREF(object);
+    try {
+      work();
+    } catch (const std::exception&) {
+      // Python's failures were reported by the work itself; nothing else throws.
+    }
     return;
   }
-  DeferredReferences& references = deferred();
+  DeferredWork& deferred_work = deferred();
   try {
-    std::lock_guard<std::mutex> lock(references.mutex);
-    references.objects.push_back(object);
-    references.any.store(true, std::memory_order_release);
+    std::lock_guard<std::mutex> lock(deferred_work.mutex);
+    deferred_work.queue.push_back(std::move(work));
+    deferred_work.any.store(true, std::memory_order_release);
     // Py_AddPendingCall needs no GIL and no thread state. When the
     // interpreter's queue is full the next control-plane call's return
-    // drains these instead, and the next deferral tries again.
-    if (!references.scheduled) {
-      references.scheduled = Py_AddPendingCall(&drain_deferred_references, nullptr) == 0;
+    // runs the work instead, and the next deferral tries again.
+    if (!deferred_work.scheduled) {
+      deferred_work.scheduled =
+          Py_AddPendingCall(&run_deferred_work_pending_call, nullptr) == 0;
     }
   } catch (const std::exception&) {
-    // Out of memory or a failed lock: the reference leaks, the process lives.
+    // Out of memory or a failed lock: the work is dropped, the process lives.
   }
 }
 
-void drop_deferred_references() {
-  DeferredReferences& references = deferred();
-  if (!references.any.load(std::memory_order_acquire)) return;
-  std::vector<PyObject*> batch;
+void run_deferred_work() {
+  DeferredWork& deferred_work = deferred();
+  if (!deferred_work.any.load(std::memory_order_acquire)) return;
+  std::vector<std::function<void()>> batch;
   {
-    std::lock_guard<std::mutex> lock(references.mutex);
-    batch.swap(references.objects);
-    references.any.store(false, std::memory_order_release);
+    std::lock_guard<std::mutex> lock(deferred_work.mutex);
+    batch.swap(deferred_work.queue);
+    deferred_work.any.store(false, std::memory_order_release);
   }
-  // A deallocation may run Python that defers more: they go to a new batch.
-  for (PyObject* object : batch) Py_DECREF(object);
+  // Work that defers more (a deallocation running Python) goes to a new batch.
+  for (auto& work : batch) {
+    try {
+      work();
+    } catch (const std::exception&) {
+      // as in under_gil
+    }
+  }
 }
 
 HostScope* host_scope_holding_gil() {

@@ -175,19 +175,21 @@ void bind_settings(py::module_& m) {
     const EmptyChainPolicy policy = without_gil([] { return registry().empty_chain_policy(); });
     return policy == EmptyChainPolicy::kRemoveRouter ? "remove" : "keep_dormant";
   });
-  // The core calls the sink with no lock held; what it raises is reported as
-  // unraisable, since the operation that logged has already happened.
+  // The core calls the sink with no lock held, also from a control scope's
+  // destructor: the record reaches Python under_gil (at once on a thread
+  // that holds the GIL, else by the calling operation's return). What the
+  // sink raises is reported as unraisable, since the operation that logged
+  // has already happened.
   m.def("set_log_sink", [](py::function sink) {
     auto ref = hold(std::move(sink));
     LogSink forward = [ref](LogLevel level, const std::string& message) {
-      // The core may call it from a destructor: see interpreter_finalizing.
-      if (interpreter_finalizing()) return;
-      py::gil_scoped_acquire gil;
-      try {
-        ref->get()(level == LogLevel::kWarning ? "warning" : "info", message);
-      } catch (py::error_already_set& error) {
-        error.discard_as_unraisable("native_registry's log sink");
-      }
+      under_gil([ref, level, message] {
+        try {
+          ref->get()(level == LogLevel::kWarning ? "warning" : "info", message);
+        } catch (py::error_already_set& error) {
+          error.discard_as_unraisable("native_registry's log sink");
+        }
+      });
     };
     without_gil([&] { registry().set_log_sink(std::move(forward)); });
   });
