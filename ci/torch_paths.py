@@ -1,7 +1,10 @@
 """Print where the installed PyTorch keeps LibTorch, one fact a line, for meson
 and for the build backend's torch pin (ci/build_backend.py).
 
-Lines: include dir, library dir, version, C++11 ABI flag (0 or 1).
+Lines: include dir, library dir, version, C++11 ABI flag (0 or 1), and the
+C++ runtime (libstdc++.so.6) this interpreter has loaded with torch, or an
+empty line (meson.build links it where the compiler would link its own
+runtime statically: see there).
 
 Run by the interpreter the package is built for. Under pip's build isolation
 that interpreter's own site-packages are hidden, though they are where the
@@ -43,3 +46,20 @@ print(os.path.join(root, "include"))
 print(os.path.join(root, "lib"))
 print(torch.__version__.split("+")[0])
 print(int(torch._C._GLIBCXX_USE_CXX11_ABI))
+
+
+def loaded_cxx_runtime() -> str:
+    """The libstdc++ shared object mapped into this process once torch is
+    imported (Linux), else ''."""
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                path = line.split()[-1]
+                if os.path.basename(path).startswith("libstdc++.so"):
+                    return path
+    except OSError:
+        pass
+    return ""
+
+
+print(loaded_cxx_runtime())
