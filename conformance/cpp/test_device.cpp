@@ -72,6 +72,17 @@ std::optional<std::string> device_missing() {
   return std::nullopt;
 }
 
+// Loads the run device's LibTorch half before any test starts: loading
+// libtorch_cuda.so registers CUDA kernels for every op, which the first
+// device test would otherwise do after its SetUp took the dispatcher's
+// fingerprint, and its teardown would read as a change it made.
+class LoadRunDeviceFirst : public ::testing::Environment {
+ public:
+  void SetUp() override { (void)device_missing(); }
+};
+[[maybe_unused]] ::testing::Environment* const kLoadRunDeviceFirst =
+    ::testing::AddGlobalTestEnvironment(new LoadRunDeviceFirst);
+
 #define REQUIRE_DEVICE()                                              \
   do {                                                                \
     if (auto why = device_missing()) GTEST_SKIP() << "unsupported: " << *why; \

@@ -32,11 +32,13 @@ STOCK_SPEC = "adapters.upstream:make"
 PROGRAM = """
 import sys, threading, time
 sys.path.insert(0, {here!r})
-import torch, adapter
-impl = adapter.load()
+import torch
 from torch_fixtures import A, B
 KEY = ("aten", "mul.Tensor", "CPU")
 work = {work!r}
+if work != "stock-call":  # torch's own op with no registry loaded at all
+    import adapter
+    impl = adapter.load()
 if work != "stock-call":
     impl.register("exit_dsl", *KEY, lambda *a: False, lambda a, b: a)
     impl.install(*KEY)
@@ -74,6 +76,14 @@ def exit_statuses(spec: str, work: str, env: dict[str, str]) -> list[int]:
     return statuses
 
 
+def has_torch_native() -> bool:
+    import importlib.util
+    try:
+        return importlib.util.find_spec("torch._native.registry") is not None
+    except ModuleNotFoundError:
+        return False
+
+
 def environment(impl) -> tuple[str, dict[str, str]]:
     env = adapter_module.subprocess_environment(impl)
     if env is None:
@@ -85,7 +95,8 @@ def environment(impl) -> tuple[str, dict[str, str]]:
 @pytest.mark.parametrize("work", ["query", "toggle", "scope"])
 def test_daemon_threads_in_the_control_plane_at_exit_leave_status_0(impl, work):
     spec, env = environment(impl)
-    stock = exit_statuses(STOCK_SPEC, work, env)
+    # torch's own registry, where the installed torch has one (not before 2.13)
+    stock = exit_statuses(STOCK_SPEC, work, env) if has_torch_native() else []
     statuses = exit_statuses(spec, work, env)
     allowed = {0} | set(stock)
     assert all(s in allowed for s in statuses), (

@@ -59,6 +59,15 @@ void under_gil(std::function<void()> work) noexcept;
 // Runs the work under_gil deferred; the GIL is held. Cheap when there is none.
 void run_deferred_work();
 
+// For a Python thread in the control plane about to take the GIL back: once
+// the interpreter is finalizing, the thread is parked for good instead (it
+// can only be a daemon thread, which nothing joins, and the process is
+// ending). Taking the GIL then would end it with pthread_exit, whose forced
+// unwind runs pybind11's frames' destructors without the GIL (an abort in a
+// build with pybind11's GIL checks, a race in any). CPython 3.14 itself
+// parks such threads. Defined in gil.cpp.
+void park_if_finalizing();
+
 // Owns one Python reference, dropped under the GIL (under_gil) from any thread.
 class PyRef {
  public:
@@ -115,9 +124,10 @@ class GilForPython {
 
 // Runs `work` with the GIL released: see the GIL rules at gil.cpp's head.
 // The GIL is taken back in this frame, not in a destructor (as
-// py::gil_scoped_release does): a daemon thread that takes it back during
-// shutdown is ended by a forced unwind (see under_gil), which
-// must pass through here to end the thread quietly, not abort the process.
+// py::gil_scoped_release does), and not at all once the interpreter is
+// finalizing (park_if_finalizing); a daemon thread that still meets
+// CPython's end (finalizing began between the two) is ended by a forced
+// unwind, which must pass through here, not meet a noexcept frame.
 template <class Work>
 auto without_gil(Work&& work) -> decltype(work()) {
   using Result = decltype(work());
@@ -137,6 +147,7 @@ auto without_gil(Work&& work) -> decltype(work()) {
   } catch (...) {
     failed = std::current_exception();
   }
+  park_if_finalizing();
   PyEval_RestoreThread(state);
   run_deferred_work();
   if (failed) std::rethrow_exception(failed);

@@ -25,8 +25,10 @@
 #include <c10/macros/Macros.h>
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <mutex>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -105,7 +107,20 @@ bool this_thread_holds_gil() {
   return mine != nullptr && gil_holding_state() == mine;
 }
 
+bool interpreter_finalizing() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsFinalizing();
+#else
+  return _Py_IsFinalizing();
+#endif
+}
+
 }  // namespace
+
+void park_if_finalizing() {
+  if (!interpreter_finalizing()) return;
+  for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+}
 
 void under_gil(std::function<void()> work) noexcept {
   if (!Py_IsInitialized()) return;  // after shutdown: left to the process's end

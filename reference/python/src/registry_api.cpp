@@ -96,6 +96,7 @@ void bind_graph_control(py::module_& m) {
     std::optional<py::error_already_set> interrupted;
     auto call = [&fn, &interrupted](const std::string& op, const std::string& key,
                                     const Graph& graph) {
+      park_if_finalizing();  // a daemon thread at exit: see binding.h
       py::gil_scoped_acquire gil;
       py::object result;
       try {
