@@ -68,6 +68,10 @@ void run_deferred_work();
 // parks such threads. Defined in gil.cpp.
 void park_if_finalizing();
 
+// PyEval_RestoreThread(state), which ends the thread if the interpreter began
+// finalizing since park_if_finalizing looked: then the thread is parked too.
+void restore_thread(PyThreadState* state);
+
 // Owns one Python reference, dropped under the GIL (under_gil) from any thread.
 class PyRef {
  public:
@@ -142,13 +146,17 @@ auto without_gil(Work&& work) -> decltype(work()) {
     }
 #if defined(__GLIBCXX__)
   } catch (abi::__forced_unwind&) {
-    throw;  // the thread is ending: it must not take the GIL again
+    // CPython ends this daemon thread (torch code in `work` took the GIL
+    // while the interpreter finalizes): parked, not unwound through
+    // pybind11's frames (see park_if_finalizing).
+    park_if_finalizing();
+    throw;  // ended some other way: it must not take the GIL again
 #endif
   } catch (...) {
     failed = std::current_exception();
   }
   park_if_finalizing();
-  PyEval_RestoreThread(state);
+  restore_thread(state);
   run_deferred_work();
   if (failed) std::rethrow_exception(failed);
   if constexpr (!std::is_void_v<Result>) return std::move(*result);

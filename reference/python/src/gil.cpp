@@ -122,6 +122,19 @@ void park_if_finalizing() {
   for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
 }
 
+void restore_thread(PyThreadState* state) {
+#if defined(__GLIBCXX__)
+  try {
+    PyEval_RestoreThread(state);
+  } catch (abi::__forced_unwind&) {
+    park_if_finalizing();
+    throw;
+  }
+#else
+  PyEval_RestoreThread(state);
+#endif
+}
+
 void under_gil(std::function<void()> work) noexcept {
   if (!Py_IsInitialized()) return;  // after shutdown: left to the process's end
   if (this_thread_holds_gil()) {
