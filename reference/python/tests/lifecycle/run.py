@@ -22,6 +22,7 @@ import json
 import os
 import pathlib
 import signal
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -35,9 +36,10 @@ from .program import (CallProgram, Filter, Fork, Header, Install, JitScope, Prog
 ROOT = pathlib.Path(__file__).resolve().parents[4]
 HARNESS = ROOT / "harness"
 CHILD_TIMEOUT = float(os.environ.get("NR_LIFECYCLE_CHILD_TIMEOUT", "90"))
-EARLY_PTH = ('import os; os.environ.get("NATIVE_REGISTRY_AS_TORCH_NATIVE", "").strip() not in '
-             '("", "0") and __import__("_native_registry_early").activate('
-             'os.environ["NATIVE_REGISTRY_AS_TORCH_NATIVE"])\n')
+# The wheel's start-up hook: the .pth site-packages runs and the module it
+# imports (installed beside the package, not inside it).
+EARLY_HOOK = (ROOT / "reference" / "python" / "native_registry_early.pth",
+              ROOT / "reference" / "python" / "_native_registry_early.py")
 
 
 def child_environment() -> dict:
@@ -87,7 +89,8 @@ def run_child(program: Program, timeout: float = CHILD_TIMEOUT) -> dict:
         if program.header.early != "off":
             # As site-packages processes the wheel's .pth at start-up.
             (pathlib.Path(tmp) / "site").mkdir()
-            (pathlib.Path(tmp) / "site" / "native_registry_early.pth").write_text(EARLY_PTH)
+            for hook_file in EARLY_HOOK:
+                shutil.copy2(hook_file, pathlib.Path(tmp) / "site" / hook_file.name)
             script = f"import site\nsite.addsitedir({str(pathlib.Path(tmp) / 'site')!r})\n" + script
             env["NATIVE_REGISTRY_AS_TORCH_NATIVE"] = "1"
         path.write_text(script)
