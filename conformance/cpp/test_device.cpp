@@ -24,6 +24,7 @@
 
 #include <dlfcn.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <filesystem>
 #include <optional>
@@ -54,16 +55,21 @@ const RunDevice& run_device() {
 // LibTorch's CUDA half registers itself when libtorch_cuda.so is loaded; an
 // executable the linker dropped it from loads it here, from beside
 // libtorch_cpu.so, so that "no CUDA device" means the machine has none.
+// Decided once: on the H200 (torch 2.11) a second ask after the load said
+// no, and every device test after the first was skipped.
 bool cuda_usable() {
-  if (!at::hasCUDA()) {
-    Dl_info info{};
-    if (dladdr(reinterpret_cast<void*>(&at::globalContext), &info) != 0 && info.dli_fname) {
-      const auto lib = std::filesystem::path(info.dli_fname).parent_path() / "libtorch_cuda.so";
-      dlopen(lib.c_str(), RTLD_NOW | RTLD_GLOBAL);
+  static const bool usable = [] {
+    if (!at::hasCUDA()) {
+      Dl_info info{};
+      if (dladdr(reinterpret_cast<void*>(&at::globalContext), &info) != 0 && info.dli_fname) {
+        const auto lib = std::filesystem::path(info.dli_fname).parent_path() / "libtorch_cuda.so";
+        dlopen(lib.c_str(), RTLD_NOW | RTLD_GLOBAL);
+      }
     }
-  }
-  return at::hasCUDA() && c10::impl::hasDeviceGuardImpl(c10::kCUDA) &&
-         c10::impl::getDeviceGuardImpl(c10::kCUDA)->deviceCount() > 0;
+    return at::hasCUDA() && c10::impl::hasDeviceGuardImpl(c10::kCUDA) &&
+           c10::impl::getDeviceGuardImpl(c10::kCUDA)->deviceCount() > 0;
+  }();
+  return usable;
 }
 
 // Why the run's device cannot be used here, or nothing.
@@ -72,20 +78,17 @@ std::optional<std::string> device_missing() {
   return std::nullopt;
 }
 
-// Loads the run device's LibTorch half before any test starts: loading
-// libtorch_cuda.so registers CUDA kernels for every op, which the first
-// device test would otherwise do after its SetUp took the dispatcher's
-// fingerprint, and its teardown would read as a change it made.
-class LoadRunDeviceFirst : public ::testing::Environment {
- public:
-  void SetUp() override { (void)device_missing(); }
-};
-[[maybe_unused]] ::testing::Environment* const kLoadRunDeviceFirst =
-    ::testing::AddGlobalTestEnvironment(new LoadRunDeviceFirst);
+// Whether this is the first test to find the run device usable: its check
+// may have loaded the device's LibTorch half (cuda_usable).
+bool first_use_of_device() {
+  static std::atomic<bool> used{false};
+  return !used.exchange(true);
+}
 
-#define REQUIRE_DEVICE()                                              \
-  do {                                                                \
+#define REQUIRE_DEVICE()                                                     \
+  do {                                                                       \
     if (auto why = device_missing()) GTEST_SKIP() << "unsupported: " << *why; \
+    if (first_use_of_device()) retake_fingerprint();                         \
   } while (0)
 
 Key mul_at(const std::string& dispatch_key) { return {"aten", "mul.Tensor", dispatch_key}; }
