@@ -195,8 +195,10 @@ def read(stock: types.ModuleType) -> StockState:
             n.node_id for n in graphs.get(key, ()) if actives[n.node_id]]
     state = stock._filter_state
     filters = (sorted(state._dsl_names), sorted(state._op_symbols), sorted(state._dispatch_keys))
-    on_top = frozenset(key for key in installed if _stock_on_top(stock, key))
-    composite = frozenset(key for key in installed if _left_composite_implicit(stock, key))
+    sources = {key: _kernel_sources(key) for key in installed}  # one dump per key
+    on_top = frozenset(key for key in installed if _stock_on_top(stock, sources[key]))
+    composite = frozenset(key for key in installed
+                          if _left_composite_implicit(stock, key, sources[key]))
     return StockState(graphs, installed, filters, routed, on_top, actives, composite)
 
 
@@ -213,7 +215,7 @@ def _kernel_sources(key: tuple) -> list[str]:
             if line.startswith(f"{dispatch_key}:") or line.startswith(f"{dispatch_key} (inactive):")]
 
 
-def _left_composite_implicit(stock: types.ModuleType, key: tuple) -> bool:
+def _left_composite_implicit(stock: types.ModuleType, key: tuple, sources: list[str]) -> bool:
     """Whether the op's kernel at `key`, once the stock router is out, is its
     CompositeImplicitAutograd one, where the reference refuses to install
     (see validation.composite-implicit-refused-at-install): the stock router
@@ -222,15 +224,15 @@ def _left_composite_implicit(stock: types.ModuleType, key: tuple) -> bool:
     has = torch._C._dispatch_has_kernel_for_dispatch_key
     source = getattr(stock, "__file__", None) or "\0"
     return (has(name, "CompositeImplicitAutograd") and not has(name, "CompositeExplicitAutograd")
-            and all(source in line for line in _kernel_sources(key)))
+            and all(source in line for line in sources))
 
 
-def _stock_on_top(stock: types.ModuleType, key: tuple) -> bool:
-    """Whether, at `key`, the kernel the dispatcher runs is the stock router
-    (registered from the stock module's file) rather than one beneath it."""
+def _stock_on_top(stock: types.ModuleType, sources: list[str]) -> bool:
+    """Whether the kernel the dispatcher runs at a key (whose kernel
+    `sources` are given, top first) is the stock router (registered from the
+    stock module's file) rather than one beneath it."""
     source = getattr(stock, "__file__", None)
-    lines = _kernel_sources(key)
-    return bool(source and lines) and source in lines[0]
+    return bool(source and sources) and source in sources[0]
 
 
 @dataclass(frozen=True)
@@ -259,9 +261,10 @@ def plan(state: StockState, compat: types.ModuleType) -> Plan:
     converted: set[str] = set()
     orders: dict[tuple, list[str]] = {}
     install: list[tuple] = []
+    ref_keys = set(_C.graph_keys())
     for key, nodes in state.graphs.items():
         routed = state.routed.get(key)
-        ref_ids = [h.node_id for h in _C.graph(key)] if key in _C.graph_keys() else []
+        ref_ids = [h.node_id for h in _C.graph(key)] if key in ref_keys else []
         ref_router = _C.router_state(key) != "absent"
         if routed is None:
             # No stock router: its nodes route nowhere now, and must not start to
