@@ -2,8 +2,9 @@
 // operation holds mutex_ through a ControlScope, which queues log records
 // and objects to free while it is held and emits and frees them once it is
 // released, so no user code (log handlers, callables' destructors) ever runs
-// under the lock. The settings the scope reads (the log sink) live here too.
-// Owns: the scope, its deferred records and releases, the log sink. May not
+// under the lock. The settings the scope reads (the log and release sinks)
+// live here too.
+// Owns: the scope, its deferred records and releases, the two sinks. May not
 // touch: graphs, routers or `_native` ops (the operations the scope guards).
 
 #include "registry_impl.h"
@@ -24,6 +25,7 @@ namespace native_registry {
 Registry::Impl::ControlScope::~ControlScope() noexcept(false) {
   registry_.pending_ = nullptr;
   LogSink sink = registry_.log_sink_;
+  ReleaseSink release = registry_.release_sink_;
   lock_.unlock();
   for (const auto& [level, message] : pending_.logs) {
     try {
@@ -36,6 +38,7 @@ Registry::Impl::ControlScope::~ControlScope() noexcept(false) {
       // A log handler's failure must not turn a done operation into an error.
     }
   }
+  if (release && !pending_.released.empty()) release(std::move(pending_.released));
   pending_.released.clear();
 }
 
@@ -76,6 +79,11 @@ void Registry::Impl::set_empty_chain_policy(EmptyChainPolicy policy) {
 EmptyChainPolicy Registry::Impl::empty_chain_policy() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return empty_chain_policy_;
+}
+
+void Registry::Impl::set_release_sink(ReleaseSink sink) {
+  ControlScope scope(*this);
+  defer_release(std::make_shared<ReleaseSink>(std::exchange(release_sink_, std::move(sink))));
 }
 
 void Registry::Impl::set_log_sink(LogSink sink) {

@@ -141,6 +141,7 @@ void Registry::set_empty_chain_policy(EmptyChainPolicy policy) {
 }
 EmptyChainPolicy Registry::empty_chain_policy() const { return impl_->empty_chain_policy(); }
 void Registry::set_log_sink(LogSink sink) { impl_->set_log_sink(std::move(sink)); }
+void Registry::set_release_sink(ReleaseSink sink) { impl_->set_release_sink(std::move(sink)); }
 
 void Registry::check_invariants() const { impl_->check_invariants(); }
 std::string Registry::dump_state() const { return impl_->dump_state(); }

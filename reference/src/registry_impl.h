@@ -141,6 +141,7 @@ struct Registry::Impl {
   void set_empty_chain_policy(EmptyChainPolicy policy);
   EmptyChainPolicy empty_chain_policy() const;
   void set_log_sink(LogSink sink);
+  void set_release_sink(ReleaseSink sink);
   void check_invariants() const;
   std::string dump_state() const;
   // The unconditional mask (Registry::UnconditionalMask): one level more or less.
@@ -199,6 +200,7 @@ struct Registry::Impl {
   int unconditional_mask_depth_ = 0;
   EmptyChainPolicy empty_chain_policy_ = EmptyChainPolicy::kKeepDormantRouter;
   LogSink log_sink_;
+  ReleaseSink release_sink_;
   std::map<GraphKey, std::unique_ptr<detail::Router>> routers_;
   // By node_id: the active `_native` ops of this registry's nodes (retired
   // ones are undefined or in the retired store).

@@ -260,6 +260,9 @@ class Registry {
   // Where warnings (a failed ordering function) and info lines go. The
   // default writes warnings to stderr.
   void set_log_sink(LogSink sink);
+  // Who frees what operations retire (see ReleaseSink). The default frees
+  // it at once, on the thread of the operation, after the lock.
+  void set_release_sink(ReleaseSink sink);
 
   // ---- self-checks -------------------------------------------------------
 

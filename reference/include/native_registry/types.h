@@ -146,5 +146,11 @@ enum class EmptyChainPolicy {
 
 enum class LogLevel { kInfo, kWarning };
 using LogSink = std::function<void(LogLevel, const std::string&)>;
+// Takes what a control-plane operation retired (nodes, graphs, router
+// states, with the host's callables and the kernels they captured) once the
+// registry's lock is released, and frees it where its destructors may run
+// host code: a Python host, under the GIL (a destructor that takes the GIL
+// itself aborts a daemon thread CPython ends at exit).
+using ReleaseSink = std::function<void(std::vector<std::shared_ptr<const void>>&&)>;
 
 }  // namespace native_registry

@@ -165,6 +165,11 @@ auto without_gil(Work&& work) -> decltype(work()) {
 // Makes the core's routers make their choice inside the host scope (with_gil).
 void install_host_scope();
 
+// Makes the registry free what operations retire under_gil: their Python
+// callables, and torch's Python kernels the routers captured, whose
+// destructors take the GIL themselves.
+void install_release_sink();
+
 // Works with the pybind11 of every PyTorch we build against.
 inline std::string type_name(const py::handle& value) { return Py_TYPE(value.ptr())->tp_name; }
 

@@ -24,6 +24,8 @@
 
 #include <c10/macros/Macros.h>
 
+#include <pthread.h>
+
 #include <atomic>
 #include <chrono>
 #include <functional>
@@ -87,8 +89,21 @@ struct DeferredWork {
   std::atomic<bool> any{false};  // queue is non-empty; read without the lock
 };
 
+DeferredWork* deferred_work_instance = nullptr;
+
+// fork() copies only the forking thread: the queue's lock is held across it,
+// as the core's fork_guard holds its own (this lock is never taken while one
+// of the core's is held, so it is taken first).
+void lock_deferred_for_fork() { deferred_work_instance->mutex.lock(); }
+void unlock_deferred_after_fork() { deferred_work_instance->mutex.unlock(); }
+
 DeferredWork& deferred() {
-  static auto* work = new DeferredWork;  // never destroyed: used at exit
+  static DeferredWork* work = [] {
+    deferred_work_instance = new DeferredWork;  // never destroyed: used at exit
+    pthread_atfork(&lock_deferred_for_fork, &unlock_deferred_after_fork,
+                   &unlock_deferred_after_fork);
+    return deferred_work_instance;
+  }();
   return *work;
 }
 
@@ -187,5 +202,12 @@ HostScope* host_scope_holding_gil() {
 }
 
 void install_host_scope() { set_host_scope(&with_gil); }
+
+void install_release_sink() {
+  deferred();  // its fork handlers registered now, before any fork
+  registry().set_release_sink([](std::vector<std::shared_ptr<const void>>&& retired) {
+    under_gil([retired = std::move(retired)]() mutable { retired.clear(); });
+  });
+}
 
 }  // namespace native_registry::python

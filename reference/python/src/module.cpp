@@ -35,6 +35,7 @@ PYBIND11_MODULE(_C, m) {
   nrp::capture_dynamo_flag();
   nrp::watch_schema_removals();
   nrp::install_host_scope();
+  nrp::install_release_sink();
   nrp::bind_trace_shortcut(m);
 
   nrp::bind_predicates(m);

@@ -315,6 +315,17 @@ class Model:
 
     # ---- the takeover ----
 
+    def refuses_takeover(self) -> bool:
+        """takeover.plan's refusal: a stock graph never installed, at a key
+        where the reference has a router, holds a node the stock filters
+        leave on (or an unconditional one): taking it over would start
+        routing calls to it."""
+        return any(
+            nids and key not in self.stock_routers and key in self.ref_routers
+            and any(self.nodes[n].uncond or self.nodes[n].dsl not in self.stock_filters
+                    for n in nids)
+            for key, nids in self.stock_graphs.items())
+
     def take_over(self) -> dict:
         """Merge the stock registry into the reference; returns what each
         call answered just before (the takeover must change none)."""

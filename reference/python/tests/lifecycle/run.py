@@ -346,6 +346,13 @@ def _judge(program: Program, result: dict) -> None:
                                   f"step {i} {step!r}: {step.threads - len(errs)} of {step.threads} "
                                   "takeovers succeeded over a node the reference refuses")
                 return None
+            elif m.refuses_takeover():
+                if len(errs) != step.threads or any(e[1] != "TakeoverRefused" for e in errs):
+                    raise Failure("takeover-not-refused",
+                                  f"step {i} {step!r}: {errs!r}; the model says every takeover "
+                                  "is refused (a stock graph never installed where the "
+                                  "reference routes)")
+                return None  # refused: nothing changed
             else:
                 if errs:
                     unexpected(step, errs[0])
