@@ -86,6 +86,11 @@ def run_child(program: Program, timeout: float = CHILD_TIMEOUT) -> dict:
     env = child_environment()
     with tempfile.TemporaryDirectory(prefix="nr-lifecycle-") as tmp:
         path = pathlib.Path(tmp) / "program.py"
+        if os.environ.get("NR_LIFECYCLE_PACKAGE"):
+            # Only the named package: an editable install's finder (whichever
+            # checkout `pip install -e` pointed it at last) goes first.
+            script = ("import sys\nsys.meta_path[:] = [f for f in sys.meta_path if "
+                      "type(f).__module__ != '_native_registry_editable_loader']\n" + script)
         if program.header.early != "off":
             # As site-packages processes the wheel's .pth at start-up.
             (pathlib.Path(tmp) / "site").mkdir()
