@@ -72,6 +72,9 @@ struct SnapshotState {
   struct RouterRecord {
     uint64_t router_id;
     Graph chain;  // what it routed through, which may lag its graph
+    // Its op had left the dispatcher already (defined again since its
+    // install): the op's kernels of now answered, not this router.
+    bool op_gone = false;
   };
   std::map<GraphKey, RouterRecord> routers;
   int unconditional_mask_depth = 0;  // in force when the snapshot was taken

@@ -26,7 +26,7 @@ std::shared_ptr<const detail::SnapshotState> Registry::Impl::snapshot() const {
   state->owner = serial_;
   state->control = state_;
   for (const auto& [key, router] : routers_) {
-    state->routers[key] = {router->id(), router->published()};
+    state->routers[key] = {router->id(), router->published(), router->op_gone()};
   }
   state->unconditional_mask_depth = unconditional_mask_depth_;
   for (const auto& [id, native_op] : native_ops_) {
@@ -49,8 +49,8 @@ void Registry::Impl::restore(const detail::SnapshotState* snapshot) {
   for (const auto& [key, router] : routers_) {
     auto it = saved.routers.find(key);
     if (it == saved.routers.end() || it->second.router_id != router->id() ||
-        router->op_gone()) {
-      stale.push_back(key);  // an op_gone one is rebuilt on the op as it is now
+        (router->op_gone() && !it->second.op_gone)) {
+      stale.push_back(key);  // one whose op went since is rebuilt on the op as it is now
     }
   }
   for (const GraphKey& key : stale) remove_router(key);
@@ -85,6 +85,12 @@ void Registry::Impl::restore(const detail::SnapshotState* snapshot) {
   // by the mask of now: the unconditional nodes the filters disable come
   // in or go, as their is_enabled says.
   for (const auto& [key, record] : saved.routers) {
+    if (record.op_gone) {
+      // Its op had gone before the snapshot: kept as it was if still there,
+      // never rebuilt on the op of now (which answered itself then).
+      if (!routers_.count(key)) unrestorable.push_back(key.to_string() + " (its op had gone)");
+      continue;
+    }
     const Graph chain = saved.unconditional_mask_depth == unconditional_mask_depth_
                             ? record.chain
                             : chain_under_current_mask(key, record.chain);

@@ -62,6 +62,11 @@ KNOWN = {
     "reorder-copies-reregister-a-missing-op": Program(Header(), (
         Redefine(remove_only=True), Reg("ref", "f", "triton", "always"),
         Reorder("ref", "copies_never"))),
+    # (h) found by the hour's run: a restore rebuilt, on the op of now, a
+    # router whose op had gone before the snapshot (the op's own kernel
+    # answered then; the rebuilt router answered with its stale chain's error)
+    "restore-keeps-a-router-whose-op-had-gone": Program(Header(), (
+        Reg("ref", "f", "triton", "cond_redefines"), Install("ref"), JitScope("mul"))),
     # (g) native_decomp_table after the op is defined again
     "decomp-table-after-redefinition": Program(Header(), (
         Reg("ref", "f", "user", "always"), Install("ref"), Redefine())),
