@@ -68,8 +68,9 @@ void run_deferred_work();
 // parks such threads. Defined in gil.cpp.
 void park_if_finalizing();
 
-// PyEval_RestoreThread(state), which ends the thread if the interpreter began
-// finalizing since park_if_finalizing looked: then the thread is parked too.
+// PyEval_RestoreThread(state) for a Python thread in the control plane, parked
+// instead once the interpreter is finalizing (park_if_finalizing), also when
+// it began finalizing between that look and taking the GIL.
 void restore_thread(PyThreadState* state);
 
 // Owns one Python reference, dropped under the GIL (under_gil) from any thread.
@@ -155,7 +156,6 @@ auto without_gil(Work&& work) -> decltype(work()) {
   } catch (...) {
     failed = std::current_exception();
   }
-  park_if_finalizing();
   restore_thread(state);
   run_deferred_work();
   if (failed) std::rethrow_exception(failed);

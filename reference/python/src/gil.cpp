@@ -89,20 +89,20 @@ struct DeferredWork {
   std::atomic<bool> any{false};  // queue is non-empty; read without the lock
 };
 
-DeferredWork* deferred_work_instance = nullptr;
+DeferredWork& deferred();
 
 // fork() copies only the forking thread: the queue's lock is held across it,
 // as the core's fork_guard holds its own (this lock is never taken while one
 // of the core's is held, so it is taken first).
-void lock_deferred_for_fork() { deferred_work_instance->mutex.lock(); }
-void unlock_deferred_after_fork() { deferred_work_instance->mutex.unlock(); }
+void lock_deferred_for_fork() { deferred().mutex.lock(); }
+void unlock_deferred_after_fork() { deferred().mutex.unlock(); }
 
 DeferredWork& deferred() {
-  static DeferredWork* work = [] {
-    deferred_work_instance = new DeferredWork;  // never destroyed: used at exit
+  static DeferredWork* const work = [] {
+    auto* created = new DeferredWork;  // never destroyed: used at exit
     pthread_atfork(&lock_deferred_for_fork, &unlock_deferred_after_fork,
                    &unlock_deferred_after_fork);
-    return deferred_work_instance;
+    return created;
   }();
   return *work;
 }
@@ -138,6 +138,7 @@ void park_if_finalizing() {
 }
 
 void restore_thread(PyThreadState* state) {
+  park_if_finalizing();
 #if defined(__GLIBCXX__)
   try {
     PyEval_RestoreThread(state);
