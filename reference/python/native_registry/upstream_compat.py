@@ -368,13 +368,15 @@ def _keys_named(dsl_names, op_symbols, dispatch_keys) -> set:
 
 def _reinstall(keys: set) -> None:
     """Upstream re-registers every graph a filter change names, installed
-    before or not. A graph whose router is in the dispatcher already has the
-    new chain (the core published it with the filter change): installing it
-    again would rewrite the dispatcher's table while other threads call the
-    op. Only graphs without a router are installed."""
+    before or not, so each then routes through its graph as it is now (a
+    reorder without reregistering included). A graph without a router is
+    installed; one whose router is in the dispatcher has its chain published
+    in place: installing it again would rewrite the dispatcher's table while
+    other threads call the op."""
     for key in sorted(keys):
-        if key in _graphs and _C.router_state(tuple(key)) == "absent":
-            _install_graph(key)
+        if key in _graphs:
+            routed = _C.router_state(tuple(key)) != "absent"
+            _C.install_graph(tuple(key), not routed)
 
 
 def _naming(entries) -> list[str]:

@@ -3,6 +3,8 @@ reads, and the containers upstream keeps as caches are derived."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -136,6 +138,25 @@ def test_filter_changes_publish_chains_and_leave_the_dispatcher_alone(reg):
     _C.uninstall_graph(KEY)
     compat.reenable_op_overrides(enable_dsl_names="dsl_a")
     assert reg.router_state(*KEY) == "active" and _C.router_id(KEY) != router
+
+
+def test_a_filter_change_publishes_a_graph_reordered_without_reregister(reg):
+    """Upstream re-registers every graph the filter state names, so a graph
+    reordered without reregister_overrides routes in its new order once a
+    filter change names it (here through a dsl disabled before, on a change
+    of another dsl): the router in place takes the reordered chain. Found by
+    the lifecycle model (issue 27, seed 2026120301)."""
+    reg.register_op_override("dsl_a", *KEY, lambda *a, **k: True, _ninety_nine)
+    reg.register_op_override("dsl_b", *KEY, _never, _ninety_nine)
+    compat._register_all_overrides()
+    compat.deregister_op_overrides(disable_dsl_names="dsl_b")
+    router = _C.router_id(KEY)
+    reg.reorder_graphs_from_user_function(
+        lambda op, key, g: [dataclasses.replace(n, cond_fn=_never) for n in g])
+    assert torch.mul(torch.ones(2), torch.ones(2)).tolist() == [99.0, 99.0]  # not yet
+    compat.deregister_op_overrides(disable_dsl_names="dsl_unrelated")
+    assert torch.mul(torch.ones(2), torch.ones(2)).tolist() == [1.0, 1.0]
+    assert _C.router_id(KEY) == router
 
 
 def test_install_as_torch_native_on_a_torch_without_it():

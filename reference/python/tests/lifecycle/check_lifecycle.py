@@ -46,17 +46,7 @@ MAX_EXAMPLES = max(5, int(SECONDS / 2.0))
 # work (issue 27), each with its reason: reported on every run (pytest's
 # xfail for the known program, a printed line for the random search), never
 # silently passed, and not failing CI. A class not listed fails the run.
-OPEN_CLASSES: dict[str, str] = {
-    # Found by the 30-minute run at d178a32 (seed 2026120301), not yet analysed:
-    "wrong-answer:Threads:mul": (
-        "after nr_first early activation, a fork, two takeovers and threaded filter changes "
-        "through the stock, bound and reference APIs, mul answered 104 where the model says 9; "
-        "model or reference not yet known (issue 27)"),
-    "unexpected-error:JitScope": (
-        "TorchScript made in scoped() names the `_native` op of a node whose DSL is disabled, "
-        "which the reference has not defined; whether a disabled node's op must exist (upstream "
-        "defines it at registration) is open (issue 27)"),
-}
+OPEN_CLASSES: dict[str, str] = {}
 
 _classes: dict[str, type] = {}
 
