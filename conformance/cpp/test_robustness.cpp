@@ -200,6 +200,39 @@ void add_redef_override(RegistryAdapter& registry, const Key& key) {
   std::_Exit(bad == 0 ? 0 : 1);
 }
 
+// Runs in a death-test child: the target defined again with the same schema
+// and not installed again, then a scope entered and left. Exits 0 if the new
+// op computes its own result before and after the scope (no router was built
+// on it from the old chain).
+[[noreturn]] void scope_after_redefinition(RegistryAdapter& registry) {
+  alarm(60);
+  const Key key{kRedefNs, "foo", "CPU"};
+  auto lib = define_foo(false);
+  add_redef_override(registry, key);
+  registry.install(key);
+  lib.reset();
+  lib = define_foo(false);
+  int bad = 0;
+  auto own_result = [&bad](const char* when) {
+    Stack stack{tensor({1, 1})};
+    try {
+      foo_op().callBoxed(&stack);
+      if (same(stack.at(0).toTensor(), tensor({2, 2}))) return;
+      std::fprintf(stderr, "the new op %s the scope did not compute its own result\n", when);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "the new op %s the scope raised: %s\n", when, e.what());
+    }
+    ++bad;
+  };
+  own_result("before");
+  {
+    std::unique_ptr<Scope> scope = registry.scope();
+  }
+  own_result("after");
+  std::fflush(stderr);
+  std::_Exit(bad == 0 ? 0 : 1);
+}
+
 // The background work of the fork test: each kind of control-plane change in
 // turn, until stopped.
 void control_plane_load(RegistryAdapter& registry, const std::function<void()>& add_background,
@@ -313,6 +346,14 @@ TEST_P(Conformance, AGraphInstalledAgainAfterItsTargetWasRedefinedRoutesTheNewOp
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_EXIT(install_again_after_redefinition(adapter()),
               ::testing::ExitedWithCode(0), "");
+}
+
+TEST_P(Conformance, AScopeLeftWhileTheRoutedOpIsGoneBuildsNoRouterOnItsSuccessor) {
+  BEHAVIOUR("robustness.scope-after-target-redefined");
+  REQUIRE_FEATURE("native-op-meta");
+  REQUIRE_FEATURE("namespaces");
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(scope_after_redefinition(adapter()), ::testing::ExitedWithCode(0), "");
 }
 
 // Forty children forked while another thread registers, installs, toggles,

@@ -108,6 +108,24 @@ def test_a_restore_after_the_target_was_redefined_does_not_revive_the_old_op(imp
     assert results["new op"] == "returned [3.0, 3.0]", results["new op"]
 
 
+@behaviour("robustness.scope-after-target-redefined")
+def test_a_scope_left_while_the_routed_op_is_gone_does_not_route_its_successor(impl):
+    """The op defined again with the same schema and not installed again (so
+    the new op computes its own result), then a scope entered and left: the
+    scope's end must not build a router on the new op from the old chain."""
+    lines = run_in_fresh_interpreter(impl, script(REDEF_SETUP, """
+        lib._destroy()
+        lib = define("foo(Tensor x) -> Tensor", lambda x: x + 2)   # the same schema, anew
+        print("before: " + outcome(getattr(torch.ops, NS).foo, x))
+        with impl.scope():
+            pass
+        print("after: " + outcome(getattr(torch.ops, NS).foo, x))
+    """), timeout=120)
+    results = check_named_error(lines)
+    assert results["before"] == "returned [3.0, 3.0]", f"the new op before the scope: {results['before']}"
+    assert results["after"] == "returned [3.0, 3.0]", f"the new op after the scope: {results['after']}"
+
+
 @behaviour("robustness.reinstall-after-target-redefined")
 def test_a_graph_installed_again_after_its_target_was_redefined_routes_the_new_op(impl):
     lines = run_in_fresh_interpreter(impl, script(REDEF_SETUP, """
