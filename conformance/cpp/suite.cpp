@@ -17,8 +17,6 @@ void Conformance::SetUp() {
   scope_ = adapter_->scope();
 }
 
-void Conformance::retake_fingerprint() { before_ = fingerprint(); }
-
 void Conformance::TearDown() {
   scope_.reset();
   EXPECT_EQ(fingerprint().difference(before_), "") << "teardown left the dispatcher changed";

@@ -62,11 +62,6 @@ class Conformance : public ::testing::TestWithParam<Implementation> {
   Race race_calls_against_toggles(const std::function<float()>& call, const std::vector<float>& allowed,
                                   const std::function<std::shared_ptr<void>()>& on_thread = {});
 
-  // For the test that first loads a device's half of LibTorch (loading
-  // libtorch_cuda.so registers CUDA kernels of every op, after SetUp took
-  // the fingerprint): what the load registered is not the test's change.
-  void retake_fingerprint();
-
   static Key mul_key() { return {"aten", "mul.Tensor", "CPU"}; }
   static Key bmm_key() { return {"aten", "bmm", "CPU"}; }
   static Key twice_key(const std::string& ns) { return {ns, "twice", "CPU"}; }

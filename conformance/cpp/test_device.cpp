@@ -28,6 +28,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <optional>
+#include <string_view>
 
 namespace conformance {
 namespace {
@@ -52,24 +53,27 @@ const RunDevice& run_device() {
   return device;
 }
 
-// LibTorch's CUDA half registers itself when libtorch_cuda.so is loaded; an
-// executable the linker dropped it from loads it here, from beside
-// libtorch_cpu.so, so that "no CUDA device" means the machine has none.
-// Decided once: on the H200 (torch 2.11) a second ask after the load said
-// no, and every device test after the first was skipped.
+// LibTorch's CUDA half registers its kernels and hooks when libtorch_cuda.so
+// loads. This executable links it but calls none of it, so the linker may
+// have dropped it: a run at cuda loads it here, at start-up, from beside
+// libtorch_cpu.so. Start-up, because the load changes the dispatch tables
+// every test fingerprints in SetUp, and because LibTorch caches its CUDA
+// hooks at the first at::hasCUDA(): asked before the load, it says no for
+// good (on the H200, every device test was then "no CUDA device").
+[[maybe_unused]] const bool cuda_library_loaded = [] {
+  const char* env = std::getenv("CONFORMANCE_DEVICE");
+  if (!env || std::string_view(env) != "cuda") return false;
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&at::globalContext), &info) == 0 || !info.dli_fname) {
+    return false;
+  }
+  const auto lib = std::filesystem::path(info.dli_fname).parent_path() / "libtorch_cuda.so";
+  return dlopen(lib.c_str(), RTLD_NOW | RTLD_GLOBAL) != nullptr;
+}();
+
 bool cuda_usable() {
-  static const bool usable = [] {
-    if (!at::hasCUDA()) {
-      Dl_info info{};
-      if (dladdr(reinterpret_cast<void*>(&at::globalContext), &info) != 0 && info.dli_fname) {
-        const auto lib = std::filesystem::path(info.dli_fname).parent_path() / "libtorch_cuda.so";
-        dlopen(lib.c_str(), RTLD_NOW | RTLD_GLOBAL);
-      }
-    }
-    return at::hasCUDA() && c10::impl::hasDeviceGuardImpl(c10::kCUDA) &&
-           c10::impl::getDeviceGuardImpl(c10::kCUDA)->deviceCount() > 0;
-  }();
-  return usable;
+  return at::hasCUDA() && c10::impl::hasDeviceGuardImpl(c10::kCUDA) &&
+         c10::impl::getDeviceGuardImpl(c10::kCUDA)->deviceCount() > 0;
 }
 
 // Why the run's device cannot be used here, or nothing.
@@ -78,17 +82,9 @@ std::optional<std::string> device_missing() {
   return std::nullopt;
 }
 
-// Whether this is the first test to find the run device usable: its check
-// may have loaded the device's LibTorch half (cuda_usable).
-bool first_use_of_device() {
-  static std::atomic<bool> used{false};
-  return !used.exchange(true);
-}
-
 #define REQUIRE_DEVICE()                                                     \
   do {                                                                       \
     if (auto why = device_missing()) GTEST_SKIP() << "unsupported: " << *why; \
-    if (first_use_of_device()) retake_fingerprint();                         \
   } while (0)
 
 Key mul_at(const std::string& dispatch_key) { return {"aten", "mul.Tensor", dispatch_key}; }
