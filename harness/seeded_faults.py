@@ -1,12 +1,12 @@
 """./harness/run --mutants: the suite's power against seeded faults.
 
-Each fault of fixtures/faults/faults.toml (a `find` that must occur exactly
-once in its file, and its `replace`) is applied in turn to a workspace's copy
-of the tree (build-mutants/src; --jobs N: N workspaces side by side), run
+Each fault of fixtures/faults/faults.toml (a `find` text and its `replace`;
+fault_anchor.py says where it applies: in its file, or wherever the code
+moved) is applied in turn to a workspace's copy of the tree (build-mutants/src; --jobs N: N workspaces side by side), run
 against the conformance suites, and the file restored. A fault is killed
 when any test fails (whatever its level), or a suite crashes or hangs. Every
-fault must be killed; a fault whose `find` text is not there exactly once is
-an error too.
+fault must be killed; a fault whose `find` text fault_anchor cannot place
+once is an error too (STALE).
 
 What keeps it short (doc/measurements.md has the figures):
 * Faults are taken in file order, so a fault rebuilds one object (that of
@@ -34,6 +34,7 @@ import threading
 import time
 import tomllib
 
+import fault_anchor
 import mutant_runner
 import mutants
 from mutant_records import Outcome, figures
@@ -56,6 +57,7 @@ class SeededFault:
     change: str     # what it breaks
     find: str
     replace: str
+    verbatim: bool = True   # found as written (else with whitespace ignored: fault_anchor)
     kind: str = "seeded"
 
     @property
@@ -76,9 +78,10 @@ class SeededFault:
         return self.replace
 
     def apply(self, text: str) -> str:
-        if text.count(self.find) != 1:
-            raise ValueError(f"{self.key}: `find` occurs {text.count(self.find)} times in {self.file}")
-        return text.replace(self.find, self.replace)
+        try:
+            return fault_anchor.apply(text, self.find, self.replace, self.verbatim)
+        except fault_anchor.AnchorError as e:
+            raise ValueError(f"{self.key}: {e} in {self.file}") from None
 
 
 def python_layer_run(args, names: list[str], out: pathlib.Path, baseline: pathlib.Path) -> subprocess.Popen:
@@ -181,13 +184,16 @@ def run(args) -> int:
         faults = [f for f in faults if f["name"] in only]
     begin = time.monotonic()
     stale, chosen = [], []
-    for f in sorted(faults, key=lambda f: f["file"]):  # by file: consecutive faults rebuild one object
-        count = (mutants.ROOT / f["file"]).read_text().count(f["find"])
-        if count != 1:
-            stale.append((f, f"`find` occurs {count} times in {f['file']}"))
-            print(f"  {f['name']:40s} STALE", flush=True)
-        else:
-            chosen.append(SeededFault(f["file"], f["name"], f["breaks"], f["find"], f["replace"]))
+    for f in faults:
+        try:
+            anchor = fault_anchor.locate(f["file"], f["find"], mutants.ROOT)
+        except fault_anchor.AnchorError as e:
+            stale.append((f, str(e)))
+            print(f"  {f['name']:40s} STALE: {e}", flush=True)
+            continue
+        chosen.append(SeededFault(anchor.file, f["name"], f["breaks"], f["find"], f["replace"],
+                                  anchor.verbatim))
+    chosen.sort(key=lambda f: f.file)  # by file: consecutive faults rebuild one object
     # Faults of the Python layer need no build of the workspaces: their suite
     # imports the extension of --build. Beside faults that do, they run at
     # once in a run of their own (python_layer_run).
