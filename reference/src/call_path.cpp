@@ -56,10 +56,6 @@ void set_trace_shortcut(TraceShortcutFn fn) {
   g_trace_shortcut.store(fn, std::memory_order_release);
 }
 
-TraceShortcutFn trace_shortcut() {
-  return g_trace_shortcut.load(std::memory_order_acquire);
-}
-
 bool in_diverted_call() { return t_in_diverted_call; }
 
 void set_host_scope(HostScopeFn fn) { g_host_scope.store(fn, std::memory_order_release); }

@@ -83,7 +83,7 @@ NodePtr Registry::Impl::register_op_override(const std::string& dsl_name,
 
   auto node = std::make_shared<OverrideNode>();
   node->dsl_name = dsl_name;
-  node->key = {lib_symbol, op_symbol, c10::toString(key)};
+  node->key = {lib_symbol, op_symbol, c10::toString(key), key};
   node->cond = std::move(cond);
   node->impl = std::move(impl);
   node->options = std::move(options);
@@ -152,7 +152,8 @@ NodePtr Registry::Impl::replace_node_callables(const OverrideNode& node, CondFn 
 // Beyond upstream's API: whole graphs replaced, erased or uninstalled, for
 // upstream_compat's view of upstream's `_graphs` dict (and C++ users).
 
-void Registry::Impl::replace_graph(const GraphKey& key, const Graph& nodes) {
+void Registry::Impl::replace_graph(const GraphKey& named, const Graph& nodes) {
+  const GraphKey key = detail::admitted_key(named);  // the graph may be new
   ControlScope scope(*this);
   std::set<const OverrideNode*> seen;
   for (const NodePtr& node : nodes) {

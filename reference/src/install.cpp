@@ -39,7 +39,7 @@ c10::OperatorHandle Registry::Impl::resolve_for_router(const GraphKey& key) cons
   // Registration judged the op only if it was defined then; one defined
   // since (a CompositeImplicitAutograd op of a library loaded late) is
   // judged here, before anything changes.
-  detail::check_keeps_autograd(key, detail::parse_override_dispatch_key(key.dispatch_key));
+  detail::check_keeps_autograd(key, key.parsed_dispatch_key);
   return op;
 }
 
@@ -71,7 +71,7 @@ void Registry::Impl::ensure_native_ops(const Graph& chain, const detail::NativeR
       if (it->second->node() != node) defer_release(it->second->rebind(node));
       continue;
     }
-    const c10::DispatchKey key = detail::parse_override_dispatch_key(node->key.dispatch_key);
+    const c10::DispatchKey key = node->key.parsed_dispatch_key;
     if (it != native_ops_.end()) {
       it->second->activate(node, resolve(node->key), key);
       continue;
@@ -152,15 +152,12 @@ void Registry::Impl::publish(const GraphKey& key, const Graph& chain, InstallMod
   // Remove the old router before capturing, so the new one falls back to
   // the op's own kernel rather than to the router it replaces.
   if (it != routers_.end()) remove_router(key);
-  routers_[key] = std::make_unique<Router>(
-      op, detail::parse_override_dispatch_key(key.dispatch_key), chain);
+  routers_[key] = std::make_unique<Router>(op, key.parsed_dispatch_key, chain);
 }
 
-void Registry::Impl::install_graph(const GraphKey& key, InstallMode mode) {
+void Registry::Impl::install_graph(const GraphKey& named, InstallMode mode) {
   // A key no registration could have made is refused, not recorded.
-  detail::check_lib_symbol(key.lib_symbol);
-  detail::check_op_symbol(key.op_symbol);
-  detail::parse_override_dispatch_key(key.dispatch_key);
+  const GraphKey key = detail::admitted_key(named);
   ControlScope scope(*this);
   install_graph_locked(key, mode);
 }

@@ -132,6 +132,14 @@ c10::DispatchKey parse_override_dispatch_key(const std::string& name) {
   return key;
 }
 
+GraphKey admitted_key(const GraphKey& key) {
+  check_lib_symbol(key.lib_symbol);
+  check_op_symbol(key.op_symbol);
+  GraphKey admitted = key;
+  admitted.parsed_dispatch_key = parse_override_dispatch_key(key.dispatch_key);
+  return admitted;
+}
+
 c10::OperatorName operator_name(const GraphKey& key) {
   const auto dot = key.op_symbol.find('.');
   if (dot == std::string::npos) {

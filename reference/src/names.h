@@ -37,6 +37,12 @@ c10::DispatchKey parse_override_dispatch_key(const std::string& name);
 // keys Dense, Sparse, Quantized, NestedTensor, AutogradFunctionality, ...).
 void check_kernel_runs_at(const std::string& name, c10::DispatchKey key);
 
+// `key` as the registry admits a key given by name: its symbols checked and
+// its dispatch key parsed (parse_override_dispatch_key) into
+// parsed_dispatch_key. Throws InvalidArgumentError for a key no registration
+// could have made.
+GraphKey admitted_key(const GraphKey& key);
+
 // Throws when a kernel at `key` would take the op of `graph_key` out of
 // autograd: the op's kernel there is its CompositeImplicitAutograd one and
 // `key` is a backend key, so a router there would make the dispatcher stop

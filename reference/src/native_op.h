@@ -11,6 +11,8 @@
 //    destroyed), every call raises an error naming the override that is
 //    gone.
 //
+// Note [Retired _native ops]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~
 // Reclaimed, not kept (issue 23: a scope per test left one defined op per
 // scope): a retired op is undefined as soon as nothing outside the registry
 // can hold it, and otherwise kept (retired_native_ops.h) until nothing does.

@@ -1,11 +1,14 @@
 // The watches of op_watch.h: the table of live watches by op name and the
-// registration listener that marks them when an op's schema is removed.
+// registration listener that marks them when an op's schema is removed and
+// counts the removals (schema_removal_epoch, call_hooks.h).
 //
-// Owns: that table and the listener (installed once, kept for the life of
-// the process). May not touch: registry state, routers or `_native` ops;
+// Owns: that table, the count and the listener (installed once, kept for
+// the life of the process). May not touch: registry state, routers or `_native` ops;
 // they read the flag a watch carries and decide what to do.
 
 #include "op_watch.h"
+
+#include <native_registry/call_hooks.h>
 
 #include <unordered_map>
 #include <vector>
@@ -20,11 +23,14 @@ std::unordered_map<std::string, std::vector<std::weak_ptr<OpWatch>>>& watches() 
   return *table;
 }
 
+std::atomic<uint64_t> g_schema_removals{0};
+
 class SchemaRemovalWatcher final : public c10::OpRegistrationListener {
  public:
   void onOperatorRegistered(const c10::OperatorHandle&) override {}
   // Called before the schema goes, while the handle is still valid.
   void onOperatorDeregistered(const c10::OperatorHandle& op) override {
+    g_schema_removals.fetch_add(1, std::memory_order_acq_rel);
     std::lock_guard<std::mutex> lock(op_watch_mutex());
     auto it = watches().find(full_name(op.operator_name()));
     if (it == watches().end()) return;
@@ -70,3 +76,13 @@ std::shared_ptr<const OpWatch> watch_op(const c10::OperatorHandle& op) {
 }
 
 }  // namespace native_registry::detail
+
+namespace native_registry {
+
+void watch_schema_removals() { detail::install_listener(); }
+
+uint64_t schema_removal_epoch() {
+  return detail::g_schema_removals.load(std::memory_order_acquire);
+}
+
+}  // namespace native_registry

@@ -1,8 +1,8 @@
 #pragma once
 
 // The retired `_native` ops that something outside a registry may still
-// hold (native_op.h says what can), kept process-wide until nothing does,
-// then undefined. Process-wide because a held op may outlive the registry
+// hold, kept process-wide until nothing does, then undefined. See Note
+// [Retired _native ops] (native_op.h) for why and for what can hold one. Process-wide because a held op may outlive the registry
 // that retired it, and any registry's teardown may find it free.
 //
 // A registry undefines an op it retires at once when nothing holds it

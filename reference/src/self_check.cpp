@@ -19,10 +19,20 @@ namespace native_registry {
 void Registry::Impl::check_invariants() const {
   std::lock_guard<std::mutex> lock(mutex_);
   auto fail = [](const std::string& what) { throw std::logic_error("invariant: " + what); };
+  // Every key the registry holds was admitted: its dispatch key parsed once.
+  auto admitted = [&fail](const GraphKey& key) {
+    if (key.parsed_dispatch_key == c10::DispatchKey::Undefined) {
+      fail("key " + key.to_string() + " is held unparsed");
+    }
+  };
+  for (const GraphKey& key : state_.installed) admitted(key);
+  for (const auto& [key, router] : routers_) admitted(key);
   for (const auto& [key, graph] : state_.graphs) {
+    admitted(key);
     std::set<const OverrideNode*> seen;
     for (const NodePtr& node : graph) {
       if (!node) fail("graph " + key.to_string() + " holds a null node");
+      admitted(node->key);
       if (!(node->key == key)) fail("node " + node->node_id + " is in the graph of " + key.to_string());
       if (node->registry_serial != serial_) fail("node " + node->node_id + " is another registry's");
       if (!seen.insert(node.get()).second) fail("node " + node->node_id + " is twice in its graph");

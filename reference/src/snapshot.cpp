@@ -7,7 +7,6 @@
 
 #include "registry_impl.h"
 
-#include "names.h"
 #include "native_op.h"
 #include "retired_native_ops.h"
 #include "router.h"
@@ -110,7 +109,7 @@ void Registry::Impl::restore(const detail::SnapshotState* snapshot) {
       const c10::OperatorHandle op = resolve(key);
       ensure_native_ops(chain, &saved.native_nodes);
       routers_[key] = std::make_unique<Router>(
-          op, detail::parse_override_dispatch_key(key.dispatch_key), chain);
+          op, key.parsed_dispatch_key, chain);
     } catch (const OperatorChangedError& e) {
       unrestorable.push_back(key.to_string() + " (" + e.what() + ")");
     } catch (const OperatorNotFoundError&) {

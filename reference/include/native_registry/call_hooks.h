@@ -6,8 +6,11 @@
 // For host runtimes (the Python binding, gil.cpp and trace_shortcut.cpp), and
 // tests; adopters registering C++ overrides need neither.
 //
-// Owns: the declarations of the two hooks (call_path.cpp holds them). May not
-// touch: any registry; a hook is process-wide.
+// Owns: the declarations of the two hooks (call_path.cpp holds them) and of
+// the schema-removal epoch (op_watch.cpp). May not touch: any registry; a
+// hook is process-wide.
+
+#include <cstdint>
 
 namespace native_registry {
 
@@ -21,7 +24,6 @@ namespace native_registry {
 // the ordinary path, so cond is consulted once and nothing recurses.
 using TraceShortcutFn = bool (*)();
 void set_trace_shortcut(TraceShortcutFn fn);  // nullptr turns it off
-TraceShortcutFn trace_shortcut();
 // True while this thread is inside a call the shortcut diverted.
 bool in_diverted_call();
 
@@ -38,5 +40,17 @@ bool in_diverted_call();
 // would enter the runtime again at once): then it runs inside the scope.
 using HostScopeFn = void (*)(void (*choose)(void*), void* context);
 void set_host_scope(HostScopeFn fn);  // nullptr: conds enter the runtime themselves
+
+// ---- ops leaving the dispatcher -------------------------------------------------
+//
+// How many op schemas the dispatcher has removed (an op's last definition
+// gone) since watch_schema_removals() first ran. A host runtime that caches
+// what it worked out from a schema (the binding's argument plans) records the
+// epoch with it and works it out again once the epoch has moved: a schema
+// removed may be defined again, another, at the same address. Counted by the
+// one registration listener that also marks the routers and `_native` ops
+// whose op has gone (src/op_watch.h).
+void watch_schema_removals();  // idempotent; the first call takes the dispatcher's lock
+uint64_t schema_removal_epoch();
 
 }  // namespace native_registry

@@ -41,7 +41,7 @@
 //    raises, naming the override) while anything outside the registry holds
 //    it (a torch.ops object, a program recorded with one, hold_native_op()),
 //    and undefined once nothing does, so a scope per test leaves no op
-//    behind (see src/native_op.h and src/retired_native_ops.h).
+//    behind (see Note [Retired _native ops] in src/native_op.h).
 //
 // Installing or removing a kernel while another thread calls that op is
 // unsafe in LibTorch itself; install and teardown inherit that rule.

@@ -42,6 +42,10 @@ struct GraphKey {
   std::string lib_symbol;    // "aten", or another allowlisted namespace
   std::string op_symbol;     // "mul.Tensor", "bmm": name with optional overload
   std::string dispatch_key;  // canonical name, e.g. "CPU"
+  // `dispatch_key` parsed, once, where the registry admits the key (a
+  // registration, or an install of a key given by name); Undefined in a key
+  // built from the three names alone. Not part of the key's identity.
+  c10::DispatchKey parsed_dispatch_key = c10::DispatchKey::Undefined;
 
   // "aten::mul.Tensor/CPU", for messages.
   std::string to_string() const;

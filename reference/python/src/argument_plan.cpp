@@ -18,17 +18,7 @@ namespace py = pybind11;
 
 namespace native_registry::python {
 
-std::atomic<uint64_t> g_schema_removals{0};
-
 namespace {
-
-class SchemaRemovalCounter final : public c10::OpRegistrationListener {
- public:
-  void onOperatorRegistered(const c10::OperatorHandle&) override {}
-  void onOperatorDeregistered(const c10::OperatorHandle&) override {
-    g_schema_removals.fetch_add(1, std::memory_order_relaxed);
-  }
-};
 
 // Whether a schema type is `kind` or Optional[`kind`].
 bool is_kind(const c10::TypePtr& type, c10::TypeKind kind) {
@@ -73,7 +63,7 @@ PyObject* keyword_names_tuple(const c10::SmallVector<PyObject*, 8>& names) {
 
 ArgumentPlan::ArgumentPlan(const c10::FunctionSchema& from)
     : schema(&from),
-      removals(g_schema_removals.load(std::memory_order_acquire)),
+      removals(schema_removal_epoch()),
       op_name(from.operator_name()),
       argument_count(from.arguments().size()),
       returns(from.returns()) {
@@ -139,14 +129,6 @@ ArgumentPlan& ArgumentPlans::rebuild(const c10::FunctionSchema& schema) {
   std::erase_if(plans_, [](const auto& old) { return old->calls_inside == 0; });
   current_ = plans_.emplace_back(std::move(plan)).get();
   return *current_;
-}
-
-void watch_schema_removals() {
-  // Kept for the life of the process: the dispatcher outlives this module.
-  static auto* watch = new c10::RegistrationHandleRAII(
-      c10::Dispatcher::singleton().addRegistrationListener(
-          std::make_unique<SchemaRemovalCounter>()));
-  (void)watch;
 }
 
 }  // namespace native_registry::python

@@ -12,16 +12,12 @@
 #include "arguments.h"
 
 #include <c10/util/SmallVector.h>
+#include <native_registry/call_hooks.h>
 
-#include <atomic>
 #include <cstdint>
 #include <vector>
 
 namespace native_registry::python {
-
-// How many schemas the dispatcher has removed: a plan built before the last
-// removal may describe a schema that is gone (see ArgumentPlans).
-extern std::atomic<uint64_t> g_schema_removals;
 
 // The kwnames tuple vectorcall takes for these keyword names (interned
 // names), made once per sequence of names; the GIL is held.
@@ -45,7 +41,8 @@ struct ArgumentPlan {
   static constexpr size_t kIndexedKeywords = 8;
 
   const c10::FunctionSchema* schema = nullptr;
-  uint64_t removals = 0;           // g_schema_removals when it was built
+  uint64_t removals = 0;           // schema_removal_epoch() when it was built: a plan
+                                   // built before a removal may describe a schema gone
   // Copies of what an impl's results are converted by: code the impl runs
   // may destroy the op's library (`schema` gone) or define the op again, and
   // the call keeps the schema it started with (the router then raises).
@@ -65,7 +62,7 @@ struct ArgumentPlan {
   // Whether a call may use this plan for `call_schema`.
   bool valid_for(const c10::FunctionSchema& call_schema) const {
     return schema == &call_schema &&
-           removals == g_schema_removals.load(std::memory_order_acquire);
+           removals == schema_removal_epoch();
   }
 
   // The kwnames tuple for the keyword-only arguments in `passed` (a bit

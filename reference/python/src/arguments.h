@@ -94,8 +94,4 @@ pybind11::object call_with_arguments(ArgumentPlans& plans, const pybind11::handl
 bool call_cond(ArgumentPlans& plans, const pybind11::handle& fn, const c10::OperatorHandle& op,
                const std::vector<c10::IValue>& stack, SharedArguments* shared);
 
-// Starts counting the dispatcher's schema removals, which retire every plan
-// (see ArgumentPlans). Called once, when the module loads.
-void watch_schema_removals();
-
 }  // namespace native_registry::python

@@ -33,7 +33,7 @@ PYBIND11_MODULE(_C, m) {
   nrp::bind_settings(m);
 
   nrp::capture_dynamo_flag();
-  nrp::watch_schema_removals();
+  native_registry::watch_schema_removals();  // retires the argument plans (argument_plan.h)
   nrp::install_host_scope();
   nrp::install_release_sink();
   nrp::bind_trace_shortcut(m);
