@@ -5,8 +5,7 @@
 // the router's shared state; never writes it, never takes a lock.
 
 #include "router_shared.h"
-
-#include <c10/core/impl/COW.h>
+#include "tensor_walk.h"
 
 #include <atomic>
 #include <optional>
@@ -28,26 +27,12 @@ class DivertedCallScope {
   DivertedCallScope& operator=(const DivertedCallScope&) = delete;
 };
 
-bool is_cow(const c10::IValue& value) {
-  if (!value.isTensor()) return false;
-  const at::Tensor& tensor = value.toTensor();
-  return tensor.defined() && tensor.has_storage() &&
-         c10::impl::cow::is_cow_data_ptr(tensor.storage().data_ptr());
-}
-
 // Copy-on-write inputs always take the ordinary path: a diverted call would
 // hand them to a tracer that cannot see their copy-on-write state.
 bool has_cow_argument(const Stack& stack) {
-  for (const c10::IValue& value : stack) {
-    if (is_cow(value)) return true;
-    // isTensorList is out of line: not asked of a tensor.
-    if (!value.isTensor() && value.isTensorList()) {
-      for (const at::Tensor& tensor : value.toTensorVector()) {
-        if (is_cow(c10::IValue(tensor))) return true;
-      }
-    }
-  }
-  return false;
+  return detail::for_each_tensor(stack, std::nullopt,
+                                 [](const at::Tensor& tensor) { return !detail::is_cow(tensor); })
+      .stopped;
 }
 
 }  // namespace

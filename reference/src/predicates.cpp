@@ -8,9 +8,8 @@
 
 #include <native_registry/predicates.h>
 
-#include <c10/core/impl/COW.h>
+#include "tensor_walk.h"
 
-#include <algorithm>
 #include <bitset>
 
 namespace native_registry::predicates {
@@ -36,35 +35,8 @@ using Node = Predicate::Node;
 // The arguments a predicate reads, `arg` indices counting from the first.
 using Arguments = c10::ArrayRef<c10::IValue>;
 
-// Calls `visit` on every defined tensor argument (inside lists too) of the
-// argument at `only` or of all of them; stops when `visit` returns false.
-// Returns whether any tensor was visited.
-template <typename Visit>
-bool for_each_tensor(Arguments stack, std::optional<size_t> only, Visit visit) {
-  bool any = false;
-  const size_t begin = only ? *only : 0;
-  const size_t end = only ? std::min(*only + 1, stack.size()) : stack.size();
-  for (size_t i = begin; i < end; ++i) {
-    const c10::IValue& value = stack[i];
-    if (value.isTensor()) {
-      const at::Tensor& tensor = value.toTensor();
-      if (!tensor.defined()) continue;
-      any = true;
-      if (!visit(tensor)) return true;
-    } else if (value.isTensorList()) {
-      for (const at::Tensor& tensor : value.toTensorList().vec()) {
-        if (!tensor.defined()) continue;
-        any = true;
-        if (!visit(tensor)) return true;
-      }
-    }
-  }
-  return any;
-}
-
-bool is_cow(const at::Tensor& tensor) {
-  return tensor.has_storage() && c10::impl::cow::is_cow_data_ptr(tensor.storage().data_ptr());
-}
+using native_registry::detail::for_each_tensor;
+using native_registry::detail::is_cow;
 
 bool evaluate(const Node& node, Arguments stack) {
   switch (node.kind) {
@@ -75,7 +47,7 @@ bool evaluate(const Node& node, Arguments stack) {
       const bool any = for_each_tensor(stack, node.arg_index, [&](const at::Tensor& t) {
         all = node.check.test(t);
         return all;
-      });
+      }).any;
       return any && all;
     }
     case Node::Kind::kDtypeIn: {
@@ -84,7 +56,7 @@ bool evaluate(const Node& node, Arguments stack) {
         const auto dtype = static_cast<size_t>(t.scalar_type());
         all = dtype < node.dtypes.size() && node.dtypes[dtype];
         return all;
-      });
+      }).any;
       return any && all;
     }
     case Node::Kind::kAnd:

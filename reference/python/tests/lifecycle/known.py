@@ -79,6 +79,11 @@ KNOWN = {
     # disabled (never defined, here as upstream): the judge's, not a registry bug
     "torchscript-names-a-disabled-nodes-op": Program(Header(), (
         Filter("ref", "user", True), JitScope("mul"))),
+    # (k) found by the hour at d2c2950 (seed 2026120303): torch 2.13's own
+    # registry raising on the Autograd graph a refused takeover left it, in
+    # a reorder with reregister through torch's module (the judge's)
+    "stock-reorder-after-a-refused-takeover": Program(Header(), (
+        Takeover(1, refused=True), Reorder("stock", "copies_never", True))),
     # (g) native_decomp_table after the op is defined again
     "decomp-table-after-redefinition": Program(Header(), (
         Reg("ref", "f", "user", "always"), Install("ref"), Redefine())),

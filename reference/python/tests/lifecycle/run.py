@@ -373,6 +373,12 @@ def _judge(program: Program, result: dict) -> None:
         elif isinstance(step, Reorder):
             warned = first(i, "warned")
             if step.api == "stock" and not m.taken_over:
+                if err is not None and m.poisoned and step.reregister and "Alias keys" in err[2]:
+                    # torch 2.13's own registry re-registering the Autograd
+                    # graph a refused takeover left it (it captures no kernel
+                    # at an alias key): not the registry under test, and what
+                    # it installed before raising is not modelled
+                    return None
                 if err is not None:
                     unexpected(step, err)
                 if warned is None or warned[2]:
