@@ -34,8 +34,9 @@ DECLARED = [
     re.compile(r"\b(?:class|struct|union|enum(?:\s+class)?)\s+(\w+)"),
     re.compile(r"\busing\s+(\w+)\s*="),
     re.compile(r"^\s*#\s*define\s+(\w+)", re.M),
-    # a function or variable declared at the start of a line: `T name(` / `T name =` / `T name;`
-    re.compile(r"^\s*(?:[\w:<>,*&\s]+?)[\s*&]+(\w+)\s*(?:\(|=|;|\{)", re.M),
+    # a function or variable declared at the start of a line: `T name(` / `T name =` /
+    # `T name;` / `T name[] = ...`
+    re.compile(r"^\s*(?:[\w:<>,*&\s]+?)[\s*&]+(\w+)\s*(?:\[[^\]]*\]\s*)?(?:\(|=|;|\{)", re.M),
 ]
 COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
 STRING = re.compile(r'"(?:\\.|[^"\\])*"')

@@ -29,7 +29,7 @@ std::string mint_node_id(const std::string& dsl_name, const std::string& op_symb
     std::string id = "nr" + std::to_string(serial) + "_" +
                      detail::identifier_fragment(op_symbol, 64) + "_" +
                      detail::identifier_fragment(dsl_name, 64);
-    if (!c10::Dispatcher::singleton().findOp({"_native::" + id, ""})) return id;
+    if (!c10::Dispatcher::singleton().findOp(detail::native_op_name(id))) return id;
   }
 }
 
@@ -198,7 +198,7 @@ void Registry::Impl::erase_graph(const GraphKey& key) {
 
 void Registry::Impl::allow_namespace(const std::string& lib_symbol) {
   detail::check_lib_symbol(lib_symbol);
-  if (lib_symbol == "_native") {
+  if (lib_symbol == detail::kNativeNamespace) {
     throw InvalidArgumentError(
         "lib_symbol='_native' can never be overridable: it holds the ops that "
         "carry the overrides");

@@ -132,6 +132,10 @@ c10::DispatchKey parse_override_dispatch_key(const std::string& name) {
   return key;
 }
 
+c10::OperatorName native_op_name(const std::string& node_id) {
+  return {std::string(kNativeNamespace) + "::" + node_id, ""};
+}
+
 GraphKey admitted_key(const GraphKey& key) {
   check_lib_symbol(key.lib_symbol);
   check_op_symbol(key.op_symbol);

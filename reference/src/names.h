@@ -37,6 +37,13 @@ c10::DispatchKey parse_override_dispatch_key(const std::string& name);
 // keys Dense, Sparse, Quantized, NestedTensor, AutogradFunctionality, ...).
 void check_kernel_runs_at(const std::string& name, c10::DispatchKey key);
 
+// The namespace of the ops that carry the overrides (`_native::<node_id>`),
+// never one an override may target.
+inline constexpr char kNativeNamespace[] = "_native";
+
+// "_native::<node_id>", the name the dispatcher knows a node's op by.
+c10::OperatorName native_op_name(const std::string& node_id);
+
 // `key` as the registry admits a key given by name: its symbols checked and
 // its dispatch key parsed (parse_override_dispatch_key) into
 // parsed_dispatch_key. Throws InvalidArgumentError for a key no registration

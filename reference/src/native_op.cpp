@@ -9,6 +9,7 @@
 
 #include "native_op.h"
 
+#include "names.h"
 #include "quiet_override_warning.h"
 
 #include <native_registry/errors.h>
@@ -20,8 +21,6 @@
 
 namespace native_registry::detail {
 namespace {
-
-constexpr const char* kNativeNamespace = "_native";
 
 // What the kernels of an active op share: the target and whether it is
 // still in the dispatcher.
@@ -167,7 +166,7 @@ void check_signature(const OverrideNode& node, const std::string& signature,
 }
 
 c10::OperatorName NativeOp::name_for(const OverrideNode& node) {
-  return {std::string(kNativeNamespace) + "::" + node.node_id, ""};
+  return native_op_name(node.node_id);
 }
 
 NativeOp::NativeOp(const NodePtr& node, const c10::OperatorHandle& target,

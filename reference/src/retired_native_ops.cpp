@@ -4,6 +4,8 @@
 
 #include "retired_native_ops.h"
 
+#include "names.h"
+
 #include <native_registry/registry.h>
 
 #include <algorithm>
@@ -79,7 +81,7 @@ RetiredCounts retired_counts() {
 // ---- holding a `_native` op from C++ -------------------------------------------
 
 std::shared_ptr<const c10::OperatorHandle> hold_native_op(const std::string& node_id) {
-  const c10::OperatorName name("_native::" + node_id, "");
+  const c10::OperatorName name = detail::native_op_name(node_id);
   auto op = c10::Dispatcher::singleton().findSchema(name);
   if (!op) return nullptr;
   // What a torch.ops object holds: while it lives, held_outside() is true.

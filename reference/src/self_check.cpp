@@ -4,6 +4,7 @@
 
 #include "registry_impl.h"
 
+#include "names.h"
 #include "native_op.h"
 #include "retired_native_ops.h"
 #include "router.h"
@@ -57,7 +58,7 @@ void Registry::Impl::check_invariants() const {
     }
   }
   if (unconditional_mask_depth_ < 0) fail("negative unconditional mask depth");
-  if (state_.allowlist.count("_native")) fail("_native is on the allowlist");
+  if (state_.allowlist.count(detail::kNativeNamespace)) fail("_native is on the allowlist");
   for (const auto& [key, router] : routers_) {
     if (!state_.installed.count(key)) fail("router of " + key.to_string() + " for a graph never installed");
     // The published chain may lag the graph (registration and a reorder
