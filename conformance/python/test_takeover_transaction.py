@@ -127,6 +127,30 @@ print(json.dumps([answers() == before, torch._C._dispatch_dump("aten::mul.Tensor
     assert json.loads(lines[-1]) == [True, True, True, True]
 
 
+@behaviour("takeover.routing-unchanged")
+def test_stock_filters_that_would_disable_a_routed_reference_node_refuse_the_takeover(impl):
+    """The stock registry's filters become the new registry's: where they
+    disable a dsl the new registry routes now, taking them over would change
+    that op's answer. Refused, nothing changed (found by the lifecycle model,
+    seed 2026120304)."""
+    _takes_over(impl)
+    lines = run_in_fresh_interpreter(impl, SETUP + '''
+ref.register_op_override("mine", "aten", "mul.Tensor", "CPU", lambda a, b: True, const(5.0))
+ref.register_all_overrides()
+stock.deregister_op_overrides(disable_dsl_names="mine")
+before = answers()
+try:
+    compat.install_as_torch_native()
+except RuntimeError as e:
+    print(json.dumps(["refused", "mine" in str(e)]))
+import sys
+print(json.dumps([answers() == before, before[0] == 5.0,
+                  sys.modules["torch._native.registry"] is stock]))
+''')
+    assert json.loads(lines[-2]) == ["refused", True]
+    assert json.loads(lines[-1]) == [True, True, True]
+
+
 @behaviour("takeover.serialised")
 def test_concurrent_takeovers_take_over_once(impl):
     _takes_over(impl)

@@ -258,6 +258,17 @@ def plan(state: StockState, compat: types.ModuleType) -> Plan:
                 f"cannot take over the router at {key}: without it {key[0]}::{key[1]} runs its "
                 f"CompositeImplicitAutograd kernel at {key[2]}, where the reference installs no "
                 "router (it would take the op out of autograd)")
+    # The stock filters become the reference's: one that disables a node the
+    # reference routes now would change that op's answers (the reference
+    # exempts unconditional nodes from filters, as upstream main does).
+    for key in _C.router_keys():
+        for node in _C.published_chain(key):
+            if _filtered(node, filters) and not node.unconditional_override:
+                raise TakeoverRefused(
+                    f"the stock registry's filters disable {node.node_id} ({node.dsl_name}), which "
+                    f"the reference routes at {key}: taking them over would change that op's "
+                    "answers; re-enable it in the stock registry, or disable it in the "
+                    "reference, first")
     converted: set[str] = set()
     orders: dict[tuple, list[str]] = {}
     install: list[tuple] = []

@@ -84,6 +84,16 @@ KNOWN = {
     # a reorder with reregister through torch's module (the judge's)
     "stock-reorder-after-a-refused-takeover": Program(Header(), (
         Takeover(1, refused=True), Reorder("stock", "copies_never", True))),
+    # (l) found by the hour at d4cf606 (seed 2026120304): torch 2.13's
+    # _register_all_overrides reads no filters (the model's), and the stock
+    # filters, taken over, would disable a node the reference routes (the
+    # reference's: now refused, as a state it cannot reproduce)
+    "stock-install-all-ignores-the-stock-filters": Program(Header(), (
+        Reg("bound", "add", "triton", "always"), Filter("pn", "triton", True),
+        Install("stock"), Takeover())),
+    "takeover-refuses-stock-filters-that-disable-a-routed-node": Program(Header(), (
+        Reg("ref", "mul", "user", "always"), Filter("bound", "user", True),
+        Install("ref"), Takeover())),
     # (g) native_decomp_table after the op is defined again
     "decomp-table-after-redefinition": Program(Header(), (
         Reg("ref", "f", "user", "always"), Install("ref"), Redefine())),

@@ -157,11 +157,14 @@ class Model:
 
     # ---- the stock registry (torch 2.13) ----
 
-    def stock_reinstall(self, key) -> None:
+    def stock_reinstall(self, key, filtered: bool = True) -> None:
+        """torch 2.13's re-registration of one graph: with its filter state
+        (a filter change, a reorder), or without (_register_all_overrides,
+        which passes none: every node goes in, whatever the filters)."""
         old = self.stock_routers.pop(key, None)
         if old is not None:
             self.remove_router(key, old)
-        chain = [n for n in self.stock_graphs.get(key, []) if self.stock_enabled(n)]
+        chain = [n for n in self.stock_graphs.get(key, []) if not filtered or self.stock_enabled(n)]
         if chain:
             router = Router("stock", chain)
             self.add_router(key, router)
@@ -320,11 +323,25 @@ class Model:
         where the reference has a router, holds a node the stock filters
         leave on (or an unconditional one): taking it over would start
         routing calls to it."""
-        return any(
+        never_installed = any(
             nids and key not in self.stock_routers and key in self.ref_routers
             and any(self.nodes[n].uncond or self.nodes[n].dsl not in self.stock_filters
                     for n in nids)
             for key, nids in self.stock_graphs.items())
+        # A stock router that routes a node its filters disable (installed by
+        # _register_all_overrides, which reads no filters), or leaves out one
+        # they leave on: a state the reference cannot reproduce exactly.
+        disagrees = any(
+            (n in router.chain) == (self.nodes[n].dsl in self.stock_filters)
+            for key, router in self.stock_routers.items()
+            for n in self.stock_graphs.get(key, []))
+        # The stock filters become the reference's: refused where they would
+        # disable a node a reference router routes now (unconditional ones
+        # are exempt there).
+        disables_routed = any(
+            self.nodes[n].dsl in self.stock_filters and not self.nodes[n].uncond
+            for router in self.ref_routers.values() for n in router.chain)
+        return never_installed or disagrees or disables_routed
 
     def take_over(self) -> dict:
         """Merge the stock registry into the reference; returns what each

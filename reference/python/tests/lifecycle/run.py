@@ -314,7 +314,9 @@ def _judge(program: Program, result: dict) -> None:
                 if err is not None:
                     unexpected(step, err)
                 for key in list(m.stock_graphs):
-                    m.stock_reinstall(key)
+                    # stock_install(): _register_all_overrides, or, once
+                    # poisoned, each graph with the filter state
+                    m.stock_reinstall(key, filtered=m.poisoned)
         elif isinstance(step, Filter):
             if step.api == "pn" and step.dsl == "user":
                 return None
@@ -356,7 +358,8 @@ def _judge(program: Program, result: dict) -> None:
                     raise Failure("takeover-not-refused",
                                   f"step {i} {step!r}: {errs!r}; the model says every takeover "
                                   "is refused (a stock graph never installed where the "
-                                  "reference routes)")
+                                  "reference routes, or a stock router that disagrees with "
+                                  "the stock filters)")
                 return None  # refused: nothing changed
             else:
                 if errs:
