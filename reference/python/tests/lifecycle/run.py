@@ -358,8 +358,9 @@ def _judge(program: Program, result: dict) -> None:
                     raise Failure("takeover-not-refused",
                                   f"step {i} {step!r}: {errs!r}; the model says every takeover "
                                   "is refused (a stock graph never installed where the "
-                                  "reference routes, or a stock router that disagrees with "
-                                  "the stock filters)")
+                                  "reference routes, a stock router that disagrees with the "
+                                  "stock filters, or stock filters that disable a node the "
+                                  "reference routes)")
                 return None  # refused: nothing changed
             else:
                 if errs:
@@ -574,10 +575,20 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--program", help="one program's repr, as a failure prints it")
     parser.add_argument("--show-script", action="store_true", help="print the child script")
+    parser.add_argument("--shrink", type=float, metavar="SECONDS",
+                        help="if it fails, shrink it for up to SECONDS first (explore.shrink: "
+                             "the smallest program found that fails the same way)")
     args = parser.parse_args(argv)
     if args.program:
         program = eval(args.program, {**vars(P), "Program": Program, "Header": Header})
         failure, result = check(program)
+        if failure is not None and args.shrink:
+            import time
+
+            from .explore import shrink
+            program = shrink(program, failure[0], time.monotonic() + args.shrink)
+            print(f"shrunk: {program!r}")
+            failure, result = check(program)
         if args.show_script:
             print(result["script"])
         print(json.dumps(result["observations"])[:4000])
