@@ -156,6 +156,17 @@ void add_redef_override(RegistryAdapter& registry, const Key& key) {
   std::_Exit(bad == 0 ? 0 : 1);
 }
 
+// The override installed on foo, then foo's library destroyed and the op
+// defined again with the same schema: the new definition's library.
+std::unique_ptr<torch::Library> install_then_redefine_foo(RegistryAdapter& registry,
+                                                          const Key& key) {
+  auto lib = define_foo(false);
+  add_redef_override(registry, key);
+  registry.install(key);
+  lib.reset();
+  return define_foo(false);
+}
+
 // Runs in a death-test child: the target defined again with the same schema
 // and the graph installed again. Exits 0 if a call of the new op routes to the
 // override (7s) and its `_native` op runs the impl eagerly and infers the
@@ -163,11 +174,7 @@ void add_redef_override(RegistryAdapter& registry, const Key& key) {
 [[noreturn]] void install_again_after_redefinition(RegistryAdapter& registry) {
   alarm(60);
   const Key key{kRedefNs, "foo", "CPU"};
-  auto lib = define_foo(false);
-  add_redef_override(registry, key);
-  registry.install(key);
-  lib.reset();
-  lib = define_foo(false);
+  auto lib = install_then_redefine_foo(registry, key);
   registry.install(key);
   int bad = 0;
   auto foo = foo_op();
@@ -207,11 +214,7 @@ void add_redef_override(RegistryAdapter& registry, const Key& key) {
 [[noreturn]] void scope_after_redefinition(RegistryAdapter& registry) {
   alarm(60);
   const Key key{kRedefNs, "foo", "CPU"};
-  auto lib = define_foo(false);
-  add_redef_override(registry, key);
-  registry.install(key);
-  lib.reset();
-  lib = define_foo(false);
+  auto lib = install_then_redefine_foo(registry, key);
   int bad = 0;
   auto own_result = [&bad](const char* when) {
     Stack stack{tensor({1, 1})};
