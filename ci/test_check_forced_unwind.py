@@ -10,8 +10,7 @@ import textwrap
 
 import pytest
 
-sys.path.insert(0, str(pathlib.Path(__file__).parent))
-import check_forced_unwind as checker  # noqa: E402
+from ci import check_forced_unwind as checker
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 

@@ -11,13 +11,11 @@ import platform
 import sys
 import time
 
-from implementations import Implementation
-from progress import ROOT, gtest_progress, pytest_progress, stream
-import catalogue as catalogue_module
-import check as catalogue_check
-import matrix
-import report_html
-import suite_parts
+from conformance.python import catalogue as catalogue_module
+
+from . import matrix, report_html, suite_parts
+from .implementations import Implementation
+from .progress import gtest_progress, pytest_progress, stream
 
 
 def device_suffix(device: str) -> str:
@@ -80,7 +78,7 @@ def conformance(args) -> int:
     start = time.monotonic()
 
     print("== catalogue and traceability")
-    problems = catalogue_check.run(args.spec if args.spec and args.spec.exists() else None)
+    problems = catalogue_module.check_all(args.spec if args.spec and args.spec.exists() else None)
     for p in problems:
         print(f"  PROBLEM: {p}")
     catalogue = catalogue_module.load()

@@ -3,7 +3,7 @@
 `<!-- NAME:end -->`, written only by the command that generates it.
 
 The one reader and writer of those markers, for harness/docgen.py,
-harness/bench/report.py (bench-table) and harness/gpu/report.py (gpu-run).
+reference/bench/report.py (bench-table) and harness/gpu/report.py (gpu-run).
 A section is replaced only where each of its markers appears exactly once,
 begin before end; anything else is an error naming the file and the
 section, and nothing is written: a missing marker is never made up (a

@@ -1,16 +1,15 @@
-#!/usr/bin/env python3
 """The generated sections of doc/: each lies between `<!-- NAME:begin ... -->`
 and `<!-- NAME:end -->` (harness/doc_sections.py) and is written by one
 command, never by hand.
 
-    python3 harness/docgen.py                        rewrites the sections this script generates
-    python3 harness/docgen.py --check                exit 1 if one of them differs from what its command gives now
-    python3 harness/docgen.py --list                 every generated section, its doc and the command that writes it
-    python3 harness/docgen.py --matrix RESULTS.json  writes doc/conformance.md's latest-matrix section from a run
+    python3 -m harness.docgen                        rewrites the sections this script generates
+    python3 -m harness.docgen --check                exit 1 if one of them differs from what its command gives now
+    python3 -m harness.docgen --list                 every generated section, its doc and the command that writes it
+    python3 -m harness.docgen --matrix RESULTS.json  writes doc/conformance.md's latest-matrix section from a run
 
 This script generates, from the tree alone (so --check can judge them): the
 mutant figures (the samples' summary kept in doc/, and where their
-survivors' code is in today's tree, by harness/mutant_figures.py --samples)
+survivors' code is in today's tree, by harness/mutation/mutant_figures.py --samples)
 and the catalogue's counts (conformance/catalogue.toml, seeds.txt). The
 latest matrix comes from a run's results.json (--matrix); the benchmark
 table and the GPU run's summary are written by their own runs. Their
@@ -25,15 +24,15 @@ import pathlib
 import subprocess
 import sys
 
-import doc_sections
+from conformance.python import catalogue
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+from . import ROOT, doc_sections
 MEASUREMENTS = ROOT / "doc" / "measurements.md"
 CONFORMANCE = ROOT / "doc" / "conformance.md"
 
 
 def mutant_figures() -> str:
-    proc = subprocess.run([sys.executable, str(ROOT / "harness" / "mutant_figures.py"), "--samples"],
+    proc = subprocess.run([sys.executable, "-m", "harness.mutation.mutant_figures", "--samples"],
                           capture_output=True, text=True, cwd=ROOT, check=False)
     if proc.returncode != 0:
         raise SystemExit(f"docgen: mutant_figures.py failed ({proc.returncode}):\n{proc.stderr}")
@@ -41,8 +40,6 @@ def mutant_figures() -> str:
 
 
 def catalogue_counts() -> str:
-    sys.path.insert(0, str(ROOT / "conformance" / "python"))
-    import catalogue
     behaviours = list(catalogue.load().values())
     count = lambda test: sum(map(test, behaviours))  # noqa: E731
     return (f"Today's catalogue: {len(behaviours)} behaviours, "
@@ -75,14 +72,14 @@ def matrix(results: pathlib.Path) -> str:
 
 # name -> (its doc, the command that writes it, its generator here or None: written by that command)
 SECTIONS = {
-    "mutant-figures": (MEASUREMENTS, "python3 harness/docgen.py  (runs python3 harness/mutant_figures.py --samples)",
+    "mutant-figures": (MEASUREMENTS, "python3 -m harness.docgen  (runs python3 -m harness.mutation.mutant_figures --samples)",
                        mutant_figures),
-    "bench-table": (MEASUREMENTS, "harness/bench/run  (harness/bench/report.py --readme doc/measurements.md)", None),
-    "gpu-run": (MEASUREMENTS, "python3 harness/gpu/report.py --from results/gpu/out --doc doc/measurements.md",
+    "bench-table": (MEASUREMENTS, "reference/bench/run  (reference/bench/report.py --readme doc/measurements.md)", None),
+    "gpu-run": (MEASUREMENTS, "python3 -m harness.gpu.report --from results/gpu/out --doc doc/measurements.md",
                 None),
-    "catalogue-counts": (CONFORMANCE, "python3 harness/docgen.py  (from conformance/catalogue.toml)",
+    "catalogue-counts": (CONFORMANCE, "python3 -m harness.docgen  (from conformance/catalogue.toml)",
                          catalogue_counts),
-    "latest-matrix": (CONFORMANCE, "./harness/run --impl reference,upstream, then python3 harness/docgen.py "
+    "latest-matrix": (CONFORMANCE, "./harness/run --impl reference,upstream, then python3 -m harness.docgen "
                                    "--matrix results/results.json", None),
 }
 

@@ -1,7 +1,7 @@
 """Summarise GoogleTest/pytest JUnit XML files: per-suite counts, and the
 closing line "N passed, M failed" that CI reads.
 
-    python3 harness/junit_summary.py RESULTS_DIR [--markdown OUT.md] [--title T]
+    python3 -m harness.junit_summary RESULTS_DIR [--markdown OUT.md] [--title T]
 
 Exits 1 if any test failed or errored, or if no test ran at all.
 """

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """The conformance harness's command line. ./harness/run calls it once the
 build is up to date (and first with --check-args, before installing or
 building anything); ci/test calls it directly. `./harness/run --help` says
@@ -11,29 +10,15 @@ import argparse
 import json
 import os
 import pathlib
-import platform
-import re
 import shutil
 import subprocess
 import sys
-import time
-from dataclasses import dataclass
 
-HERE = pathlib.Path(__file__).resolve().parent
-ROOT = HERE.parent
-sys.path.insert(0, str(ROOT / "conformance" / "python"))
-sys.path.insert(0, str(HERE))
+from conformance.python import catalogue as catalogue_module
 
-import catalogue as catalogue_module  # noqa: E402
-import check as catalogue_check  # noqa: E402
-import cpp_impls  # noqa: E402
-import matrix  # noqa: E402
-from progress import gtest_progress, pytest_progress, stream  # noqa: E402
-import report_html  # noqa: E402
-import staging  # noqa: E402
-from conformance_run import conformance  # noqa: E402,F401
-from implementations import (CPP_SUITES, SHIPPED, Implementation, UsageError,  # noqa: E402,F401
-                             assign_labels, parse_impls)
+from . import CONFORMANCE_PYTHON, ROOT, cpp_impls, staging, with_root_on_path
+from .conformance_run import conformance
+from .implementations import Implementation, UsageError, assign_labels, parse_impls
 
 DESCRIPTION = """\
 Runs the conformance suites (C++ with GoogleTest, Python with pytest) against
@@ -149,12 +134,14 @@ def preflight(args) -> list[str]:
     for tool, fix in (tools.items() if args.coverage else ()):
         if shutil.which(tool) is None:
             problems.append(f"{tool} is not on PATH\n    fix: {fix}")
-    cmd = [sys.executable, str(HERE / "preflight.py")]
+    # The suite's sys.path (pytest puts conformance/python first), the root for `-m harness.preflight`.
+    cmd = [sys.executable, "-m", "harness.preflight"]
     for impl in args.implementations:
         cmd += ["--adapter", impl.python]
     for module, fix in suite_modules(args).items():
         cmd += ["--module", f"{module}={fix}"]
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    proc = subprocess.run(cmd, cwd=ROOT, env=with_root_on_path(env, CONFORMANCE_PYTHON),
+                          capture_output=True, text=True)
     try:
         report = json.loads(proc.stdout)
     except json.JSONDecodeError:
@@ -304,19 +291,19 @@ def main(argv: list[str] | None = None) -> int:
     for impl in args.implementations:
         print(f"  {impl.label}: {impl.description}")
     if args.coverage:
-        import coverage_report
+        from .suite_coverage import coverage_report
 
         return coverage_report.run(args)
     if args.mutants == "auto":
-        import auto_mutants
+        from .mutation import auto_mutants
 
         return auto_mutants.run(args)
     if args.mutants:
-        import seeded_faults
+        from .mutation import seeded_faults
 
         return seeded_faults.run(args)
     if args.upstream_tests:
-        import upstream_tests
+        from . import upstream_tests
 
         return upstream_tests.run(args)
     return conformance(args)

@@ -1,11 +1,11 @@
 """Checks, before any suite runs, that each implementation's adapter loads
 and that each suite's Python dependencies import, in the environment the
-suites will run in (main.py runs this file as a subprocess with that
-environment). Prints one JSON object: {"adapters": {spec: {...}},
+suites will run in (main.py runs this module as a subprocess with that
+environment, conformance/python first on its path as pytest puts it). Prints one JSON object: {"adapters": {spec: {...}},
 "modules": {module: {...}}}; each entry has "ok" and, when not ok, the
 real exception, what was tried, and the fix.
 
-    python harness/preflight.py [--adapter module:factory]... [--module name=fix]...
+    python -m harness.preflight [--adapter module:factory]... [--module name=fix]...
 """
 
 from __future__ import annotations
@@ -13,13 +13,12 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import pathlib
 import sys
 import traceback
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "conformance" / "python"))
+from conformance.python import adapter as adapter_module
 
-import adapter as adapter_module  # noqa: E402
+from . import ROOT
 
 
 def exception_text(exc: BaseException) -> str:
@@ -53,10 +52,9 @@ def check_adapter(spec: str) -> dict:
             fix = path_fix(spec)
         else:  # the adapter module itself was found; something it imports was not
             fix = f"the adapter imports {missing!r}, which is not installed: install it into {sys.executable}"
-        # Where it was looked for: the suite's sys.path (this script's own folder is not on it).
-        here = str(pathlib.Path(__file__).resolve().parent)
+        # Where it was looked for: the suite's sys.path (the root, there for this module, is not on it).
         return failure | {"error": exception_text(exc), "where": raised_where(exc), "fix": fix,
-                          "sys_path": [p for p in sys.path if p and p != here]}
+                          "sys_path": [p for p in sys.path if p and p not in (str(ROOT), "")]}
     except Exception as exc:  # noqa: BLE001 - any import error is reported as it is
         return failure | {"error": exception_text(exc), "where": raised_where(exc),
                           "fix": f"fix the error raised while importing {module_name}"}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pathlib
 import subprocess
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+from . import ROOT
 
 
 def stream(cmd: list[str], label: str, log: pathlib.Path, env: dict | None = None,

@@ -15,9 +15,7 @@ import os
 import pathlib
 from collections import defaultdict
 
-import matrix
-
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+from . import ROOT, matrix
 # Outcomes that make a run fail: a failure, a known failure that passed
 # (strict xfail: xpass, or `stale` where the expectation is out of date).
 BAD = ("fail", "xpass", "stale")

@@ -12,6 +12,8 @@ import os
 import pathlib
 import shutil
 
+# Imports nothing of the harness: the lifecycle runner (reference/python/tests/
+# lifecycle/run.py) loads this file by its path.
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGE_SOURCES = ROOT / "reference" / "python" / "native_registry"
 

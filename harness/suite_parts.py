@@ -16,7 +16,7 @@ import threading
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterator
 
-from progress import ROOT
+from . import ROOT
 
 # The Python suite's files whose tests start interpreters of their own (a child
 # per takeover case, the ordering-and-log-handler child, spawned workers): about

@@ -2,7 +2,7 @@
 torch._native.registry the reference's compatibility module
 (native_registry.upstream_compat), so an upstream test file written against
 those modules runs against the reference. Loaded by
-`./harness/run --upstream-tests` with `-p upstream_compat_plugin`."""
+`./harness/run --upstream-tests` with `-p harness.upstream_compat_plugin`."""
 
 
 def pytest_configure(config):

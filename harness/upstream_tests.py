@@ -10,10 +10,8 @@ import pathlib
 import sys
 import xml.etree.ElementTree as ET
 
-from progress import pytest_progress, stream
-
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-HERE = pathlib.Path(__file__).resolve().parent
+from . import with_root_on_path
+from .progress import pytest_progress, stream
 
 
 def outcomes(xml: pathlib.Path) -> dict[str, str]:
@@ -35,11 +33,11 @@ def run(args) -> int:
     path = args.upstream_tests  # main.py resolved it against the caller's directory and checked it
     out = args.results / "upstream-tests"
     out.mkdir(parents=True, exist_ok=True)
-    env = dict(args.suite_env)  # main.py's preflight staged the package and checked the imports
-    env["PYTHONPATH"] = f"{HERE}:{env['PYTHONPATH']}"
+    # main.py's preflight staged the package and checked the imports; the root: the plugin.
+    env = with_root_on_path(args.suite_env)
     runs = {
         "installed torch._native": [],
-        "reference (upstream_compat)": ["-p", "upstream_compat_plugin"],
+        "reference (upstream_compat)": ["-p", "harness.upstream_compat_plugin"],
     }
     results = {}
     for label, extra in runs.items():

@@ -274,3 +274,23 @@ def device_problems(catalogue: dict[str, Behaviour], devices: dict[str, Device],
                 found.append(f"a device test names {bid!r}, which devices.toml does not list for "
                              f"{device.name}")
     return found
+
+
+def check_all(spec: pathlib.Path | None = None) -> list[str]:
+    """Every problem of the catalogue and of both suites' traceability (check.py's
+    and the harness's check); with `spec`, seeds.txt against that file too."""
+    behaviours = load()
+    seeds = seed_tests()
+    found = problems(behaviours, seeds)
+    if spec is not None:
+        actual = spec_tests(spec)
+        if sorted(actual) != sorted(seeds):
+            found.append(f"seeds.txt differs from {spec}: missing {sorted(set(actual) - set(seeds))}, "
+                         f"extra {sorted(set(seeds) - set(actual))}")
+    found += traceability_problems(
+        behaviours, python_references(CONFORMANCE / "python"),
+        cpp_references(CONFORMANCE / "cpp"))
+    found += feature_problems(behaviours, CONFORMANCE / "python", CONFORMANCE / "cpp")
+    found += device_problems(behaviours, load_devices(), device_test_references(
+        CONFORMANCE / "python", CONFORMANCE / "cpp"))
+    return found

@@ -19,29 +19,11 @@ import sys
 import catalogue as c
 
 
-def run(spec: pathlib.Path | None = None) -> list[str]:
-    behaviours = c.load()
-    seeds = c.seed_tests()
-    found = c.problems(behaviours, seeds)
-    if spec is not None:
-        actual = c.spec_tests(spec)
-        if sorted(actual) != sorted(seeds):
-            found.append(f"seeds.txt differs from {spec}: missing {sorted(set(actual) - set(seeds))}, "
-                         f"extra {sorted(set(seeds) - set(actual))}")
-    found += c.traceability_problems(
-        behaviours, c.python_references(c.CONFORMANCE / "python"),
-        c.cpp_references(c.CONFORMANCE / "cpp"))
-    found += c.feature_problems(behaviours, c.CONFORMANCE / "python", c.CONFORMANCE / "cpp")
-    found += c.device_problems(behaviours, c.load_devices(), c.device_test_references(
-        c.CONFORMANCE / "python", c.CONFORMANCE / "cpp"))
-    return found
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--spec", type=pathlib.Path)
     args = parser.parse_args()
-    found = run(args.spec if args.spec and args.spec.exists() else None)
+    found = c.check_all(args.spec if args.spec and args.spec.exists() else None)
     behaviours = c.load()
     py = c.python_references(c.CONFORMANCE / "python")
     cpp = c.cpp_references(c.CONFORMANCE / "cpp")

@@ -47,8 +47,7 @@ import torch
 import adapter as adapter_module
 import catalogue as catalogue_module
 
-sys.path.insert(0, str(catalogue_module.CONFORMANCE.parent / "fixtures" / "python"))
-from torch_fixtures import (  # noqa: E402,F401
+from fixtures.python.torch_fixtures import (  # noqa: F401
     MISSING_NS, NS, NS2, assert_shared_tensors_intact, dispatcher_state, twice_namespaces)
 
 CATALOGUE = catalogue_module.load()
@@ -57,7 +56,8 @@ EXPECTATIONS = catalogue_module.CONFORMANCE / "expectations"
 
 
 def run_in_fresh_interpreter(impl, body: str, timeout: float = 300, stderr: list | None = None,
-                             prelude: str = "", env: dict | None = None) -> list[str]:
+                             prelude: str = "", env: dict | None = None,
+                             extra_path: tuple[pathlib.Path, ...] = ()) -> list[str]:
     """Runs `body` in a new Python that loads the implementation under test
     again (as `impl`, after `import torch, adapter`) and returns what it
     printed, line by line (and appends what it wrote to stderr, where
@@ -70,12 +70,14 @@ def run_in_fresh_interpreter(impl, body: str, timeout: float = 300, stderr: list
         pytest.skip(f"unsupported: {impl.name} was not loaded by a module:factory spec, "
                     "so a subprocess cannot load it again")
     # `prelude` runs before `import torch` (import hooks a test needs in place
-    # while torch imports); `env`, if given, adds to the child's environment.
+    # while torch imports); `env`, if given, adds to the child's environment;
+    # `extra_path` goes first on the child's PYTHONPATH (which is this
+    # process's sys.path: this folder, the root's packages).
     script = (textwrap.dedent(prelude) + "\n"
-              f"import sys\nsys.path.insert(0, {str(pathlib.Path(__file__).parent)!r})\n"
               "import torch, adapter\nimpl = adapter.load()\nprint(adapter.identity(impl))\n"
               + textwrap.dedent(body))
     child_env.update(env or {})
+    child_env["PYTHONPATH"] = os.pathsep.join([*map(str, extra_path), child_env["PYTHONPATH"]])
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                          timeout=timeout, env=child_env)
     assert out.returncode == 0, out.stderr
@@ -172,7 +174,7 @@ def is_recommended(ids: list[str]) -> bool:
     return all(CATALOGUE[bid].level == "recommended" for bid in ids)
 
 
-# Set by the mutant runners (harness/mutants.py): every failure fails.
+# Set by the mutant runners (harness/mutation/mutants.py): every failure fails.
 ANY_FAILURE_FAILS = os.environ.get("NR_CONFORMANCE_ANY_FAILURE_FAILS") == "1"
 
 

@@ -18,8 +18,8 @@ import torch
 from conftest import NS, behaviour, run_in_fresh_interpreter
 from test_ordering import logged_warnings
 
-from torch_fixtures import STOCK, mul
-from torch_fixtures import MUL_CPU as KEY
+from fixtures.python.torch_fixtures import STOCK, mul
+from fixtures.python.torch_fixtures import MUL_CPU as KEY
 
 SEVEN = torch.tensor([7.0, 7.0])
 FIVE = torch.tensor([5.0, 5.0])

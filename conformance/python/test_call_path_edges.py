@@ -16,8 +16,8 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 from conftest import behaviour
 
-from torch_fixtures import A, B, STOCK, mul
-from torch_fixtures import MUL_CPU as KEY
+from fixtures.python.torch_fixtures import A, B, STOCK, mul
+from fixtures.python.torch_fixtures import MUL_CPU as KEY
 
 SEVEN = torch.tensor([7.0, 7.0])
 

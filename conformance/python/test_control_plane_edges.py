@@ -15,8 +15,8 @@ import torch
 
 from conftest import MISSING_NS, behaviour
 
-from torch_fixtures import A, B, STOCK, mul
-from torch_fixtures import MUL_CPU as KEY
+from fixtures.python.torch_fixtures import A, B, STOCK, mul
+from fixtures.python.torch_fixtures import MUL_CPU as KEY
 
 ADD_KEY = ("aten", "add.Tensor", "CPU")
 ADD_STOCK = torch.tensor([6.0, 8.0])  # A + B from aten's own kernel

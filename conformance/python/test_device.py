@@ -18,7 +18,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 from conftest import behaviour
 
-from torch_fixtures import dispatcher_state
+from fixtures.python.torch_fixtures import dispatcher_state
 
 MUL = ("aten", "mul.Tensor")
 

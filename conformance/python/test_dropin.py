@@ -15,8 +15,8 @@ from torch._dynamo.backends.common import aot_autograd
 
 from conftest import behaviour, run_in_fresh_interpreter
 
-from torch_fixtures import A, B, STOCK, mul
-from torch_fixtures import MUL_CPU as KEY
+from fixtures.python.torch_fixtures import A, B, STOCK, mul
+from fixtures.python.torch_fixtures import MUL_CPU as KEY
 
 
 def recording_cond(calls: list, answer: bool = False):

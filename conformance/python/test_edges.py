@@ -13,8 +13,8 @@ import torch
 
 from conftest import NS, NS2, behaviour, dispatcher_state
 
-from torch_fixtures import STOCK, mul, twice_namespaces
-from torch_fixtures import MUL_CPU as KEY
+from fixtures.python.torch_fixtures import STOCK, mul, twice_namespaces
+from fixtures.python.torch_fixtures import MUL_CPU as KEY
 
 X = torch.tensor([1.0, 2.0])
 

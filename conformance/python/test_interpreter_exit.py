@@ -30,10 +30,9 @@ RUNS = 3
 STOCK_SPEC = "adapters.upstream:make"
 
 PROGRAM = """
-import sys, threading, time
-sys.path.insert(0, {here!r})
+import threading, time
 import torch
-from torch_fixtures import A, B
+from fixtures.python.torch_fixtures import A, B
 KEY = ("aten", "mul.Tensor", "CPU")
 work = {work!r}
 if work != "stock-call":  # torch's own op with no registry loaded at all

@@ -14,8 +14,8 @@ import torch
 
 from conftest import behaviour, run_in_fresh_interpreter
 
-from torch_fixtures import A, B, STOCK, mul
-from torch_fixtures import MUL_CPU as KEY
+from fixtures.python.torch_fixtures import A, B, STOCK, mul
+from fixtures.python.torch_fixtures import MUL_CPU as KEY
 
 SEVEN = torch.tensor([7.0, 7.0])
 

@@ -127,7 +127,7 @@ def test_an_impl_that_redefines_its_op_with_other_returns_gets_a_named_error(imp
 TORCHSCRIPT = """
     import gc
     import torch
-    from torch_fixtures import A, B
+    from fixtures.python.torch_fixtures import A, B
     KEY = ("aten", "mul.Tensor", "CPU")
     with impl.scope():
         impl.register("ts_dsl", *KEY, lambda *a: True, lambda a, b: torch.full_like(a, 7.0))

@@ -10,7 +10,7 @@ import torch
 
 from conftest import behaviour
 
-from torch_fixtures import STOCK, mul
+from fixtures.python.torch_fixtures import STOCK, mul
 
 KEY = ("aten", "mul.Tensor", "CPU")
 ENV = "TORCH_PYTHON_NATIVE_USER_GRAPH_ORDER_FN"

@@ -16,7 +16,7 @@ import torch
 from test_ordering import Records
 from conftest import behaviour
 
-from torch_fixtures import MISSING_NS, mul
+from fixtures.python.torch_fixtures import MISSING_NS, mul
 
 KEY = ("aten", "mul.Tensor", "CPU")
 FAILED = "Graph transformation failed"

@@ -180,7 +180,7 @@ def test_a_native_op_whose_target_left_the_dispatcher_raises(impl):
 
 FORK_BODY = """
     import os, threading, time, torch
-    from torch_fixtures import A, B
+    from fixtures.python.torch_fixtures import A, B
     KEY = ("aten", "mul.Tensor", "CPU")
     impl.register("bg_dsl", *KEY, lambda *a: False, lambda a, b: a)
     impl.install(*KEY)
@@ -268,8 +268,7 @@ def work(value):
 def test_multiprocessing_workers_can_use_the_registry(impl, method, tmp_path):
     (tmp_path / "nr_mp_worker.py").write_text(MP_WORKER)
     results = run_in_fresh_interpreter(impl, f"""
-        import multiprocessing, sys, threading
-        sys.path.insert(0, {str(tmp_path)!r})
+        import multiprocessing, threading
         import nr_mp_worker
         impl = nr_mp_worker.impl
         stop = threading.Event()
@@ -283,7 +282,7 @@ def test_multiprocessing_workers_can_use_the_registry(impl, method, tmp_path):
             print(pool.map_async(nr_mp_worker.work, range(6)).get(timeout=240))
         stop.set()
         thread.join(30)
-    """, timeout=300)[-1]
+    """, timeout=300, extra_path=(tmp_path,))[-1]
     assert results == str([[float(v)] * 2 for v in range(6)])
 
 

@@ -10,8 +10,8 @@ import torch
 
 from conftest import NS, NS2, behaviour
 
-from torch_fixtures import A, B, STOCK, mul
-from torch_fixtures import MUL_CPU as KEY
+from fixtures.python.torch_fixtures import A, B, STOCK, mul
+from fixtures.python.torch_fixtures import MUL_CPU as KEY
 
 
 def fill(value):

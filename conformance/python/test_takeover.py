@@ -24,7 +24,7 @@ import sys
 import pytest
 
 from conftest import behaviour, run_in_fresh_interpreter
-from torch_fixtures import WITHOUT_TORCH_NATIVE
+from fixtures.python.torch_fixtures import WITHOUT_TORCH_NATIVE
 
 # registrar -> (its module under torch._native.ops, the function it runs at
 # import, its DSL, the graph keys it registers).

@@ -12,8 +12,8 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 from conftest import behaviour, run_in_fresh_interpreter
 
-from torch_fixtures import A, B, STOCK, mul
-from torch_fixtures import MUL_CPU as KEY
+from fixtures.python.torch_fixtures import A, B, STOCK, mul
+from fixtures.python.torch_fixtures import MUL_CPU as KEY
 
 
 def install_declining(impl, cond, key=KEY):

@@ -14,9 +14,9 @@ import torch
 
 from conftest import behaviour
 
-from torch_fixtures import dispatcher_state
+from fixtures.python.torch_fixtures import dispatcher_state
 
-from triton_mul import TritonMul, fp16_same_shape, triton
+from fixtures.python.triton_mul import TritonMul, fp16_same_shape, triton
 
 KEY = ("aten", "mul.Tensor", "CUDA")
 N = 1000  # not a multiple of the block: the mask is exercised

@@ -16,8 +16,8 @@ import torch
 
 from conftest import behaviour, run_in_fresh_interpreter
 
-from torch_fixtures import A, B, STOCK, mul
-from torch_fixtures import MUL_CPU as KEY
+from fixtures.python.torch_fixtures import A, B, STOCK, mul
+from fixtures.python.torch_fixtures import MUL_CPU as KEY
 
 OP = "torch_nn::_linear_cross_entropy_batch_chunked"
 OTHER = "aten::scatter_add_"

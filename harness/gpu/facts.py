@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """What the GPU run ran on, as JSON: date, host, CPU count, GPU, driver,
 Python, torch (and the CUDA it was built with), Triton, g++, Meson, ninja,
 GoogleTest. A fact that cannot be read is null; nothing here fails."""

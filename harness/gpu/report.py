@@ -1,10 +1,9 @@
-#!/usr/bin/env python3
 """The dated summary of a GPU run (a few KB, for doc/measurements.md), from
 the files harness/gpu/run-on-device writes: the date and machine, torch and
 Triton versions, the matrix of the device columns, the CUDA benchmark rows
 and how to reproduce the run.
 
-    python3 harness/gpu/report.py --from DIR [--facts facts.json] [--out section.md]
+    python3 -m harness.gpu.report --from DIR [--facts facts.json] [--out section.md]
                                   [--doc doc/measurements.md] [--device-seconds N]
 
 DIR is the device's $OUT as it comes back (matrix.md, results.json,
@@ -26,8 +25,7 @@ import sys
 import xml.etree.ElementTree as ET
 from collections import Counter
 
-sys.path.append(str(pathlib.Path(__file__).resolve().parents[1]))  # harness/, for doc_sections
-import doc_sections  # noqa: E402
+from .. import doc_sections
 
 SECTION = "gpu-run"  # <!-- gpu-run:begin ... --> ... <!-- gpu-run:end --> in doc/measurements.md
 REPRODUCE = """\
@@ -38,7 +36,7 @@ CUDA benchmark rows, and writes its files into `$OUT` (under 8 minutes):
 
 ```sh
 bash harness/gpu/run-on-device            # BUDGET=540 DEVICES=cpu,cuda by default
-python3 harness/gpu/report.py --from "$OUT" --doc doc/measurements.md   # here, with what came back
+python3 -m harness.gpu.report --from "$OUT" --doc doc/measurements.md   # here, with what came back
 ```
 
 Anywhere else `./harness/run --device cpu,cuda` runs the same suites: without
@@ -133,7 +131,7 @@ def bench_section(bench: dict | None) -> list[str]:
     return lines
 
 
-# What accepts the call in each accepting row of harness/gpu/bench_cuda.py.
+# What accepts the call in each accepting row of reference/bench/bench_cuda.py.
 ACCEPT_CONDS = {"accept_triton": "a C++ cond", "accept_triton_py": "a Python cond",
                 "triton_library": "no router: the Triton mul as the op's kernel"}
 

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Stages the package built in --build (sources, _C, the core library) into
 --into, which then goes first on PYTHONPATH (harness/staging.py): how the GPU
 run imports the reference without pip."""
@@ -7,10 +6,8 @@ from __future__ import annotations
 
 import argparse
 import pathlib
-import sys
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-import staging  # noqa: E402
+from .. import staging
 
 
 def main() -> int:

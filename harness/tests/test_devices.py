@@ -15,14 +15,10 @@ import pytest
 import torch
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "harness"))
-sys.path.insert(0, str(ROOT / "harness" / "gpu"))
-sys.path.insert(0, str(ROOT / "conformance" / "python"))
 
-import catalogue  # noqa: E402
-import main  # noqa: E402
-import matrix  # noqa: E402
-import report  # noqa: E402
+from conformance.python import catalogue
+from harness import main, matrix, with_root_on_path
+from harness.gpu import report
 
 BUILD = pathlib.Path(os.environ.get("BUILD_DIR", "build"))
 BUILD = BUILD if BUILD.is_absolute() else ROOT / BUILD
@@ -67,9 +63,9 @@ def test_every_cuda_behaviour_has_a_device_test_on_each_of_its_sides():
 def test_without_a_cuda_device_every_cuda_behaviour_is_unsupported_and_the_run_exits_0(tmp_path):
     assert (BUILD / "build.ninja").exists(), f"this test runs the harness on the build in {BUILD}"
     results = tmp_path / "results"
-    proc = subprocess.run([sys.executable, str(ROOT / "harness" / "main.py"), "--build", str(BUILD),
+    proc = subprocess.run([sys.executable, "-m", "harness", "--build", str(BUILD),
                            "--results", str(results), "--device", "cuda"],
-                          cwd=tmp_path, capture_output=True, text=True)
+                          cwd=tmp_path, env=with_root_on_path(os.environ), capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     doc = json.loads((results / "results.json").read_text())
     assert doc["columns"] == ["cpp: reference @cuda", "python: reference @cuda",
@@ -170,7 +166,7 @@ def test_the_benchmark_rows_compute_stocks_result_and_leave_the_table_as_it_was(
     and short; the script itself checks each variant's result and the
     dispatch table after each teardown. Nothing about time is asserted."""
     out = tmp_path / "bench.json"
-    proc = subprocess.run([sys.executable, str(ROOT / "harness" / "gpu" / "bench_cuda.py"), "--device", "cpu",
+    proc = subprocess.run([sys.executable, "-m", "reference.bench.bench_cuda", "--device", "cpu",
                            "--sizes", "2", "--rounds", "1", "--min-run-time", "0.01", "--out", str(out)],
                           capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -186,7 +182,7 @@ def test_the_benchmark_rows_compute_stocks_result_and_leave_the_table_as_it_was(
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the run where there is no CUDA device")
 def test_the_cuda_benchmark_writes_no_rows_without_a_cuda_device_and_says_why(tmp_path):
     out = tmp_path / "bench.json"
-    proc = subprocess.run([sys.executable, str(ROOT / "harness" / "gpu" / "bench_cuda.py"), "--out", str(out)],
+    proc = subprocess.run([sys.executable, "-m", "reference.bench.bench_cuda", "--out", str(out)],
                           capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0
     doc = json.loads(out.read_text())

@@ -100,7 +100,8 @@ def command_lines(text: str) -> list[str]:
 
 def scripts_in(line: str) -> list[tuple[str, bool]]:
     """(repository path, run directly) for each command of a shell line that
-    is one of the repository's scripts."""
+    is one of the repository's scripts; ("-m package.module", False) for each
+    `python -m` of one of the repository's modules."""
     found = []
     for part in re.split(r"&&|\|\||[;|]|\$\(", line.split(" #")[0]):
         try:
@@ -114,7 +115,9 @@ def scripts_in(line: str) -> list[tuple[str, bool]]:
         if words and words[0] in INTERPRETERS:
             words.pop(0)
             direct = False
-            while words and words[0].startswith("-"):  # python3 -m ... is no script of ours
+            if words[:1] == ["-m"] and len(words) > 1 and words[1].split(".")[0] in TOP:
+                found.append((f"-m {words[1]}", False))  # python -m harness.docgen, say
+            if words and words[0].startswith("-"):  # a flag, or -m of no module of ours
                 words = []
         if words:
             word = words[0].removeprefix("./")
@@ -135,13 +138,19 @@ def quoted_scripts() -> dict[str, tuple[bool, set[str]]]:
 
 def test_commands_are_found():
     # The commands below must be among those recognised, or the check tests nothing.
-    assert {"harness/run", "ci/test", "harness/bench/run", "harness/gpu/run-on-device"} <= set(quoted_scripts())
+    assert {"harness/run", "ci/test", "reference/bench/run", "harness/gpu/run-on-device",
+            "-m harness.docgen"} <= set(quoted_scripts())
 
 
 @pytest.mark.parametrize("script", sorted(quoted_scripts()))
 def test_quoted_command_exists_and_answers_help(script, tmp_path):
     direct, where = quoted_scripts()[script]
-    path = ROOT / script
+    module = script.removeprefix("-m ") if script.startswith("-m ") else None
+    if module:  # a package runs its __main__
+        path = ROOT / module.replace(".", "/")
+        path = path / "__main__.py" if path.is_dir() else path.with_suffix(".py")
+    else:
+        path = ROOT / script
     assert path.is_file(), f"{', '.join(sorted(where))} quote {script}, which does not exist"
     if direct:
         assert path.stat().st_mode & stat.S_IXUSR, f"{script} is run directly in {sorted(where)} but is not executable"
@@ -163,7 +172,11 @@ def test_quoted_command_exists_and_answers_help(script, tmp_path):
         """))
     python.chmod(0o755)
     env = {**os.environ, "PATH": f"{shims}:{os.environ['PATH']}", "PYTHON": str(python)}
-    cmd = [str(path)] if direct else ([str(python)] if script.endswith(".py") else ["bash"]) + [str(path)]
+    if module:  # from anywhere, with the root on the path as ./harness/run puts it
+        env["PYTHONPATH"] = str(ROOT)
+        cmd = [str(python), "-m", module]
+    else:
+        cmd = [str(path)] if direct else ([str(python)] if script.endswith(".py") else ["bash"]) + [str(path)]
     proc = subprocess.run(cmd + ["--help"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
     calls = log.read_text() if log.exists() else ""
     assert not calls, f"{script} --help started installing or building:\n{calls}"
@@ -184,10 +197,10 @@ def test_readme_python_example_runs(tmp_path):
 
 
 def test_generated_sections_are_current():
-    proc = subprocess.run([sys.executable, str(ROOT / "harness" / "docgen.py"), "--check"],
+    proc = subprocess.run([sys.executable, "-m", "harness.docgen", "--check"], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    listed = subprocess.run([sys.executable, str(ROOT / "harness" / "docgen.py"), "--list"],
+    listed = subprocess.run([sys.executable, "-m", "harness.docgen", "--list"], cwd=ROOT,
                             capture_output=True, text=True, timeout=60).stdout
     assert "markers missing" not in listed, listed
 
@@ -196,8 +209,7 @@ def test_generated_sections_are_current():
 def test_each_generated_section_has_its_markers_once_and_no_section_heading_repeats(doc):
     """A section written twice (one copy orphaned by a move, say) is stale in
     one place at least; a writer refuses to run on such a doc, and so does this."""
-    sys.path.insert(0, str(ROOT / "harness"))
-    import doc_sections
+    from harness import doc_sections
     text = prose((ROOT / doc).read_text())
     for name in sorted(doc_sections.names(text)):
         doc_sections.span(text, name, doc)  # raises MarkerError naming the section

@@ -5,15 +5,13 @@ re-wraps the code a fault names leaves the fault applying, to the same code."""
 from __future__ import annotations
 
 import pathlib
-import sys
 import tomllib
 
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "harness"))
 
-import fault_anchor  # noqa: E402
+from harness.mutation import fault_anchor
 
 
 def test_every_seeded_fault_applies_once_and_names_a_behaviour():

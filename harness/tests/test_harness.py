@@ -15,11 +15,8 @@ import time
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "harness"))
-sys.path.insert(0, str(ROOT / "conformance" / "python"))
 
-import main  # noqa: E402
-import preflight  # noqa: E402
+from harness import main, preflight, with_root_on_path
 
 BUILD = pathlib.Path(os.environ.get("BUILD_DIR", "build"))
 BUILD = BUILD if BUILD.is_absolute() else ROOT / BUILD
@@ -143,9 +140,9 @@ def test_a_good_adapter_gives_its_name(fake_package):
 def test_nothing_runs_when_an_implementation_cannot_load(tmp_path):
     assert (BUILD / "build.ninja").exists(), f"this test runs the harness on the build in {BUILD}"
     results = tmp_path / "results"
-    proc = subprocess.run([sys.executable, str(ROOT / "harness" / "main.py"), "--build", str(BUILD),
+    proc = subprocess.run([sys.executable, "-m", "harness", "--build", str(BUILD),
                            "--results", str(results), "--impl", "reference,mypkg.adapter:make"],
-                          cwd=tmp_path, capture_output=True, text=True)
+                          cwd=tmp_path, env=with_root_on_path(os.environ), capture_output=True, text=True)
     assert proc.returncode == 2
     assert "cannot load implementation 'mypkg.adapter:make'" in proc.stderr
     assert "ModuleNotFoundError: No module named 'mypkg'" in proc.stderr

@@ -14,13 +14,9 @@ import time
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "harness"))
-sys.path.insert(0, str(ROOT / "conformance" / "python"))
 
-import auto_mutants  # noqa: E402
-import main  # noqa: E402
-import mutagen  # noqa: E402
-import mutants  # noqa: E402
+from harness import main
+from harness.mutation import auto_mutants, mutagen, mutants
 
 CPP = """\
 #include "a.h"  // a < b

@@ -6,13 +6,10 @@ occurs among the reference's own candidates."""
 from __future__ import annotations
 
 import pathlib
-import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "harness"))
 
-import auto_mutants  # noqa: E402
-import mutagen  # noqa: E402
+from harness.mutation import auto_mutants, mutagen
 
 
 # ---- the operators added for issue 20 ----------------------------------------------

@@ -13,15 +13,11 @@ import sys
 import xml.etree.ElementTree as ET
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "harness"))
-sys.path.insert(0, str(ROOT / "conformance" / "python"))
 
-import catalogue  # noqa: E402
-import coverage_report  # noqa: E402
-import matrix  # noqa: E402
-import mutants  # noqa: E402
-import progress  # noqa: E402
-import report_html  # noqa: E402
+from conformance.python import catalogue
+from harness import matrix, progress, report_html
+from harness.mutation import mutants
+from harness.suite_coverage import coverage_report
 
 BUILD = pathlib.Path(os.environ.get("BUILD_DIR", "build"))
 BUILD = BUILD if BUILD.is_absolute() else ROOT / BUILD

@@ -4,15 +4,11 @@ them."""
 
 from __future__ import annotations
 
-import pathlib
-import sys
-
 import pytest
 
 import native_registry.registry as registry
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3] / "fixtures" / "python"))
-from torch_fixtures import (  # noqa: E402,F401
+from fixtures.python.torch_fixtures import (  # noqa: F401
     MISSING_NS, NS, NS2, assert_shared_tensors_intact, dispatcher_state, mul, twice_namespaces)
 
 

@@ -298,7 +298,7 @@ def test_command_line_names_what_it_cannot_load():
 def test_triton_fixture_passes_every_check_on_cuda(reg):
     if not torch.cuda.is_available():
         pytest.skip("unsupported: no CUDA device")
-    import triton_mul
+    from fixtures.python import triton_mul
 
     if triton_mul.triton is None:
         pytest.skip("unsupported: Triton is not installed")

@@ -14,7 +14,7 @@ import native_registry.registry as registry
 from native_registry import predicates as P
 from conftest import mul
 
-from torch_fixtures import A, B, STOCK
+from fixtures.python.torch_fixtures import A, B, STOCK
 
 
 @pytest.fixture(autouse=True)

@@ -13,7 +13,7 @@ import textwrap
 import pytest
 import torch
 
-from torch_fixtures import A, B, STOCK, mul
+from fixtures.python.torch_fixtures import A, B, STOCK, mul
 
 import native_registry.registry as registry
 

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import native_registry._C as _C
-from torch_fixtures import MUL_CPU, STOCK, mul
+from fixtures.python.torch_fixtures import MUL_CPU, STOCK, mul
 
 ABSENT, DORMANT, ACTIVE = 0, 1, 2
 

@@ -10,7 +10,7 @@ import logging
 
 import torch
 
-from torch_fixtures import mul
+from fixtures.python.torch_fixtures import mul
 from native_registry import _C
 
 KEY = ("aten", "mul.Tensor", "CPU")

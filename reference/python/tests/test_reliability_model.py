@@ -10,7 +10,7 @@ restore, the dispatch tables of every touched op equal those recorded when the
 snapshot was taken; after each run, the pristine ones, `_native` ops included.
 
 Steps per run come from a Hypothesis profile: "reliability" (the default, for
-CI) or "thorough" (NR_HYPOTHESIS_PROFILE=thorough, for harness/reliability).
+CI) or "thorough" (NR_HYPOTHESIS_PROFILE=thorough, for reference/tests/reliability/run).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import native_registry.registry as registry
 from native_registry import _C, _unconditional_masked
 from native_registry import predicates as P
 from conftest import MISSING_NS, NS, NS2, dispatcher_state
-from torch_fixtures import live_native_ops
+from fixtures.python.torch_fixtures import live_native_ops
 
 settings.register_profile("reliability", max_examples=60, stateful_step_count=50, deadline=None,
                           derandomize=True,

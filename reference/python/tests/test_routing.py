@@ -13,7 +13,7 @@ import native_registry
 import native_registry.registry as registry
 from conftest import MISSING_NS, NS, NS2, mul
 
-from torch_fixtures import A, B, STOCK
+from fixtures.python.torch_fixtures import A, B, STOCK
 
 
 def install(reg):

@@ -167,7 +167,7 @@ def test_install_as_torch_native_on_a_torch_without_it():
     import subprocess
     import sys
 
-    from torch_fixtures import WITHOUT_TORCH_NATIVE
+    from fixtures.python.torch_fixtures import WITHOUT_TORCH_NATIVE
 
     script = WITHOUT_TORCH_NATIVE + """
 from native_registry import upstream_compat, variants

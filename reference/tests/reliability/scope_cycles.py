@@ -2,7 +2,7 @@
 registering and installing one override and calling the op once. Prints RSS,
 the time per cycle and the `_native` ops defined at 0, 1,000 and 5,000 cycles
 (or at the marks given). A measurement, not a test: the figures go to the
-reliability report (harness/reliability, doc/measurements.md); tests assert
+reliability report (reference/tests/reliability/run, doc/measurements.md); tests assert
 only the counts and memory. The time at a mark is the median over five
 slices of the window timed there, so one stall of a loaded machine does not
 make it.

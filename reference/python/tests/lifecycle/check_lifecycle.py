@@ -18,7 +18,7 @@ printed. A failure prints its minimal program; replay it with
     cd reference/python/tests && python -m lifecycle.run --program "<the program>"
 The package under test: NR_LIFECYCLE_PACKAGE (a staged package folder) or
 the one `import native_registry` gives; NR_LIFECYCLE_ASAN=1 preloads libasan
-(harness/reliability --lifecycle-hour does both for a share of its run).
+(reference/tests/reliability/run --lifecycle-hour does both for a share of its run).
 """
 
 from __future__ import annotations

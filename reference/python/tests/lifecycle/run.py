@@ -18,6 +18,7 @@ Command line (replay one program, or the seed of a failed run):
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import pathlib
@@ -45,11 +46,10 @@ EARLY_HOOK = (ROOT / "reference" / "python" / "native_registry_early.pth",
 def child_environment() -> dict:
     package = os.environ.get("NR_LIFECYCLE_PACKAGE")
     if package:
-        sys.path.insert(0, str(HARNESS))
-        try:
-            import staging
-        finally:
-            sys.path.remove(str(HARNESS))
+        # By its path: this runs from reference/python/tests, where `harness` is not importable.
+        spec = importlib.util.spec_from_file_location("harness_staging", HARNESS / "staging.py")
+        staging = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(staging)
         env = staging.environment_for(pathlib.Path(package))
         # The editable install's own build folder too, wherever it is (the
         # main checkout's, when this runs from a worktree).

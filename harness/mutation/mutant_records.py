@@ -3,7 +3,7 @@ mutant, as it comes, so that an interrupted run resumes), the reviewed
 equivalents, the figures computed from outcomes, and the reports.
 
 Shared by --mutants (seeded faults), --mutants auto, the GPU runner and
-harness/mutant_figures.py.
+harness/mutation/mutant_figures.py.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ import subprocess
 import tomllib
 from dataclasses import asdict, dataclass, field
 
-import mutagen  # noqa: F401 (annotations)
-import mutants
-from mutants import ROOT
-from progress import duration
+from . import mutagen  # noqa: F401 (annotations)
+from . import mutants
+from .mutants import ROOT
+from ..progress import duration
 
 EQUIVALENTS = ROOT / "fixtures" / "faults" / "equivalent_mutants.toml"
 

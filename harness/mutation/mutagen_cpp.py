@@ -1,11 +1,11 @@
-"""The C++ operators of harness/mutagen.py, over the source text: comments,
+"""The C++ operators of harness/mutation/mutagen.py, over the source text: comments,
 strings and the preprocessor masked first; each mutant one line."""
 
 from __future__ import annotations
 
 import re
 
-from mutagen_core import Mutant, literal_mutations, siblings, with_keys
+from .mutagen_core import Mutant, literal_mutations, siblings, with_keys
 
 # Binary operators with spaces around them (the project's style), so template
 # brackets, `->`, `<<` and `>>` never match.

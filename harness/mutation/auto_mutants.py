@@ -1,7 +1,7 @@
 """./harness/run --mutants auto: the suite's power against mutants nobody chose.
 
 Mutants of an implementation's source are generated mechanically
-(harness/mutagen.py), a reproducible sample is drawn (--sample N --seed S),
+(harness/mutation/mutagen.py), a reproducible sample is drawn (--sample N --seed S),
 and each is applied in turn to the copy of the tree the seeded-fault runner
 uses (build-mutants/src; the working tree is never touched), built
 incrementally in build-mutants/build (ninja recompiles the one mutated file
@@ -25,14 +25,14 @@ import subprocess
 import sys
 import time
 
-import mutagen
-import mutant_runner
-import mutants
-import staging
-from mutant_records import (EQUIVALENTS, TARGET_KILL_RATE, Outcome, figures, load_equivalents,  # noqa: F401
+from . import mutagen
+from . import mutant_runner
+from . import mutants
+from .. import staging, with_root_on_path
+from .mutant_records import (EQUIVALENTS, TARGET_KILL_RATE, Outcome, figures, load_equivalents,  # noqa: F401
                             per_mutant, percent, summary, write_report)
-from mutant_runner import BUILT_FROM, BUILT_LAYERS, Target, check_pristine
-from mutants import FIRST, ROOT, Workspace
+from .mutant_runner import BUILT_FROM, BUILT_LAYERS, Target, check_pristine
+from .mutants import FIRST, ROOT, Workspace
 
 # What `--mutate cpp`, `--mutate binding` and `--mutate python` mutate in the
 # reference, and what they leave out, with why (reported with every run).
@@ -130,8 +130,8 @@ def foreign_target(spec: str, env: dict, ws: Workspace) -> Target:
     copy.parent.mkdir(parents=True, exist_ok=True)
     copy.write_text(pathlib.Path(file).read_text())
     env = {**env, "NR_MUTANT_MODULE": name, "NR_MUTANT_FILE": str(copy),
-           "PYTHONPATH": os.pathsep.join([str(ROOT / "harness"), env.get("PYTHONPATH", "")]),
-           "PYTEST_ADDOPTS": "-p mutant_loader"}
+           "PYTHONPATH": with_root_on_path(env)["PYTHONPATH"],
+           "PYTEST_ADDOPTS": "-p harness.mutation.mutant_loader"}
     print(f"  mutating {name} ({file}), through a copy in {copy}")
     return Target("python", [file], {file: copy}, impl=spec, env=env, needs_build=False, suites_from=ROOT)
 

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Turns the benchmarks' raw output into results/bench/{table.md,table.json,plot.png}.
 
 Inputs: Google Benchmark's JSON from native_registry_bench (every repetition
@@ -15,12 +14,12 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.append(str(Path(__file__).resolve().parents[1]))  # harness/, for doc_sections
-import doc_sections  # noqa: E402
-from bench_plot import plot
-from bench_rows import (CPP_TARGET, PY_TARGET, add_ratios, find, fmt_ns, fmt_s, load_cpp, load_instructions,
+from harness import doc_sections
+
+from .bench_plot import plot
+from .bench_rows import (CPP_TARGET, PY_TARGET, add_ratios, find, fmt_ns, fmt_s, load_cpp, load_instructions,
                         load_toggle_instructions)
-from bench_tables import markdown, python_control
+from .bench_tables import markdown, python_control
 
 # ---- the verdicts -------------------------------------------------------------------
 
@@ -122,7 +121,7 @@ def main() -> int:
     parser.add_argument("--callgrind", type=Path,
                         help="folder of callgrind dumps (cpp.out.*, py.out.*, py_order.json, calls.json)")
     parser.add_argument("--python-control", type=Path,
-                        help="times of harness/bench/control_py.py (its dumps: pyctl.out.* in --callgrind)")
+                        help="times of reference/bench/control_py.py (its dumps: pyctl.out.* in --callgrind)")
     parser.add_argument("--no-plot", action="store_true")
     parser.add_argument("--readme", type=Path,
                         help="also put the table (less its long listing) between the bench-table "

@@ -13,9 +13,11 @@ import subprocess
 import time
 from collections import defaultdict
 
-from progress import duration as progress_duration, remaining as progress_remaining
+from ..progress import duration as progress_duration, remaining as progress_remaining
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+from conformance.python import catalogue
+
+from .. import ROOT
 # The registry itself and its binding; not the tests.
 MEASURED = ["reference/src/*", "reference/include/*", "reference/python/src/*"]
 BUILD = ROOT / "build-coverage"
@@ -36,8 +38,6 @@ def per_behaviour(cov, reports: dict[str, pathlib.Path]) -> dict:
     """For each implementation: each behaviour's lines (file -> line numbers)
     executed by its tests, the lines only it reaches, and per file the
     statements no behaviour reaches."""
-    import catalogue
-
     behaviours_of = {}
     for label, path in reports.items():
         for line in (path.read_text().splitlines() if path.exists() else []):
@@ -74,7 +74,7 @@ def cpp_per_behaviour(out: pathlib.Path, binary: pathlib.Path, xml: pathlib.Path
     own (GCOV_PREFIX; the build's own counters stay as they are), read with
     gcov's JSON output: the reference's lines each behaviour's tests execute.
     Adds the C++ files' unreached lines to `files`."""
-    import matrix
+    from .. import matrix
 
     rows = [r for r in matrix.gtest_rows(xml, label) if r["outcome"] == "pass"] if xml.exists() else []
     work = out / "per-test-gcov"
@@ -109,8 +109,6 @@ def cpp_per_behaviour(out: pathlib.Path, binary: pathlib.Path, xml: pathlib.Path
             print(f"  [{index}/{len(rows)}] C++ tests measured one by one "
                   f"(elapsed {progress_duration(elapsed)}, {progress_remaining(index, len(rows), elapsed)})",
                   flush=True)
-    import catalogue
-
     cat = catalogue.load()
     for name in sorted(executable):
         files[name] = {"implementation": f"{label} (C++)", "statements": len(executable[name]),

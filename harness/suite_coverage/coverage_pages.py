@@ -9,7 +9,7 @@ import pathlib
 import time
 from collections import defaultdict
 
-from coverage_behaviours import ROOT, fewest, shown_name
+from .coverage_behaviours import ROOT, fewest, shown_name
 
 
 def ranges(numbers: list[int]) -> str:

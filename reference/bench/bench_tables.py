@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Callable
 
-from bench_rows import ACCEPTED, DESCRIPTION, VARIANTS, _dumps, find, fmt_ns, fmt_s
+from .bench_rows import ACCEPTED, DESCRIPTION, VARIANTS, _dumps, find, fmt_ns, fmt_s
 
 
 def pivot(rows: list[dict], stock_head: str, variant_head: str,
@@ -139,7 +139,7 @@ def others_lines(calls: list[dict]) -> list[str]:
 
 def python_control(times_path: Path | None, callgrind: Path | None) -> tuple[list[str], dict | None]:
     """Lines and a verdict for Python's disable + re-enable of a 1-op dsl
-    against 0 / 1k / 10k overrides on other ops (harness/bench/control_py.py)."""
+    against 0 / 1k / 10k overrides on other ops (reference/bench/control_py.py)."""
     if times_path is None or not times_path.exists():
         return [], None
     times = {r["others"]: r for r in json.loads(times_path.read_text())}

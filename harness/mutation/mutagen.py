@@ -14,9 +14,9 @@ import ast
 import random
 import re
 
-from mutagen_core import Mutant, with_keys  # noqa: F401 (the mutant, for the runners)
-from mutagen_cpp import cpp_mutants
-from mutagen_python import python_mutants
+from .mutagen_core import Mutant, with_keys  # noqa: F401 (the mutant, for the runners)
+from .mutagen_cpp import cpp_mutants
+from .mutagen_python import python_mutants
 
 
 def sample(candidates: list[Mutant], n: int | None, seed: int) -> list[Mutant]:

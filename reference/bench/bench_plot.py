@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench_rows import CPP_TARGET, VARIANTS, find, fmt_ns
+from .bench_rows import CPP_TARGET, VARIANTS, find, fmt_ns
 
 
 def plot(calls: list[dict], control: list[dict], path: Path) -> None:

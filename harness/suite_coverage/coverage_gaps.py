@@ -12,7 +12,7 @@ import html
 import pathlib
 import re
 
-from coverage_behaviours import ROOT, shown_name
+from .coverage_behaviours import ROOT, shown_name
 
 _SECTION = re.compile(r"^// ---- (.+?) -+\s*$")
 

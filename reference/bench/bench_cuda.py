@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """What the reference router costs per call at CUDA (issue 14), side by side
 in one run: ``torch.ops.aten.mul.Tensor(a, b)`` on float16 CUDA tensors of
 2 and 1M elements under each of
@@ -48,10 +47,7 @@ from collections.abc import Callable, Iterator
 import torch
 import torch.utils.benchmark as benchmark
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "fixtures" / "python"))
-sys.path.insert(0, str(ROOT / "harness" / "bench"))
-from triton_mul import TritonMul, triton  # noqa: E402
+from fixtures.python.triton_mul import TritonMul, triton
 
 warnings.filterwarnings("ignore", message=".*Overriding a previously registered kernel.*")
 
@@ -132,7 +128,7 @@ def main() -> int:
         return 0
 
     import native_registry.registry as registry
-    from bench import quantiles  # the CPU benchmark's: median and quartiles of the block times
+    from .bench import quantiles  # the CPU benchmark's: median and quartiles of the block times
     from native_registry import predicates
 
     variants = [v for v in VARIANTS

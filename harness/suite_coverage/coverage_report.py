@@ -32,14 +32,13 @@ import subprocess
 import sys
 import time
 
-import coverage_gaps
-import staging
-from coverage_contexts import CHILD_CONTEXT
-from coverage_behaviours import BUILD, MEASURED, cpp_per_behaviour, per_behaviour, shown_name
-from coverage_pages import index_page, lcov_to_cobertura, ranges, summary_lines  # noqa: F401 (ranges: tests)
+from . import coverage_gaps
+from .. import staging
+from .coverage_contexts import CHILD_CONTEXT
+from .coverage_behaviours import BUILD, MEASURED, cpp_per_behaviour, per_behaviour, shown_name
+from .coverage_pages import index_page, lcov_to_cobertura, ranges, summary_lines  # noqa: F401 (ranges: tests)
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-HERE = pathlib.Path(__file__).resolve().parent
+from .. import ROOT, with_root_on_path
 # lcov 1.x spellings: branch coverage on; the branches gcc adds for C++
 # exception edges are left out (they are not decisions in our code).
 LCOV_BRANCHES = ["--rc", "lcov_branch_coverage=1", "--rc", "geninfo_no_exception_branch=1"]
@@ -143,7 +142,7 @@ def run(args) -> int:
         env = staging.environment_for(staging.stage_package(args.build, staged))
     env["NR_STAGED"] = str(staged)
     env["NR_BUILD_DIR"] = str(BUILD if cpp else args.build)  # the one-core test loads a fixture library from it
-    env["PYTHONPATH"] = f"{HERE}:{env['PYTHONPATH']}"  # the context plugin
+    env = with_root_on_path(env)  # the context plugin
 
     progress.step("the conformance suites, measured")
     sources = [s for impl in args.implementations for s in python_sources(impl, env)]
@@ -218,7 +217,7 @@ def run(args) -> int:
 def measured_pytest(config: pathlib.Path, context: str, env: dict, suite: list[str]) -> int:
     env = {**env, CHILD_CONTEXT: context}
     return sh([sys.executable, "-m", "coverage", "run", f"--rcfile={config}", f"--context={context}",
-               "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "coverage_contexts", *suite],
+               "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "harness.suite_coverage.coverage_contexts", *suite],
               env=env).returncode
 
 

@@ -42,7 +42,7 @@
 #include <torch/library.h>
 
 // Under valgrind --tool=callgrind, each call benchmark's loop is dumped on its
-// own, named after the benchmark (harness/bench/run --instructions).
+// own, named after the benchmark (reference/bench/run --instructions).
 #if __has_include(<valgrind/callgrind.h>)
 #include <valgrind/callgrind.h>
 #define NR_BENCH_CALLGRIND 1

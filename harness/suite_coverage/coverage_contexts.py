@@ -1,7 +1,7 @@
 """pytest plugin for ./harness/run --coverage: each test's lines are recorded
 under its own coverage.py dynamic context (the test's node id), so the
 report can say which lines each behaviour's tests execute. Loaded with
-`-p coverage_contexts` under `coverage run --context=<suite>:<label>`.
+`-p harness.suite_coverage.coverage_contexts` under `coverage run --context=<suite>:<label>`.
 
 A child interpreter a test starts is measured by coverage.py's subprocess
 patch with the configuration file's options only: its context is the

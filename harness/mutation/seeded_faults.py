@@ -34,12 +34,13 @@ import threading
 import time
 import tomllib
 
-import fault_anchor
-import mutant_runner
-import mutants
-from mutant_records import Outcome, figures
-from mutant_runner import Target
-from progress import duration
+from .. import with_root_on_path
+from . import fault_anchor
+from . import mutant_runner
+from . import mutants
+from .mutant_records import Outcome, figures
+from .mutant_runner import Target
+from ..progress import duration
 
 FAULTS = mutants.ROOT / "fixtures" / "faults" / "faults.toml"
 
@@ -90,9 +91,9 @@ def python_layer_run(args, names: list[str], out: pathlib.Path, baseline: pathli
     they start as soon as the Python suite's baseline is known (`baseline`,
     which they share), in workspaces of their own (NR_MUTANTS_WORK), while
     this run builds; their lines come prefixed."""
-    env = {**os.environ, "NR_MUTANTS_WORK": str(mutants.WORK / "faults-python"),
+    env = {**with_root_on_path(os.environ), "NR_MUTANTS_WORK": str(mutants.WORK / "faults-python"),
            "NR_MUTANTS_BASELINE": str(baseline)}
-    child = subprocess.Popen([sys.executable, str(mutants.ROOT / "harness" / "main.py"), "--build", str(args.build),
+    child = subprocess.Popen([sys.executable, "-m", "harness", "--build", str(args.build),
                               "--mutants", "faults", "--only", ",".join(names), "--jobs", "1",
                               "--results", str(out)], env=env, cwd=mutants.ROOT,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

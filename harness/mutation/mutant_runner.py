@@ -15,11 +15,11 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 
-import mutagen  # noqa: F401 (annotations)
-import mutants
-from mutant_records import Outcome, resumed, tail, tree_commit, tree_source
-from mutants import FIRST, ROOT, Workspace
-from progress import duration, remaining
+from . import mutagen  # noqa: F401 (annotations)
+from . import mutants
+from .mutant_records import Outcome, resumed, tail, tree_commit, tree_source
+from .mutants import FIRST, ROOT, Workspace
+from ..progress import duration, remaining
 
 @dataclass
 class Target:

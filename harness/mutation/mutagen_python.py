@@ -1,4 +1,4 @@
-"""The Python operators of harness/mutagen.py, over the tokens and the
+"""The Python operators of harness/mutation/mutagen.py, over the tokens and the
 syntax tree; each mutant one line, every one compiles."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import ast
 import io
 import tokenize
 
-from mutagen_core import Mutant, literal_mutations, with_keys
+from .mutagen_core import Mutant, literal_mutations, with_keys
 
 _PY_COMPARE = {"==": "!=", "!=": "==", "<": "<=", "<=": "<", ">": ">=", ">=": ">"}
 # A raised exception's type swapped for a sibling: callers catch by type.

@@ -1,10 +1,9 @@
-#!/usr/bin/env python3
 """The kill rates of the generated mutants, from the runs' records and the
 summaries kept in doc/.
 
-    python3 harness/mutant_figures.py                  each layer's population, from its record
-    python3 harness/mutant_figures.py --samples        the samples of 2026-12-01, from their summary
-    python3 harness/mutant_figures.py --record-killed  adds the Python-layer mutants the records
+    python3 -m harness.mutation.mutant_figures                  each layer's population, from its record
+    python3 -m harness.mutation.mutant_figures --samples        the samples of 2026-12-01, from their summary
+    python3 -m harness.mutation.mutant_figures --record-killed  adds the Python-layer mutants the records
                                                        say were killed to fixtures/faults/killed_mutants.txt
 
 Records stay out of the source tree, under results/mutant-runs/ (ignored):
@@ -22,7 +21,7 @@ reported as such (its verdicts are of different trees).
 What stays in the tree is what code and docs need: a dated summary of a
 few KB per measurement (doc/mutant-samples-2026-12-01.json, which
 harness/docgen.py renders into doc/measurements.md through --samples) and
-the keys of the killed Python-layer mutants, which harness/ci_mutants.py
+the keys of the killed Python-layer mutants, which harness/mutation/ci_mutants.py
 reads to tell a regression from a survivor no run has seen.
 """
 
@@ -32,19 +31,16 @@ import json
 import pathlib
 import sys
 
-HERE = pathlib.Path(__file__).resolve().parent
-ROOT = HERE.parent
-sys.path.insert(0, str(HERE))
-import auto_mutants  # noqa: E402
-import mutagen  # noqa: E402
+from .. import ROOT
+from . import auto_mutants, mutagen
 
 RECORDS = ROOT / "results" / "mutant-runs"
 SAMPLES = ROOT / "doc" / "mutant-samples-2026-12-01.json"
 KILLED = ROOT / "fixtures" / "faults" / "killed_mutants.txt"
 KILLED_HEAD = """\
 # The generated mutants of the Python layer that a run of the conformance
-# suites killed, one key (mutagen.py's) a line: harness/ci_mutants.py fails
-# when one of them survives. Written by python3 harness/mutant_figures.py
+# suites killed, one key (mutagen.py's) a line: harness/mutation/ci_mutants.py fails
+# when one of them survives. Written by python3 -m harness.mutation.mutant_figures
 # --record-killed from the records under results/mutant-runs/ (it only adds).
 """
 
@@ -162,7 +158,7 @@ def populations() -> None:
               f"from harness/gpu/mutants-on-device); --samples gives the samples' figures")
 
 
-# ---- the killed keys harness/ci_mutants.py reads ----------------------------------------
+# ---- the killed keys harness/mutation/ci_mutants.py reads ----------------------------------------
 
 def killed_keys() -> set[str]:
     """The keys fixtures/faults/killed_mutants.txt holds."""

@@ -24,10 +24,12 @@ import sys
 import threading
 import xml.etree.ElementTree as ET
 
-import staging
-import suite_parts
+from .. import staging
+from .. import suite_parts
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+from conformance.python import catalogue
+
+from .. import ROOT
 # NR_MUTANTS_WORK: another folder for the workspaces, so that two runs (the
 # seeded faults of the Python layer beside those that need a build) never
 # share a copy of the tree.
@@ -290,18 +292,7 @@ def python_suite(out: pathlib.Path, timeout: float = TIMEOUT_S, impl: str = "ada
 
 
 @functools.cache
-def _catalogue():
-    """conformance/python/catalogue.py, loaded by path (its folder is not put on sys.path)."""
-    spec = importlib.util.spec_from_file_location("conformance_catalogue",
-                                                  ROOT / "conformance" / "python" / "catalogue.py")
-    module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)  # dataclasses look it up
-    spec.loader.exec_module(module)
-    return module
-
-
-@functools.cache
 def _python_references() -> dict[str, list[str]]:
-    catalogue = _catalogue()
     return catalogue.python_references(catalogue.CONFORMANCE / "python")
 
 
@@ -313,7 +304,7 @@ def behaviour_files(behaviour: str) -> list[str]:
 
 def behaviour_sides(behaviour: str) -> tuple[str, ...]:
     """Where the catalogue says `behaviour` is expressible: cpp, python."""
-    entry = _catalogue().load().get(behaviour)
+    entry = catalogue.load().get(behaviour)
     return entry.sides if entry is not None else ()
 
 

@@ -2,7 +2,7 @@
 generated mutants, a new seed each day, within a fixed time budget, so that
 a loss of the suite's power shows on every CI run without the GPU machine.
 
-    python harness/ci_mutants.py --build build [--sample 3] [--budget 150] [--seed S]
+    python -m harness.mutation.ci_mutants --build build [--sample 3] [--budget 150] [--seed S]
                                 [--baseline-from DIR]
 
 The Python layer because its mutants need no build (they run against the
@@ -11,7 +11,7 @@ which the population runs on the GPU machine measure instead.
 
 It fails only on a regression, never on chance: a sampled mutant that
 survives although fixtures/faults/killed_mutants.txt (the keys the runs'
-records say the suites killed: harness/mutant_figures.py --record-killed)
+records say the suites killed: harness/mutation/mutant_figures.py --record-killed)
 lists it, or a baseline that crashes. A survivor no record knows (new code, a new operator) is listed as
 unreviewed without failing: whether a random draw finds one would otherwise
 decide the day's colour, and the population run is where every survivor is
@@ -30,8 +30,8 @@ import signal
 import subprocess
 import sys
 
-HERE = pathlib.Path(__file__).resolve().parent
-ROOT = HERE.parent
+from .. import ROOT, with_root_on_path
+from . import mutant_records
 KILLED = ROOT / "fixtures" / "faults" / "killed_mutants.txt"
 
 
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     seed = daily_seed() if args.seed is None else args.seed
     results = args.results or args.build / "ci-mutants"
     print(f"ci mutants: {args.sample} Python-layer mutants, seed {seed}, budget {args.budget} s", flush=True)
-    cmd = [sys.executable, str(HERE / "main.py"), "--build", str(args.build), "--mutants", "auto",
+    cmd = [sys.executable, "-m", "harness", "--build", str(args.build), "--mutants", "auto",
            "--mutate", "python", "--sample", str(args.sample), "--seed", str(seed), "--results", str(results)]
     if args.baseline_from is not None:
         cmd += ["--baseline-from", str(args.baseline_from)]
@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     report.unlink(missing_ok=True)  # a report of an earlier run judges nothing
     # SIGTERM at the budget: the runner kills its suites, restores the
     # mutated file and reports the mutants run so far.
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=os.environ)
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=with_root_on_path(os.environ))
     try:
         status = proc.wait(timeout=args.budget)
     except subprocess.TimeoutExpired:
@@ -92,8 +92,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ci mutants: FAILED: the run ended (exit {status}) without a report: the baseline crashed")
         return 1
     data = json.loads(report.read_text())
-    sys.path.insert(0, str(HERE))
-    import mutant_records
     regressions, unreviewed = judge(data["mutants"], killed_before(), set(mutant_records.load_equivalents()))
     f = data["figures"]
     print(f"ci mutants: {f['sampled']} of {f['chosen']} run: {f['killed']} killed, {f['survived']} survived, "

@@ -25,7 +25,7 @@ import dataclasses
 import pathlib
 import re
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+from .. import ROOT
 CPP_SUFFIXES = (".cpp", ".h")
 _WHITESPACE = re.compile(r"\s+")
 
