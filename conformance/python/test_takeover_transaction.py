@@ -264,6 +264,36 @@ print(json.dumps(out))
     assert json.loads(lines[-1]) == [1, [8.0, 7.0], ["mul.Tensor"], 9.0, 8.0, [6.0, True]]
 
 
+@behaviour("frontends.filter-change-reregisters-named-graphs")
+def test_a_served_filter_change_reregisters_every_graph_the_filter_names(impl):
+    """dsl_b disabled, then the graph reordered without reregister_overrides
+    into copies whose conds decline: not routed yet (7); a disable of an
+    unrelated dsl re-registers the graph, which the filter names through
+    dsl_b, and the copies decline (9, the op's own); a re-enable of dsl_b
+    re-registers it too (still 9)."""
+    _takes_over(impl)
+    lines = run_in_fresh_interpreter(impl, SETUP + '''
+import dataclasses
+compat.install_as_torch_native()
+import torch._native.registry as served
+served.register_op_override("dsl_a", "aten", "mul.Tensor", "CPU", small, const(7.0))
+served.register_op_override("dsl_b", "aten", "mul.Tensor", "CPU", small, const(5.0))
+served._register_all_overrides()
+served.deregister_op_overrides(disable_dsl_names="dsl_b")
+results = [(x * x).item()]
+declining = lambda *a, **k: False
+served.reorder_graphs_from_user_function(
+    lambda op, key, graph: [dataclasses.replace(n, cond_fn=declining) for n in graph])
+results.append((x * x).item())
+served.deregister_op_overrides(disable_dsl_names="dsl_unrelated")
+results.append((x * x).item())
+served.reenable_op_overrides(enable_dsl_names="dsl_b")
+results.append((x * x).item())
+print(json.dumps(results))
+''')
+    assert json.loads(lines[-1]) == [7.0, 7.0, 9.0, 9.0]
+
+
 @behaviour("frontends.switches-keep-routers")
 def test_front_end_switches_after_a_takeover_leave_the_dispatcher_alone(impl):
     """pn.<dsl>.enabled toggles while two threads call the op: every answer

@@ -30,6 +30,12 @@ std::string describe(const Filter& filter) {
 
 }  // namespace
 
+Filter detail::FilterState::as_filter() const {
+  return {{dsl_names.begin(), dsl_names.end()},
+          {op_symbols.begin(), op_symbols.end()},
+          {dispatch_keys.begin(), dispatch_keys.end()}};
+}
+
 bool detail::FilterState::matches(const OverrideNode& node) const {
   return dsl_names.count(node.dsl_name) || op_symbols.count(node.key.op_symbol) ||
          dispatch_keys.count(node.key.dispatch_key);
@@ -51,7 +57,17 @@ std::set<GraphKey> Registry::Impl::keys_named_by(const Filter& filter) const {
   return keys;
 }
 
-void Registry::Impl::deregister_op_overrides(const Filter& disable) {
+void Registry::Impl::follow_filter_change(const Filter& change, const Filter& named,
+                                          FilterInstall install) {
+  if (install == FilterInstall::kInstalled) {
+    republish_installed(keys_named_by(change));  // all or nothing: see there
+    return;
+  }
+  const std::set<GraphKey> keys = keys_named_by(named);
+  install_graphs_locked({keys.begin(), keys.end()});  // all or nothing: see there
+}
+
+void Registry::Impl::deregister_op_overrides(const Filter& disable, FilterInstall install) {
   check_filter_entries("disable_dsl_names entry", disable.dsl_names);
   check_filter_entries("disable_op_symbols entry", disable.op_symbols);
   check_filter_entries("disable_dispatch_keys entry", disable.dispatch_keys);
@@ -63,7 +79,8 @@ void Registry::Impl::deregister_op_overrides(const Filter& disable) {
   state_.filters.dispatch_keys.insert(disable.dispatch_keys.begin(),
                                 disable.dispatch_keys.end());
   try {
-    republish_installed(keys_named_by(disable));
+    // Upstream's front end re-registers every graph the whole filter names.
+    follow_filter_change(disable, state_.filters.as_filter(), install);
   } catch (...) {
     state_.filters = saved;  // republish_installed published nothing
     throw;
@@ -81,7 +98,7 @@ void Registry::Impl::reenable_op_overrides(const Filter& enable) {
   for (const auto& name : enable.op_symbols) state_.filters.op_symbols.erase(name);
   for (const auto& name : enable.dispatch_keys) state_.filters.dispatch_keys.erase(name);
   try {
-    republish_installed(keys_named_by(enable));
+    follow_filter_change(enable, enable, install);  // upstream's: the graphs the entries name
   } catch (...) {
     state_.filters = saved;  // republish_installed published nothing
     throw;

@@ -278,8 +278,7 @@ uint64_t Registry::Impl::router_id(const GraphKey& key) const {
 
 Filter Registry::Impl::filters() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return {sorted(state_.filters.dsl_names), sorted(state_.filters.op_symbols),
-          sorted(state_.filters.dispatch_keys)};
+  return state_.filters.as_filter();
 }
 
 std::map<std::string, std::vector<GraphKey>> Registry::Impl::graphs_by_dsl_name() const {

@@ -74,10 +74,12 @@ NodePtr Registry::replace_node_callables(const OverrideNode& node, CondFn cond, 
   return impl_->replace_node_callables(node, std::move(cond), std::move(impl), std::move(options));
 }
 
-void Registry::deregister_op_overrides(const Filter& disable) {
-  impl_->deregister_op_overrides(disable);
+void Registry::deregister_op_overrides(const Filter& disable, FilterInstall install) {
+  impl_->deregister_op_overrides(disable, install);
 }
-void Registry::reenable_op_overrides(const Filter& enable) { impl_->reenable_op_overrides(enable); }
+void Registry::reenable_op_overrides(const Filter& enable, FilterInstall install) {
+  impl_->reenable_op_overrides(enable, install);
+}
 
 std::vector<GraphKey> Registry::reorder_graphs(const OrderingFn& fn, bool reinstall) {
   return reorder_graphs(fn, reinstall ? ReorderInstall::kInstalled : ReorderInstall::kNothing);

@@ -51,6 +51,7 @@ namespace detail {
 struct FilterState {
   std::set<std::string> dsl_names, op_symbols, dispatch_keys;
   bool matches(const OverrideNode& node) const;
+  Filter as_filter() const;  // sorted, as Registry::filters() gives it
 };
 
 using Index = std::map<std::string, std::vector<GraphKey>>;
@@ -97,6 +98,7 @@ struct Registry::Impl {
   using ControlState = detail::ControlState;
   using FilterState = detail::FilterState;
   using Index = detail::Index;
+  using FilterInstall = Registry::FilterInstall;
 
   Impl();
   // Tears down everything this registry put into the dispatcher.
@@ -114,8 +116,8 @@ struct Registry::Impl {
                                CondFn cond, ImplFn impl, OverrideOptions options);
   NodePtr replace_node_callables(const OverrideNode& node, CondFn cond, ImplFn impl,
                                  OverrideOptions options);
-  void deregister_op_overrides(const Filter& disable);
-  void reenable_op_overrides(const Filter& enable);
+  void deregister_op_overrides(const Filter& disable, FilterInstall install);
+  void reenable_op_overrides(const Filter& enable, FilterInstall install);
   std::vector<GraphKey> reorder_graphs(const OrderingFn& fn, ReorderInstall install);
   void replace_graph(const GraphKey& key, const Graph& nodes);
   void erase_graph(const GraphKey& key);
@@ -160,6 +162,9 @@ struct Registry::Impl {
   // now; in graph order.
   Graph chain_under_current_mask(const GraphKey& key, const Graph& published) const;
   std::set<GraphKey> keys_named_by(const Filter& filter) const;
+  // After a filter change: installs as `install` says (Registry::FilterInstall);
+  // under kNamed, the graphs `named` names.
+  void follow_filter_change(const Filter& change, const Filter& named, FilterInstall install);
   void republish_installed(const std::set<GraphKey>& keys);
   void republish_all_installed();
   void install_graph_locked(const GraphKey& key, InstallMode mode);

@@ -199,6 +199,49 @@ TEST_F(RoutingTest, DisablingOneDslLeavesTheOthersRouting) {
   EXPECT_EQ(registry().published_chain(mul_cpu()).size(), 1u);
 }
 
+// FilterInstall::kNamed, upstream's front end: a disable installs every graph
+// the whole filter names, installed before or not, each routing through its
+// graph as it is now; a re-enable the graphs its entries name.
+TEST_F(RoutingTest, NamedFilterInstallInstallsTheGraphsTheFilterNames) {
+  using FilterInstall = Registry::FilterInstall;
+  const GraphKey twice = twice_cpu(fixtures::kTestNamespace);
+  register_override(mul_cpu(), constant_cond(true), fill_impl(1), {}, "dsl_a");
+  register_override(mul_cpu(), constant_cond(true), fill_impl(2), {}, "dsl_b");
+  register_override(mul_cpu(), constant_cond(false), forbidden_impl(), {}, "dsl_c");
+  register_override(twice, constant_cond(true), fill_impl(9), {}, "dsl_c");
+  registry().install_graph(mul_cpu());
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({1})));
+  // Reordered without reinstall: the router keeps its chain (a, b, c) ...
+  registry().reorder_graphs([](const std::string&, const std::string&, const Graph& graph) {
+    return Graph(graph.rbegin(), graph.rend());
+  });
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({1})));
+  // ... through a disable that names no graph of it ...
+  registry().deregister_op_overrides({{"dsl_x"}, {}, {}}, FilterInstall::kNamed);
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({1})));
+  // ... until one does: the graph (c, b, a) less c routes, and twice's graph,
+  // never installed, is installed (its chain empty: no router).
+  registry().deregister_op_overrides({{"dsl_c"}, {}, {}}, FilterInstall::kNamed);
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({2})));
+  EXPECT_EQ(registry().router_state(twice), RouterState::kAbsent);
+  registry().reenable_op_overrides({{"dsl_c"}, {}, {}}, FilterInstall::kNamed);
+  EXPECT_TRUE(same(ns1().twice(tensor({1})), tensor({9})));
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({2})));  // c declines
+}
+
+TEST_F(RoutingTest, NamedFilterInstallIsAllOrNothing) {
+  const GraphKey missing{fixtures::kMissingNamespace, "twice", "CPU"};
+  register_override(missing, constant_cond(true), fill_impl(1), {}, "dsl_a");
+  register_override(mul_cpu(), constant_cond(true), fill_impl(2), {}, "dsl_b");
+  registry().deregister_op_overrides({{"dsl_b"}, {}, {}});
+  EXPECT_THROW(registry().reenable_op_overrides({{"dsl_b"}, {}, {"CPU"}},
+                                                Registry::FilterInstall::kNamed),
+               OperatorNotFoundError);
+  EXPECT_EQ(registry().filters().dsl_names, std::vector<std::string>{"dsl_b"});
+  EXPECT_EQ(registry().router_state(mul_cpu()), RouterState::kAbsent);
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({8})));
+}
+
 TEST_F(RoutingTest, BadFilterEntriesAreRefusedAndChangeNothing) {
   register_override(mul_cpu(), constant_cond(true), fill_impl(7));
   registry().install_graph(mul_cpu());

@@ -152,12 +152,22 @@ class Registry {
 
   // ---- filters -----------------------------------------------------------
 
-  // Adds the named entries to the filter and republishes the installed
-  // routers whose graphs they touch. Unconditional nodes stay enabled unless
-  // an UnconditionalMask is alive.
-  void deregister_op_overrides(const Filter& disable);
-  // Removes the named entries from the filter and republishes likewise.
-  void reenable_op_overrides(const Filter& enable);
+  // What a filter change installs once the filter has changed.
+  enum class FilterInstall {
+    kInstalled,  // republish the installed routers of the graphs the change names
+    kNamed,      // install every graph named, installed before or not (for a
+                 // disable: named by the whole filter; for a re-enable: by the
+                 // entries), as upstream's front end re-registers them
+  };
+  // Adds the named entries to the filter and installs as `install` says.
+  // Unconditional nodes stay enabled unless an UnconditionalMask is alive.
+  // All or nothing: if a graph that needs a new router names an op that does
+  // not resolve, the filter is not changed and OperatorNotFoundError is thrown.
+  void deregister_op_overrides(const Filter& disable,
+                               FilterInstall install = FilterInstall::kInstalled);
+  // Removes the named entries from the filter and installs likewise.
+  void reenable_op_overrides(const Filter& enable,
+                             FilterInstall install = FilterInstall::kInstalled);
 
   // ---- ordering ----------------------------------------------------------
 

@@ -20,7 +20,11 @@ from typing import Any
 import torch
 
 from . import _C
-from .nodes import GraphKey, _bound_field
+from .nodes import GraphKey, bound_field
+
+# What the package's other modules may use (_resolve_overload keeps upstream's name).
+__all__ = ["_resolve_overload", "compile_backend", "decomp_overrides", "drop_cached_native_packets",
+           "drop_stale_compile_routers", "native_decomp_table"]
 
 def _resolve_overload(lib_symbol: str, op_symbol: str) -> torch._ops.OpOverload | None:
     """The OpOverload ``lib_symbol::op_symbol`` names ("bmm" is bmm.default,
@@ -62,7 +66,7 @@ def _compile_cond(handle: _C.Node, overload: torch._ops.OpOverload) -> Callable[
     predicate is evaluated on the boxed stack the call makes, keywords and
     defaults in their schema places, as the eager router evaluates it; a
     Python cond gets the call's own arguments, as in eager."""
-    cond = _bound_field(handle, "cond_fn")
+    cond = bound_field(handle, "cond_fn")
     if not isinstance(cond, _C.predicates.Predicate):
         return cond
     name, overload_name = overload._schema.name, overload._schema.overload_name
@@ -141,7 +145,7 @@ def _router_is_the_kernel(key: GraphKey, overload: torch._ops.OpOverload) -> boo
     return _ROUTER_DEBUG_FILE in repr(kernel)
 
 
-def _decomp_overrides() -> dict[object, Callable[..., Any]]:
+def decomp_overrides() -> dict[object, Callable[..., Any]]:
     """One router per installed router that routes through a non-empty chain,
     derived from the C++ registry now."""
     table: dict[object, Callable[..., Any]] = {}
@@ -163,7 +167,7 @@ def _decomp_overrides() -> dict[object, Callable[..., Any]]:
     return table
 
 
-def _drop_stale_compile_routers() -> None:
+def drop_stale_compile_routers() -> None:
     """After a teardown: a cached compile router of a chain no longer
     published holds the `_native` ops of its nodes, which would keep retired
     ones defined (see restore)."""
@@ -173,7 +177,7 @@ def _drop_stale_compile_routers() -> None:
             del _compile_routers[key]
 
 
-def _drop_cached_native_packets() -> None:
+def drop_cached_native_packets() -> None:
     """torch.ops caches every op object it hands out, and each holds its op,
     so a `_native` op looked up once (by a compile router, an export) would
     count as held for the life of the process. Dropping the cache is safe:
@@ -199,7 +203,7 @@ def native_decomp_table(overrides_only: bool = False) -> dict[object, Callable[.
         from torch.export import default_decompositions
 
         table = dict(default_decompositions())
-    table.update(_decomp_overrides())
+    table.update(decomp_overrides())
     return table
 
 

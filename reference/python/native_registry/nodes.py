@@ -5,7 +5,7 @@ dataclass, as upstream's); a node the core holds is read from the core on
 every access, so this module keeps no state of the registry: ``_views`` only
 caches one view object per C++ node while anything holds it. A copy of a
 node (``dataclasses.replace``) stands for the node of its node_id, and
-``_copy_changes`` says which callables it brings.
+``copy_changes`` says which callables it brings.
 
 Owns: the node class and its fields, views of core nodes, copies. May not
 touch: the dispatcher, filters, installation (registry.py's API does).
@@ -19,6 +19,14 @@ from dataclasses import MISSING, dataclass, fields as dataclass_fields
 from typing import Any
 
 from . import _C
+
+# What the package's other modules may use. _OverrideNode and _always_true
+# keep upstream's private names: code written against upstream imports them.
+__all__ = [
+    "GraphKey", "UserOrderingFn", "_OverrideNode", "_always_true",
+    "adopt", "bindings", "bound_field", "copy_changes", "is_bound", "live_handle", "node_of",
+    "rebind", "restore_bindings", "unbind",
+]
 
 GraphKey = tuple[str, str, str]  # (lib_symbol, op_symbol, dispatch_key)
 
@@ -91,13 +99,13 @@ class _NodeField:
             return self.default
         if node._handle is None:
             return getattr(node, self.slot)
-        return _bound_field(_live_handle(node), self.name)
+        return bound_field(live_handle(node), self.name)
 
     def __set__(self, node: _OverrideNode, value: Any) -> None:
         if node._handle is None:
             object.__setattr__(node, self.slot, value)
         elif self.name in self._CALLABLES:
-            _rebind(node, _C.replace_callable(_live_handle(node), self.name, value))
+            rebind(node, _C.replace_callable(live_handle(node), self.name, value))
         elif self.name == "active":
             raise AttributeError(
                 "active of a registered node follows the filters; use "
@@ -110,7 +118,7 @@ class _NodeField:
                 "unregistered copy")
 
 
-def _bound_field(handle: _C.Node, name: str) -> Any:
+def bound_field(handle: _C.Node, name: str) -> Any:
     """A field of a node as the C++ node `handle` holds it."""
     if name == "active":
         return _C.is_enabled(handle)
@@ -176,7 +184,7 @@ UserOrderingFn = Callable[[str, str, list[_OverrideNode]], list[_OverrideNode]]
 _views: weakref.WeakValueDictionary[str, _OverrideNode] = weakref.WeakValueDictionary()
 
 
-def _live_handle(node: _OverrideNode) -> _C.Node:
+def live_handle(node: _OverrideNode) -> _C.Node:
     """The C++ node a bound object stands for now. Two objects may be bound to
     one node (its view, and a copy an ordering function put in its place);
     the cached view follows every callable write, so read through it."""
@@ -185,7 +193,7 @@ def _live_handle(node: _OverrideNode) -> _C.Node:
     return handle if view is None or view._handle is None else view._handle
 
 
-def _rebind(node: _OverrideNode, handle: _C.Node) -> None:
+def rebind(node: _OverrideNode, handle: _C.Node) -> None:
     """Bind `node` to `handle`, the node now in the graph of that node_id
     (new callables); the cached view follows, or `node` becomes it."""
     node._handle = handle
@@ -196,7 +204,41 @@ def _rebind(node: _OverrideNode, handle: _C.Node) -> None:
         view._handle = handle
 
 
-def _node_of(handle: _C.Node) -> _OverrideNode:
+def is_bound(node: _OverrideNode) -> bool:
+    """Whether `node` stands for a node the core holds (else: made by hand)."""
+    return node._handle is not None
+
+
+def adopt(node: _OverrideNode, handle: _C.Node) -> None:
+    """Bind a node made by hand to `handle`, the core node just registered for
+    it: it takes the core's node_id (named before it is bound: a bound node's
+    node_id is the core's and cannot be written) and is that node's view."""
+    node.node_id = handle.node_id
+    node._handle = handle
+    _views[handle.node_id] = node
+
+
+def unbind(node: _OverrideNode, node_id: Any) -> None:
+    """Undo `adopt`: `node` is made by hand again, with the node_id it had."""
+    node._handle = None
+    node.node_id = node_id
+
+
+def bindings() -> dict[str, _C.Node]:
+    """Each cached view's core node now, for `restore_bindings` to undo a
+    change that failed half-way."""
+    return {node_id: view._handle for node_id, view in list(_views.items())}
+
+
+def restore_bindings(saved: dict[str, _C.Node]) -> None:
+    """Give each view still cached the core node it had in `saved`."""
+    for node_id, handle in saved.items():
+        view = _views.get(node_id)
+        if view is not None:
+            view._handle = handle
+
+
+def node_of(handle: _C.Node) -> _OverrideNode:
     """The node object users see for a C++ node, registered from Python or C++.
     Its fields are read from the C++ node whenever they are read."""
     node = _views.get(handle.node_id)
@@ -218,7 +260,7 @@ _COPY_FIXED_FIELDS = ("dsl_name", "lib_symbol", "op_symbol", "dispatch_key",
                       "unconditional_override")
 
 
-def _copy_changes(item: _OverrideNode, handle: _C.Node, where: str) -> dict[str, Any]:
+def copy_changes(item: _OverrideNode, handle: _C.Node, where: str) -> dict[str, Any]:
     """The callables a copy of the node `handle` carries that the node does not
     (by identity), checked as a write of them would be, so that applying them
     cannot fail half-way. TypeError / ValueError naming the field otherwise."""
@@ -231,7 +273,7 @@ def _copy_changes(item: _OverrideNode, handle: _C.Node, where: str) -> dict[str,
     changes = {}
     for name in _NodeField._CALLABLES:
         value = getattr(item, name)
-        if value is _bound_field(handle, name):
+        if value is bound_field(handle, name):
             continue
         if name == "try_initialize_runtime" and value is not None and handle.unconditional_override:
             raise ValueError(f"ordering function returned a copy of node {handle.node_id} of "

@@ -27,25 +27,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import _C
-from .compile_routing import (  # noqa: F401  (re-exported: upstream's module has them)
-    _decomp_overrides,
-    _drop_cached_native_packets,
-    _drop_stale_compile_routers,
+from .compile_routing import (
     _resolve_overload,
     compile_backend,
+    drop_cached_native_packets,
+    drop_stale_compile_routers,
     native_decomp_table,
 )
-from .nodes import (  # noqa: F401  (re-exported: upstream's module has them)
-    GraphKey,
-    UserOrderingFn,
-    _always_true,
-    _copy_changes,
-    _live_handle,
-    _node_of,
-    _OverrideNode,
-    _rebind,
-    _views,
-)
+from .nodes import (  # noqa: F401  (_always_true: re-exported, upstream's name)
+    GraphKey, UserOrderingFn, _always_true, _OverrideNode, copy_changes, live_handle, node_of, rebind)
 
 __all__ = [
     "UserOrderingFn",
@@ -64,6 +54,16 @@ __all__ = [
     "allowed_namespaces",
     "compile_backend",
 ]
+
+# The names beyond __all__ that upstream's module has and this one carries
+# (code written against upstream reads them: its tests, torch's DSL helpers);
+# the package's other modules may use these too. Every other private name
+# stays in this module.
+UPSTREAM_SURFACE = (
+    "GraphKey", "_DISALLOWED_DISPATCH_KEYS", "_OverrideNode", "_always_true",
+    "_register_all_overrides", "_resolve_iterable", "_resolve_overload", "_router_active",
+    "_unconditional_masked", "log",
+)
 
 log = logging.getLogger(__name__)
 
@@ -221,7 +221,7 @@ def reorder_graphs_from_user_function(
     # kept); KeyboardInterrupt, SystemExit and the like end the reordering,
     # which then changes nothing, and propagate (the binding sees to both).
     def on_handles(op_symbol: str, dispatch_key: str, handles: list) -> list:
-        result = fn(op_symbol, dispatch_key, [_node_of(h) for h in handles])
+        result = fn(op_symbol, dispatch_key, [node_of(h) for h in handles])
         if not isinstance(result, list):
             return result  # the C++ side reports the wrong type
         by_id = {h.node_id: h for h in handles}
@@ -232,14 +232,14 @@ def reorder_graphs_from_user_function(
                 raise TypeError(f"ordering function returned {type(item).__name__} {item!r}, "
                                 "not a registered node or a copy of one")
             if item._handle is not None:
-                out.append(_live_handle(item))  # the C++ side checks it is this graph's
+                out.append(live_handle(item))  # the C++ side checks it is this graph's
                 continue
             node_id = item.node_id
             handle = by_id.get(node_id) if isinstance(node_id, str) else None
             if handle is None:
                 raise TypeError(f"ordering function returned {item!r}, which is neither a "
                                 f"registered node nor a copy of a node of {where}")
-            changes = _copy_changes(item, handle, where)
+            changes = copy_changes(item, handle, where)
             if changes:
                 changed.append((item, handle, changes))
             out.append(handle)
@@ -274,7 +274,7 @@ def reorder_graphs_from_user_function(
         for item, handle, changes in changed:
             for name, value in changes.items():
                 handle = _C.replace_callable(handle, name, value)
-            _rebind(item, handle)
+            rebind(item, handle)
         applied.append(key)
     if reregister_overrides:
         for key in applied:
@@ -338,9 +338,9 @@ def restore(saved: Snapshot) -> None:
     test leaves no op behind."""
     if not isinstance(saved, Snapshot):
         raise TypeError(f"restore takes a Snapshot, got {type(saved).__name__}")
-    _drop_cached_native_packets()
+    drop_cached_native_packets()
     _C.restore(saved._native)
-    _drop_stale_compile_routers()
+    drop_stale_compile_routers()
 
 
 @contextlib.contextmanager
@@ -375,7 +375,7 @@ def router_state(lib_symbol: str, op_symbol: str, dispatch_key: str) -> str:
 
 def graph(lib_symbol: str, op_symbol: str, dispatch_key: str) -> list[_OverrideNode]:
     """The nodes of one graph, in routing order."""
-    return [_node_of(h) for h in _C.graph((lib_symbol, op_symbol, dispatch_key))]
+    return [node_of(h) for h in _C.graph((lib_symbol, op_symbol, dispatch_key))]
 
 
 def set_empty_chain_policy(policy: str) -> None:

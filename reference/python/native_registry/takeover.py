@@ -54,6 +54,9 @@ from typing import Any, Callable
 
 import torch
 
+from . import _C
+from . import registry as _reference
+
 # Set on a module once taken over: the module that took it over.
 TAKEN_OVER = "_native_registry_taken_over_by"
 # The stock module's global through which its forwarded functions find their target.
@@ -247,7 +250,6 @@ class Plan:
 def plan(state: StockState, compat: types.ModuleType) -> Plan:
     """The takeover of `state`, or TakeoverRefused naming what cannot be
     taken over without changing a call's answer."""
-    _C = compat._C
     filters = tuple(compat._naming(entries) for entries in state.filters)
     for key in state.installed:
         if compat._resolve_overload(key[0], key[1]) is None:
@@ -347,8 +349,7 @@ def take_over(stock: types.ModuleType, compat: types.ModuleType) -> bool:
 
 def _register(the_plan: Plan, compat: types.ModuleType) -> None:
     """Register, order and filter in the reference; all or nothing."""
-    _C = compat._C
-    saved = compat._reference.snapshot()
+    saved = _reference.snapshot()
     try:
         ids: dict[str, Any] = {}
         for node, ordinary in the_plan.nodes:
@@ -368,10 +369,10 @@ def _register(the_plan: Plan, compat: types.ModuleType) -> None:
         if dsl or ops or keys:
             # To the core directly: upstream's deregister would also (re)install
             # every graph they name.
-            compat._reference.deregister_op_overrides(
+            _reference.deregister_op_overrides(
                 disable_dsl_names=dsl, disable_op_symbols=ops, disable_dispatch_keys=keys)
     except BaseException:
-        compat._reference.restore(saved)
+        _reference.restore(saved)
         raise
 
 

@@ -40,6 +40,8 @@ from typing import Any
 import torch
 
 from . import _C
+from . import compile_routing as _routing
+from . import nodes as _nodes
 from . import registry as _reference
 
 # The name upstream's tests listen on: this module stands in for that one.
@@ -50,15 +52,15 @@ log = logging.getLogger("torch._native.registry")
 _ALLOWED_LIB_SYMBOLS: frozenset[str] = frozenset({"aten", "torch_nn"})
 _DISALLOWED_DISPATCH_KEYS = _reference._DISALLOWED_DISPATCH_KEYS
 _router_active = _reference._router_active
-_always_true = _reference._always_true
-_OverrideNode = _reference._OverrideNode
+_always_true = _nodes._always_true
+_OverrideNode = _nodes._OverrideNode
 # Upstream's type aliases, which torch's DSL helpers and registrars import.
 _OpCondFn = Callable[..., bool]
 _OpImplFn = Callable[..., Any]
 _OpRuntimeInitFn = Callable[[], bool]
-_resolve_overload = _reference._resolve_overload
-UserOrderingFn = _reference.UserOrderingFn
-GraphKey = _reference.GraphKey
+_resolve_overload = _routing._resolve_overload
+UserOrderingFn = _nodes.UserOrderingFn
+GraphKey = _nodes.GraphKey
 
 
 # ---- nodes ------------------------------------------------------------------------
@@ -74,9 +76,9 @@ def _copied_node(node: _OverrideNode) -> _C.Node | None:
     handle = next((h for h in _C.graph(key) if h.node_id == node.node_id), None)
     if handle is None:
         return None
-    for name, value in _reference._copy_changes(node, handle, "/".join(key)).items():
+    for name, value in _nodes.copy_changes(node, handle, "/".join(key)).items():
         handle = _C.replace_callable(handle, name, value)
-    _reference._rebind(node, handle)
+    _nodes.rebind(node, handle)
     return handle
 
 
@@ -85,20 +87,17 @@ def _handle_of(node: _OverrideNode) -> _C.Node:
     view, which follows callable writes), the node it is a copy of, or a
     hand-made one registered first (into the graph of its key; callers set
     the graph's order next)."""
-    if node._handle is not None:
-        return _reference._live_handle(node)
+    if _nodes.is_bound(node):
+        return _nodes.live_handle(node)
     if _copied_node(node) is None:
         _ensure_allowed(node.lib_symbol)
         handle = _C.register_op_override(
             node.dsl_name, node.lib_symbol, node.op_symbol, node.dispatch_key,
             node.cond_fn, node.impl_fn, node.try_initialize_runtime, node.unconditional_override)
         # The core names the node (and its `_native` op); later reads of
-        # this core node give back this very object. Named before it is
-        # bound: a bound node's node_id is the core's and cannot be written.
-        node.node_id = handle.node_id
-        node._handle = handle
-        _reference._views[handle.node_id] = node
-    return node._handle
+        # this core node give back this very object.
+        _nodes.adopt(node, handle)
+    return _nodes.live_handle(node)
 
 
 def _ensure_allowed(lib_symbol: str) -> None:
@@ -119,31 +118,26 @@ class _GraphsView(MutableMapping):
     def __getitem__(self, key: GraphKey) -> list[_OverrideNode]:
         if key not in self:
             raise KeyError(key)
-        return [_reference._node_of(h) for h in _C.graph(tuple(key))]
+        return [_nodes.node_of(h) for h in _C.graph(tuple(key))]
 
     def __setitem__(self, key: GraphKey, nodes: Iterable[_OverrideNode]) -> None:
         nodes = list(nodes)
         fresh = [(node, node.node_id) for node in nodes
-                 if isinstance(node, _OverrideNode) and node._handle is None]
+                 if isinstance(node, _OverrideNode) and not _nodes.is_bound(node)]
         if not fresh:
             _C.replace_graph(tuple(key), [_handle_of(node) for node in nodes])
             return
         # All or nothing: hand-made nodes registered here are unregistered
         # again, copies' callables given back, and both unbound, if the
         # assignment is refused.
-        saved = _reference.snapshot()
-        views = {node_id: view._handle for node_id, view in list(_reference._views.items())}
+        saved, bound = _reference.snapshot(), _nodes.bindings()
         try:
             _C.replace_graph(tuple(key), [_handle_of(node) for node in nodes])
         except BaseException:
             _reference.restore(saved)
             for node, node_id in fresh:
-                node._handle = None
-                node.node_id = node_id
-            for node_id, handle in views.items():
-                view = _reference._views.get(node_id)
-                if view is not None:
-                    view._handle = handle
+                _nodes.unbind(node, node_id)
+            _nodes.restore_bindings(bound)
             raise
 
     def __delitem__(self, key: GraphKey) -> None:
@@ -295,7 +289,7 @@ _op_symbol_to_lib_graph = _Derived(_index(_C.graphs_by_op_symbol))
 _dispatch_key_to_lib_graph = _Derived(_index(_C.graphs_by_dispatch_key))
 _override_libs = _Derived(_installed_routers)
 _aten_override_libs = _override_libs  # torch 2.13's name (its routers were all aten's)
-_native_decomp_overrides = _Derived(_reference._decomp_overrides)
+_native_decomp_overrides = _Derived(_routing.decomp_overrides)
 _libs: dict = {}
 _def_libs: dict = {}
 _defined_native_ops: set[str] = set()
@@ -356,23 +350,13 @@ def _register_all_overrides() -> None:
 register_all_overrides = _register_all_overrides
 
 
-def _keys_named(dsl_names, op_symbols, dispatch_keys) -> set:
-    keys: set = set()
-    for index, names in ((_dsl_name_to_lib_graph, dsl_names), (_op_symbol_to_lib_graph, op_symbols),
-                         (_dispatch_key_to_lib_graph, dispatch_keys)):
-        computed = dict(index)
-        for name in _reference._resolve_iterable(names):
-            keys.update(computed.get(name, ()))
-    return keys
-
-
 def _reinstall(keys: set) -> None:
-    """Upstream re-registers every graph a filter change names, installed
-    before or not, so each then routes through its graph as it is now (a
-    reorder without reregistering included). A graph without a router is
-    installed; one whose router is in the dispatcher has its chain published
-    in place: installing it again would rewrite the dispatcher's table while
-    other threads call the op."""
+    """Each graph of `keys` installed, before or not, so that it routes through
+    its graph as it is now (a reorder without reregistering included), as
+    upstream re-registers graphs when the mask changes. A graph without a
+    router is installed; one whose router is in the dispatcher has its chain
+    published in place: installing it again would rewrite the dispatcher's
+    table while other threads call the op."""
     for key in sorted(keys):
         if key in _graphs:
             routed = _C.router_state(tuple(key)) != "absent"
@@ -390,23 +374,18 @@ def _naming(entries) -> list[str]:
 
 def deregister_op_overrides(*, disable_dsl_names=None, disable_op_symbols=None,
                             disable_dispatch_keys=None) -> None:
-    disable_dsl_names, disable_op_symbols, disable_dispatch_keys = (
-        _naming(disable_dsl_names), _naming(disable_op_symbols), _naming(disable_dispatch_keys))
-    _reference.deregister_op_overrides(disable_dsl_names=disable_dsl_names,
-                                       disable_op_symbols=disable_op_symbols,
-                                       disable_dispatch_keys=disable_dispatch_keys)
-    dsl, ops, keys = _C.filters()
-    _reinstall(_keys_named(dsl, ops, keys))
+    # One core call (one log record): the filter changes and, as upstream's
+    # front end re-registers them, every graph the whole filter names is
+    # installed (a routed one has its chain published in place).
+    _C.deregister_op_overrides(_naming(disable_dsl_names), _naming(disable_op_symbols),
+                               _naming(disable_dispatch_keys), install="named")
 
 
 def reenable_op_overrides(*, enable_dsl_names=None, enable_op_symbols=None,
                           enable_dispatch_keys=None) -> None:
-    enable_dsl_names, enable_op_symbols, enable_dispatch_keys = (
-        _naming(enable_dsl_names), _naming(enable_op_symbols), _naming(enable_dispatch_keys))
-    _reference.reenable_op_overrides(enable_dsl_names=enable_dsl_names,
-                                     enable_op_symbols=enable_op_symbols,
-                                     enable_dispatch_keys=enable_dispatch_keys)
-    _reinstall(_keys_named(enable_dsl_names, enable_op_symbols, enable_dispatch_keys))
+    # One core call, as above: the graphs the entries name are installed.
+    _C.reenable_op_overrides(_naming(enable_dsl_names), _naming(enable_op_symbols),
+                             _naming(enable_dispatch_keys), install="named")
 
 
 reorder_graphs_from_user_function = _reference.reorder_graphs_from_user_function

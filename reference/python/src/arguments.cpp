@@ -56,40 +56,6 @@ PyObject* to_python(const ArgumentPlan::Slot& slot, const c10::IValue& value) {
   return torch::jit::toPyObject(value).release().ptr();
 }
 
-// The vectorcall argument vector: slot 0 is scratch for
-// PY_VECTORCALL_ARGUMENTS_OFFSET, then positional values, then keyword values.
-// Owns the values it holds; on the stack for up to kInline of them.
-class ArgumentVector {
- public:
-  explicit ArgumentVector(size_t most) {
-    if (most + 1 > kInline) {
-      heap_ = std::make_unique<PyObject*[]>(most + 1);
-      values_ = heap_.get();
-    }
-  }
-  ~ArgumentVector() {
-    for (size_t i = 1; i < size_; ++i) Py_DECREF(values_[i]);
-  }
-  ArgumentVector(const ArgumentVector&) = delete;
-  ArgumentVector& operator=(const ArgumentVector&) = delete;
-  void push(PyObject* owned) { values_[size_++] = owned; }
-  PyObject* const* arguments() const { return values_ + 1; }
-  size_t size() const { return size_; }
-  // Hands the values over (the scratch slot first) to `out`, which has room
-  // for size(); owns none from then on.
-  void release_into(PyObject** out) {
-    std::copy(values_, values_ + size_, out);
-    size_ = 1;
-  }
-
- private:
-  static constexpr size_t kInline = 9;
-  PyObject* inline_[kInline];
-  std::unique_ptr<PyObject*[]> heap_;
-  PyObject** values_ = inline_;
-  size_t size_ = 1;
-};
-
 // Pushes the keyword-only arguments a call passes, for a plan with too many
 // of them to index their kwnames tuples; returns the tuple of their names
 // (null if none is passed).
@@ -106,20 +72,11 @@ PyObject* keyword_arguments_by_name(const ArgumentPlan& plan, const c10::IValue*
 
 }  // namespace
 
-SharedArguments::~SharedArguments() {
-  for (PyObject** value = values_ + 1; value < values_ + size_; ++value) Py_DECREF(*value);
-}
-
 // Fills a SharedArguments (its members are private to everything else).
 struct SharedArgumentsAccess {
   static void keep(SharedArguments& shared, ArgumentVector& argv, const c10::IValue* args,
                    const c10::FunctionSchema& schema, size_t positional, PyObject* names) {
-    shared.size_ = argv.size();
-    if (shared.size_ > SharedArguments::kInline) {
-      shared.heap_ = std::make_unique<PyObject*[]>(shared.size_);
-      shared.values_ = shared.heap_.get();
-    }
-    argv.release_into(shared.values_);
+    shared.values_ = std::move(argv);
     shared.filled_ = true;
     shared.args_ = args;
     shared.schema_ = &schema;
@@ -127,7 +84,7 @@ struct SharedArgumentsAccess {
     shared.names_ = names;
   }
   static PyObject* call(const SharedArguments& shared, const py::handle& fn) {
-    return PyObject_Vectorcall(fn.ptr(), shared.values_ + 1,
+    return PyObject_Vectorcall(fn.ptr(), shared.values_.arguments(),
                                shared.positional_ | PY_VECTORCALL_ARGUMENTS_OFFSET, shared.names_);
   }
 };
@@ -176,13 +133,6 @@ py::object returned_by_call(PyObject* out) {
   return py::reinterpret_steal<py::object>(out);
 }
 
-// A cond's answer: the truth of what it returned.
-bool cond_answer(const py::object& value) {
-  const int answer = PyObject_IsTrue(value.ptr());
-  if (answer < 0) throw py::error_already_set();
-  return answer == 1;
-}
-
 // Where the call's arguments lie: the top of its stack.
 const c10::IValue* arguments_of(const c10::FunctionSchema& schema,
                                 const std::vector<c10::IValue>& stack) {
@@ -220,13 +170,13 @@ bool call_cond(ArgumentPlans& plans, const py::handle& fn, const c10::OperatorHa
   const c10::FunctionSchema& schema = op.schema();
   const c10::IValue* args = arguments_of(schema, stack);
   if (shared != nullptr && shared->matches(args, schema)) {
-    return cond_answer(returned_by_call(SharedArgumentsAccess::call(*shared, fn)));
+    return truthy(returned_by_call(SharedArgumentsAccess::call(*shared, fn)));
   }
   ArgumentPlan& plan = plans.for_schema(schema);
   PlanInUse in_use(plan);
   Converted converted(plan.slots.size());
   convert(plan, args, converted);
-  const bool accepted = cond_answer(returned_by_call(PyObject_Vectorcall(
+  const bool accepted = truthy(returned_by_call(PyObject_Vectorcall(
       fn.ptr(), converted.argv.arguments(), converted.positional | PY_VECTORCALL_ARGUMENTS_OFFSET,
       converted.names)));
   if (accepted && shared != nullptr && shared->empty()) {

@@ -13,8 +13,10 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <pybind11/pybind11.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 namespace native_registry::python {
@@ -45,6 +47,61 @@ class ArgumentPlans {
   std::vector<std::unique_ptr<ArgumentPlan>> plans_;
 };
 
+// The truth of a Python value (a cond's answer, say); its exception raised.
+inline bool truthy(const pybind11::object& value) {
+  const int answer = PyObject_IsTrue(value.ptr());
+  if (answer < 0) throw pybind11::error_already_set();
+  return answer == 1;
+}
+
+// The vectorcall argument vector: slot 0 is scratch for
+// PY_VECTORCALL_ARGUMENTS_OFFSET, then positional values, then keyword
+// values. Owns the values it holds (the GIL held whenever it changes or
+// ends); inline for up to kInline - 1 of them. The one buffer of Python
+// arguments: a call's conversion fills one, and SharedArguments keeps it.
+class ArgumentVector {
+ public:
+  ArgumentVector() = default;
+  explicit ArgumentVector(size_t most) {
+    if (most + 1 > kInline) {
+      heap_ = std::make_unique<PyObject*[]>(most + 1);
+      values_ = heap_.get();
+    }
+  }
+  ~ArgumentVector() { clear(); }
+  ArgumentVector(const ArgumentVector&) = delete;
+  ArgumentVector& operator=(const ArgumentVector&) = delete;
+  // Takes `other`'s values, which then holds none.
+  ArgumentVector& operator=(ArgumentVector&& other) noexcept {
+    clear();
+    if (other.values_ == other.inline_) {
+      std::copy(other.inline_, other.inline_ + other.size_, inline_);
+      heap_.reset();
+      values_ = inline_;
+    } else {
+      heap_ = std::move(other.heap_);
+      values_ = heap_.get();
+      other.values_ = other.inline_;
+    }
+    size_ = std::exchange(other.size_, 1);
+    return *this;
+  }
+  void push(PyObject* owned) { values_[size_++] = owned; }
+  PyObject* const* arguments() const { return values_ + 1; }
+  size_t size() const { return size_; }
+
+ private:
+  void clear() {
+    for (size_t i = 1; i < size_; ++i) Py_DECREF(values_[i]);
+    size_ = 1;
+  }
+  static constexpr size_t kInline = 10;
+  PyObject* inline_[kInline];
+  std::unique_ptr<PyObject*[]> heap_;
+  PyObject** values_ = inline_;
+  size_t size_ = 1;
+};
+
 // The arguments a Python cond accepted a call with, kept (owned, the GIL
 // held whenever they change hands) for the node's impl and any further cond
 // of the same call, so that the call converts them once: upstream's Python
@@ -56,7 +113,7 @@ class ArgumentPlans {
 class SharedArguments {
  public:
   SharedArguments() = default;
-  ~SharedArguments();  // the GIL is held
+  ~SharedArguments() = default;  // the GIL is held
   SharedArguments(const SharedArguments&) = delete;
   SharedArguments& operator=(const SharedArguments&) = delete;
 
@@ -69,16 +126,12 @@ class SharedArguments {
 
  private:
   friend struct SharedArgumentsAccess;
-  static constexpr size_t kInline = 10;
   bool filled_ = false;
   const c10::IValue* args_ = nullptr;
   const c10::FunctionSchema* schema_ = nullptr;
   size_t positional_ = 0;
-  PyObject* names_ = nullptr;        // kwnames: interned for the life of the process
-  PyObject* inline_[kInline];        // [0]: vectorcall's scratch slot, then the values
-  std::unique_ptr<PyObject*[]> heap_;
-  PyObject** values_ = inline_;
-  size_t size_ = 0;
+  PyObject* names_ = nullptr;  // kwnames: interned for the life of the process
+  ArgumentVector values_;
 };
 
 // Calls `fn` with the boxed call's arguments (the top of `stack`) in

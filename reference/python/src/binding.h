@@ -173,12 +173,6 @@ void install_release_sink();
 // Works with the pybind11 of every PyTorch we build against.
 inline std::string type_name(const py::handle& value) { return Py_TYPE(value.ptr())->tp_name; }
 
-inline bool truthy(const py::object& value) {
-  const int answer = PyObject_IsTrue(value.ptr());
-  if (answer < 0) throw py::error_already_set();
-  return answer == 1;
-}
-
 // ---- Python callables in the core (callables.cpp) -------------------------------
 
 // The Python callables of a node, as named functor types, so that the

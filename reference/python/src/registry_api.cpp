@@ -59,20 +59,36 @@ void bind_registration(py::module_& m) {
     }));
   });
 
-  m.def("deregister_op_overrides",
-        [](std::vector<std::string> dsl, std::vector<std::string> ops,
-           std::vector<std::string> keys) {
-          without_gil([&] {
-            registry().deregister_op_overrides({std::move(dsl), std::move(ops), std::move(keys)});
-          });
+  // install: "installed" (republish the installed routers of the graphs
+  // named) or "named" (install every graph named, as upstream's front end
+  // re-registers them: Registry::FilterInstall).
+  auto filter_install = [](const std::string& install) {
+    if (install == "installed") return Registry::FilterInstall::kInstalled;
+    if (install == "named") return Registry::FilterInstall::kNamed;
+    throw py::value_error("install must be 'installed' or 'named', got '" + install + "'");
+  };
+  m.def(
+      "deregister_op_overrides",
+      [filter_install](std::vector<std::string> dsl, std::vector<std::string> ops,
+                       std::vector<std::string> keys, const std::string& install) {
+        const Registry::FilterInstall mode = filter_install(install);
+        without_gil([&] {
+          registry().deregister_op_overrides({std::move(dsl), std::move(ops), std::move(keys)},
+                                             mode);
         });
-  m.def("reenable_op_overrides",
-        [](std::vector<std::string> dsl, std::vector<std::string> ops,
-           std::vector<std::string> keys) {
-          without_gil([&] {
-            registry().reenable_op_overrides({std::move(dsl), std::move(ops), std::move(keys)});
-          });
+      },
+      py::arg("dsl"), py::arg("ops"), py::arg("keys"), py::arg("install") = "installed");
+  m.def(
+      "reenable_op_overrides",
+      [filter_install](std::vector<std::string> dsl, std::vector<std::string> ops,
+                       std::vector<std::string> keys, const std::string& install) {
+        const Registry::FilterInstall mode = filter_install(install);
+        without_gil([&] {
+          registry().reenable_op_overrides({std::move(dsl), std::move(ops), std::move(keys)},
+                                           mode);
         });
+      },
+      py::arg("dsl"), py::arg("ops"), py::arg("keys"), py::arg("install") = "installed");
 }
 
 void bind_graph_control(py::module_& m) {
