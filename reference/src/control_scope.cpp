@@ -5,7 +5,8 @@
 // under the lock. The settings the scope reads (the log and release sinks)
 // live here too.
 // Owns: the scope, its deferred records and releases, the two sinks. May not
-// touch: graphs, routers or `_native` ops (the operations the scope guards).
+// touch: graphs, filters, routers or `_native` ops (the operations the scope
+// guards).
 
 #include "registry_impl.h"
 
@@ -51,8 +52,12 @@ void Registry::Impl::ControlScope::emit(const LogSink& sink, LogLevel level, con
 }
 
 void Registry::Impl::defer_release(std::shared_ptr<const void> object) const {
-  TORCH_INTERNAL_ASSERT(pending_ != nullptr, "defer_release outside a ControlScope");
-  pending_->released.push_back(std::move(object));
+  released().push_back(std::move(object));
+}
+
+detail::Released& Registry::Impl::released() const {
+  TORCH_INTERNAL_ASSERT(pending_ != nullptr, "a release outside a ControlScope");
+  return pending_->released;
 }
 
 void Registry::Impl::log(LogLevel level, const std::string& message) const {
@@ -71,25 +76,17 @@ void Registry::Impl::log_unlocked(LogLevel level, const std::string& message) co
 
 // ---- settings ---------------------------------------------------------------
 
-void Registry::Impl::set_empty_chain_policy(EmptyChainPolicy policy) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  empty_chain_policy_ = policy;
+void Registry::set_release_sink(ReleaseSink sink) {
+  Impl::ControlScope scope(*impl_);
+  impl_->defer_release(
+      std::make_shared<ReleaseSink>(std::exchange(impl_->release_sink_, std::move(sink))));
 }
 
-EmptyChainPolicy Registry::Impl::empty_chain_policy() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return empty_chain_policy_;
-}
-
-void Registry::Impl::set_release_sink(ReleaseSink sink) {
-  ControlScope scope(*this);
-  defer_release(std::make_shared<ReleaseSink>(std::exchange(release_sink_, std::move(sink))));
-}
-
-void Registry::Impl::set_log_sink(LogSink sink) {
-  ControlScope scope(*this);
+void Registry::set_log_sink(LogSink sink) {
+  Impl::ControlScope scope(*impl_);
   // The sink it replaces may own host objects: freed after the lock.
-  defer_release(std::make_shared<LogSink>(std::exchange(log_sink_, std::move(sink))));
+  impl_->defer_release(
+      std::make_shared<LogSink>(std::exchange(impl_->log_sink_, std::move(sink))));
 }
 
 }  // namespace native_registry

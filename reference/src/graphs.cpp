@@ -1,13 +1,13 @@
-// Registration and the graph model: nodes appended to the graph of their
-// (namespace, op, dispatch key), the three indexes by dsl name, op symbol and
-// dispatch key, graph surgery for layers that keep graph structure
-// themselves, the namespace allowlist, and the read-only queries.
-// Touches no router and no `_native` op: installing is install.cpp's.
+// Registration: nodes checked and appended to the graph of their (namespace,
+// op, dispatch key); graph surgery for layers that keep graph structure
+// themselves; the namespace allowlist; the graph queries. Over the graph
+// table (graph_table.h), which keeps the indexes.
+// Owns: what a registration checks and mints. May not touch: routers or
+// `_native` ops (installing is install.cpp's), filters.
 
 #include "registry_impl.h"
 
 #include "names.h"
-#include "router.h"
 
 #include <algorithm>
 #include <atomic>
@@ -31,14 +31,6 @@ std::string mint_node_id(const std::string& dsl_name, const std::string& op_symb
                      detail::identifier_fragment(dsl_name, 64);
     if (!c10::Dispatcher::singleton().findOp(detail::native_op_name(id))) return id;
   }
-}
-
-void append_once(std::vector<GraphKey>& keys, const GraphKey& key) {
-  if (std::find(keys.begin(), keys.end(), key) == keys.end()) keys.push_back(key);
-}
-
-std::vector<std::string> sorted(const std::set<std::string>& values) {
-  return {values.begin(), values.end()};
 }
 
 }  // namespace
@@ -70,7 +62,7 @@ void check_callables(CondFn& cond, const ImplFn& impl, const OverrideOptions& op
 
 }  // namespace
 
-NodePtr Registry::Impl::register_op_override(const std::string& dsl_name,
+NodePtr Registry::register_op_override(const std::string& dsl_name,
                                        const std::string& lib_symbol,
                                        const std::string& op_symbol,
                                        const std::string& dispatch_key, CondFn cond,
@@ -87,9 +79,10 @@ NodePtr Registry::Impl::register_op_override(const std::string& dsl_name,
   node->cond = std::move(cond);
   node->impl = std::move(impl);
   node->options = std::move(options);
-  node->registry_serial = serial_;
+  Impl& r = *impl_;
+  node->registry_serial = r.serial_;
 
-  ControlScope scope(*this);
+  Impl::ControlScope scope(r);
   try {
     // Under the lock: it reads the dispatcher, and the fork handlers keep a
     // fork from catching the registry there only while it holds its lock
@@ -97,28 +90,23 @@ NodePtr Registry::Impl::register_op_override(const std::string& dsl_name,
     // later definition in the child; see fork_guard.h).
     detail::check_keeps_autograd({lib_symbol, op_symbol, dispatch_key}, key);
   } catch (...) {
-    defer_release(std::move(node));  // freed after the lock, as below
+    r.defer_release(std::move(node));  // freed after the lock, as below
     throw;
   }
-  if (!state_.allowlist.count(lib_symbol)) {
+  if (!r.graphs_.allows(lib_symbol)) {
     std::string names;
-    for (const auto& ns : state_.allowlist) names += (names.empty() ? "" : ", ") + ns;
+    for (const auto& ns : r.graphs_.allowlist()) names += (names.empty() ? "" : ", ") + ns;
     // The node (and the callables it took) is freed after the lock.
-    defer_release(std::move(node));
+    r.defer_release(std::move(node));
     throw InvalidArgumentError("lib_symbol=" + quoted(lib_symbol) +
                                " is not overridable; allow it first (allowed: " + names + ")");
   }
   node->node_id = mint_node_id(dsl_name, op_symbol);
-
-  const GraphKey& graph_key = node->key;
-  state_.graphs[graph_key].push_back(node);
-  append_once(state_.by_dsl_name[dsl_name], graph_key);
-  append_once(state_.by_op_symbol[op_symbol], graph_key);
-  append_once(state_.by_dispatch_key[graph_key.dispatch_key], graph_key);
+  r.graphs_.append(node);
   return node;
 }
 
-NodePtr Registry::Impl::replace_node_callables(const OverrideNode& node, CondFn cond, ImplFn impl,
+NodePtr Registry::replace_node_callables(const OverrideNode& node, CondFn cond, ImplFn impl,
                                          OverrideOptions options) {
   if (options.unconditional_override != node.options.unconditional_override) {
     throw InvalidArgumentError("replace_node_callables: node " + node.node_id +
@@ -130,21 +118,23 @@ NodePtr Registry::Impl::replace_node_callables(const OverrideNode& node, CondFn 
   replacement->impl = std::move(impl);
   replacement->options = std::move(options);
 
-  ControlScope scope(*this);
-  auto graph = state_.graphs.find(node.key);
-  auto found = graph == state_.graphs.end()
-                   ? Graph::iterator{}
-                   : std::find_if(graph->second.begin(), graph->second.end(),
+  Impl& r = *impl_;
+  Impl::ControlScope scope(r);
+  const Graph* graph = r.graphs_.find(node.key);
+  auto found = graph == nullptr
+                   ? Graph::const_iterator{}
+                   : std::find_if(graph->begin(), graph->end(),
                                   [&](const NodePtr& n) { return n->node_id == node.node_id; });
-  if (graph == state_.graphs.end() || found == graph->second.end() ||
-      (*found)->registry_serial != serial_) {
-    defer_release(std::move(replacement));  // it holds the new callables
+  if (graph == nullptr || found == graph->end() || (*found)->registry_serial != r.serial_) {
+    r.defer_release(std::move(replacement));  // it holds the new callables
     throw InvalidArgumentError("node " + node.node_id + " is not in the graph of " +
                                node.key.to_string() + " (reordered out or erased): there is "
                                "no registered node whose callables could change");
   }
   // The node replaced may be held by nothing else once it leaves the graph.
-  defer_release(std::exchange(*found, replacement));
+  Graph nodes = *graph;
+  nodes[found - graph->begin()] = replacement;
+  r.defer_release(std::make_shared<Graph>(r.graphs_.replace(node.key, std::move(nodes))));
   return replacement;
 }
 
@@ -152,9 +142,10 @@ NodePtr Registry::Impl::replace_node_callables(const OverrideNode& node, CondFn 
 // Beyond upstream's API: whole graphs replaced, erased or uninstalled, for
 // upstream_compat's view of upstream's `_graphs` dict (and C++ users).
 
-void Registry::Impl::replace_graph(const GraphKey& named, const Graph& nodes) {
+void Registry::replace_graph(const GraphKey& named, const Graph& nodes) {
   const GraphKey key = detail::admitted_key(named);  // the graph may be new
-  ControlScope scope(*this);
+  Impl& r = *impl_;
+  Impl::ControlScope scope(r);
   std::set<const OverrideNode*> seen;
   for (const NodePtr& node : nodes) {
     if (!node) throw InvalidArgumentError("replace_graph: a node is null");
@@ -162,7 +153,7 @@ void Registry::Impl::replace_graph(const GraphKey& named, const Graph& nodes) {
       throw InvalidArgumentError("replace_graph: node " + node->node_id + " belongs to " +
                                  node->key.to_string() + ", not " + key.to_string());
     }
-    if (node->registry_serial != serial_) {
+    if (node->registry_serial != r.serial_) {
       throw InvalidArgumentError("replace_graph: node " + node->node_id +
                                  " was not registered with this registry");
     }
@@ -170,130 +161,83 @@ void Registry::Impl::replace_graph(const GraphKey& named, const Graph& nodes) {
       throw InvalidArgumentError("replace_graph: node " + node->node_id + " appears twice");
     }
   }
-  defer_release(std::make_shared<Graph>(std::exchange(state_.graphs[key], nodes)));
-  // Registration indexed these nodes, but an erase_graph may have dropped them since.
-  for (const NodePtr& node : nodes) append_once(state_.by_dsl_name[node->dsl_name], key);
-  if (!nodes.empty()) {
-    append_once(state_.by_op_symbol[key.op_symbol], key);
-    append_once(state_.by_dispatch_key[key.dispatch_key], key);
-  }
+  r.defer_release(std::make_shared<Graph>(r.graphs_.replace(key, nodes)));
 }
 
-void Registry::Impl::erase_graph(const GraphKey& key) {
-  ControlScope scope(*this);
-  auto it = state_.graphs.find(key);
-  if (it == state_.graphs.end()) return;
-  defer_release(std::make_shared<Graph>(std::move(it->second)));
-  state_.graphs.erase(it);
-  for (Index* index : {&state_.by_dsl_name, &state_.by_op_symbol, &state_.by_dispatch_key}) {
-    for (auto entry = index->begin(); entry != index->end();) {
-      std::vector<GraphKey>& keys = entry->second;
-      keys.erase(std::remove(keys.begin(), keys.end(), key), keys.end());
-      entry = keys.empty() ? index->erase(entry) : std::next(entry);
-    }
-  }
+void Registry::erase_graph(const GraphKey& key) {
+  Impl::ControlScope scope(*impl_);
+  impl_->defer_release(std::make_shared<Graph>(impl_->graphs_.erase(key)));
 }
 
 // ---- namespaces -------------------------------------------------------------
 
-void Registry::Impl::allow_namespace(const std::string& lib_symbol) {
+void Registry::allow_namespace(const std::string& lib_symbol) {
   detail::check_lib_symbol(lib_symbol);
   if (lib_symbol == detail::kNativeNamespace) {
     throw InvalidArgumentError(
         "lib_symbol='_native' can never be overridable: it holds the ops that "
         "carry the overrides");
   }
-  std::lock_guard<std::mutex> lock(mutex_);
-  state_.allowlist.insert(lib_symbol);
+  std::lock_guard<std::mutex> lock(impl_->mutex_);
+  impl_->graphs_.allow(lib_symbol);
 }
 
-void Registry::Impl::disallow_namespace(const std::string& lib_symbol) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  state_.allowlist.erase(lib_symbol);
+void Registry::disallow_namespace(const std::string& lib_symbol) {
+  std::lock_guard<std::mutex> lock(impl_->mutex_);
+  impl_->graphs_.disallow(lib_symbol);
 }
 
-bool Registry::Impl::is_namespace_allowed(const std::string& lib_symbol) const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return state_.allowlist.count(lib_symbol) > 0;
+bool Registry::is_namespace_allowed(const std::string& lib_symbol) const {
+  std::lock_guard<std::mutex> lock(impl_->mutex_);
+  return impl_->graphs_.allows(lib_symbol);
 }
 
-std::set<std::string> Registry::Impl::allowed_namespaces() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return state_.allowlist;
+std::set<std::string> Registry::allowed_namespaces() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex_);
+  return impl_->graphs_.allowlist();
 }
 
 // ---- queries ----------------------------------------------------------------
 
-std::vector<std::string> Registry::Impl::get_dsl_operations(
-    const std::string& dsl_name, const std::string& lib_symbol) const {
-  std::lock_guard<std::mutex> lock(mutex_);
+std::vector<std::string> Registry::get_dsl_operations(const std::string& dsl_name,
+                                                      const std::string& lib_symbol) const {
+  std::lock_guard<std::mutex> lock(impl_->mutex_);
   std::set<std::string> operations;
-  for (const auto& [key, graph] : state_.graphs) {
+  for (const auto& [key, graph] : impl_->graphs_.graphs()) {
     if (key.lib_symbol != lib_symbol) continue;
     for (const NodePtr& node : graph) {
       if (node->dsl_name == dsl_name) operations.insert(key.op_symbol);
     }
   }
-  return sorted(operations);
+  return {operations.begin(), operations.end()};
 }
 
-std::vector<GraphKey> Registry::Impl::graph_keys() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+std::vector<GraphKey> Registry::graph_keys() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex_);
   std::vector<GraphKey> keys;
-  for (const auto& entry : state_.graphs) keys.push_back(entry.first);
+  for (const auto& entry : impl_->graphs_.graphs()) keys.push_back(entry.first);
   return keys;
 }
 
-Graph Registry::Impl::graph(const GraphKey& key) const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  auto it = state_.graphs.find(key);
-  return it == state_.graphs.end() ? Graph{} : it->second;
+Graph Registry::graph(const GraphKey& key) const {
+  std::lock_guard<std::mutex> lock(impl_->mutex_);
+  const Graph* graph = impl_->graphs_.find(key);
+  return graph == nullptr ? Graph{} : *graph;
 }
 
-RouterState Registry::Impl::router_state(const GraphKey& key) const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  auto it = routers_.find(key);
-  if (it == routers_.end()) return RouterState::kAbsent;
-  return it->second->published().empty() ? RouterState::kDormant : RouterState::kActive;
+std::map<std::string, std::vector<GraphKey>> Registry::graphs_by_dsl_name() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex_);
+  return impl_->graphs_.by_dsl_name();
 }
 
-std::vector<GraphKey> Registry::Impl::router_keys() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  std::vector<GraphKey> keys;
-  for (const auto& entry : routers_) keys.push_back(entry.first);
-  return keys;
+std::map<std::string, std::vector<GraphKey>> Registry::graphs_by_op_symbol() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex_);
+  return impl_->graphs_.by_op_symbol();
 }
 
-Graph Registry::Impl::published_chain(const GraphKey& key) const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  auto it = routers_.find(key);
-  return it == routers_.end() ? Graph{} : it->second->published();
-}
-
-uint64_t Registry::Impl::router_id(const GraphKey& key) const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  auto it = routers_.find(key);
-  return it == routers_.end() ? 0 : it->second->id();
-}
-
-Filter Registry::Impl::filters() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return state_.filters.as_filter();
-}
-
-std::map<std::string, std::vector<GraphKey>> Registry::Impl::graphs_by_dsl_name() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return state_.by_dsl_name;
-}
-
-std::map<std::string, std::vector<GraphKey>> Registry::Impl::graphs_by_op_symbol() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return state_.by_op_symbol;
-}
-
-std::map<std::string, std::vector<GraphKey>> Registry::Impl::graphs_by_dispatch_key() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return state_.by_dispatch_key;
+std::map<std::string, std::vector<GraphKey>> Registry::graphs_by_dispatch_key() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex_);
+  return impl_->graphs_.by_dispatch_key();
 }
 
 }  // namespace native_registry

@@ -1,10 +1,10 @@
-// The checks and conversions names.h declares (check_keeps_autograd, which
-// reads the dispatcher, is composite.cpp's): what a caller's names must look
-// like, which dispatch keys an override may use, a graph key's operator name,
-// and the fragment `_native` op names are made from.
+// The checks and conversions names.h declares (check_keeps_autograd is
+// composite.cpp's): what a caller's names must look like, which dispatch
+// keys an override may use, a graph key's operator name and its lookup, and
+// the fragment `_native` op names are made from.
 //
 // Owns: the spelling rules of every name the registry takes. May not touch:
-// registry state or the dispatcher: these are functions of their arguments.
+// registry state; of the dispatcher it only reads (resolve_op).
 
 #include "names.h"
 
@@ -151,6 +151,27 @@ c10::OperatorName operator_name(const GraphKey& key) {
   }
   return {key.lib_symbol + "::" + key.op_symbol.substr(0, dot),
           key.op_symbol.substr(dot + 1)};
+}
+
+c10::OperatorHandle resolve_op(const GraphKey& key) {
+  auto op = c10::Dispatcher::singleton().findSchema(operator_name(key));
+  if (!op) {
+    throw OperatorNotFoundError(
+        "op " + quoted(key.lib_symbol + "::" + key.op_symbol) +
+        " not found; is the namespace " + quoted(key.lib_symbol) +
+        " loaded (its library defined or imported) and the op symbol spelled "
+        "with its overload?");
+  }
+  return *op;
+}
+
+c10::OperatorHandle resolve_op_for_router(const GraphKey& key) {
+  c10::OperatorHandle op = resolve_op(key);
+  // Registration judged the op only if it was defined then; one defined
+  // since (a CompositeImplicitAutograd op of a library loaded late) is
+  // judged here, before anything changes.
+  check_keeps_autograd(key, key.parsed_dispatch_key);
+  return op;
 }
 
 std::string identifier_fragment(const std::string& text, size_t max_length) {

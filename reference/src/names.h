@@ -1,13 +1,15 @@
 #pragma once
 
 // Checking and turning the names a caller passes into what the dispatcher
-// understands. Every check throws InvalidArgumentError naming the bad value.
+// understands. Every check throws InvalidArgumentError naming the bad value;
+// a lookup of an op the dispatcher lacks, OperatorNotFoundError naming it.
 //
 // Owns: the declarations (names.cpp and composite.cpp define them). May not
 // touch: registry state; nothing declared here changes anything.
 
 #include <native_registry/types.h>
 
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/DispatchKey.h>
 
 #include <string>
@@ -60,6 +62,16 @@ void check_keeps_autograd(const GraphKey& graph_key, c10::DispatchKey key);
 
 // "mul.Tensor" in "aten" -> {"aten::mul", "Tensor"}; "bmm" -> {"aten::bmm", ""}.
 c10::OperatorName operator_name(const GraphKey& key);
+
+// The op of `key` as the dispatcher has it now; OperatorNotFoundError,
+// naming it, when it has none.
+c10::OperatorHandle resolve_op(const GraphKey& key);
+
+// resolve_op() for a key about to get a new router: also refuses, as
+// registration does, a key whose router would take a
+// CompositeImplicitAutograd op out of autograd (check_keeps_autograd), for
+// an op defined since registration.
+c10::OperatorHandle resolve_op_for_router(const GraphKey& key);
 
 // Letters, digits and '_' kept, anything else turned into '_', capped in
 // length, for minting `_native` op names.

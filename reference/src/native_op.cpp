@@ -4,8 +4,9 @@
 // override), and the check that a target op still has the schema it had.
 //
 // Owns: everything the registry puts into the `_native` namespace of the
-// dispatcher. May not touch: registry state (install.cpp and snapshot.cpp
-// decide when an op is activated, rebound or retired) or any router.
+// dispatcher. May not touch: registry state (the `_native` op table,
+// native_op_table.h, decides when an op is activated, rebound or retired)
+// or any router.
 
 #include "native_op.h"
 

@@ -42,14 +42,19 @@ std::string why_not_a_reordering(const GraphKey& key, const Graph& original,
 
 // ---- ordering ---------------------------------------------------------------
 
-std::vector<GraphKey> Registry::Impl::reorder_graphs(const OrderingFn& fn, ReorderInstall install) {
+std::vector<GraphKey> Registry::reorder_graphs(const OrderingFn& fn, bool reinstall) {
+  return reorder_graphs(fn, reinstall ? ReorderInstall::kInstalled : ReorderInstall::kNothing);
+}
+
+std::vector<GraphKey> Registry::reorder_graphs(const OrderingFn& fn, ReorderInstall install) {
   if (!fn) throw InvalidArgumentError("the ordering function must be callable");
   // The ordering function runs without the lock, on a copy of the graphs:
   // it may call the control plane itself, or log.
+  Impl& r = *impl_;
   std::map<GraphKey, Graph> originals;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
-    originals = state_.graphs;
+    std::lock_guard<std::mutex> lock(r.mutex_);
+    originals = r.graphs_.graphs();
   }
   std::map<GraphKey, Graph> results;
   for (const auto& [key, original] : originals) {
@@ -64,17 +69,17 @@ std::vector<GraphKey> Registry::Impl::reorder_graphs(const OrderingFn& fn, Reord
       throw;  // the thread is ending (pthread_exit), not the function failing
 #endif
     } catch (const std::exception& e) {
-      log_unlocked(LogLevel::kWarning, "Graph transformation failed for " + where + ": " +
+      r.log_unlocked(LogLevel::kWarning, "Graph transformation failed for " + where + ": " +
                                            e.what() + ". Preserving original graph.");
       continue;
     } catch (...) {
-      log_unlocked(LogLevel::kWarning, "Graph transformation failed for " + where +
+      r.log_unlocked(LogLevel::kWarning, "Graph transformation failed for " + where +
                                            ": unknown exception. Preserving original graph.");
       continue;
     }
     const std::string problem = why_not_a_reordering(key, original, reordered);
     if (!problem.empty()) {
-      log_unlocked(LogLevel::kWarning, "Graph transformation failed for " + where +
+      r.log_unlocked(LogLevel::kWarning, "Graph transformation failed for " + where +
                                            ": the returned graph is invalid (" + problem +
                                            "). Preserving original graph.");
       continue;
@@ -82,28 +87,28 @@ std::vector<GraphKey> Registry::Impl::reorder_graphs(const OrderingFn& fn, Reord
     if (reordered != original) results.emplace(key, std::move(reordered));
   }
 
-  ControlScope scope(*this);
+  Impl::ControlScope scope(r);
   std::map<GraphKey, Graph> replaced;  // the originals of graphs that changed
   for (auto& [key, reordered] : results) {
-    auto it = state_.graphs.find(key);
-    if (it == state_.graphs.end() || it->second != originals.at(key)) {
-      log(LogLevel::kWarning, "Graph transformation failed for " + key.to_string() +
+    const Graph* current = r.graphs_.find(key);
+    if (current == nullptr || *current != originals.at(key)) {
+      r.log(LogLevel::kWarning, "Graph transformation failed for " + key.to_string() +
                                   ": the graph changed while the ordering function ran. "
                                   "Preserving the current graph.");
       continue;
     }
-    replaced.emplace(key, std::exchange(it->second, std::move(reordered)));
+    replaced.emplace(key, r.graphs_.replace(key, std::move(reordered)));
   }
   std::vector<GraphKey> changed;
   for (const auto& entry : replaced) changed.push_back(entry.first);
   try {
     if (install == ReorderInstall::kInstalled) {
-      republish_installed({changed.begin(), changed.end()});  // all or nothing: see there
+      r.republish_installed({changed.begin(), changed.end()});  // all or nothing: see there
     } else if (install == ReorderInstall::kChanged) {
-      install_graphs_locked(changed);
+      r.install_graphs_locked(changed);
     }
   } catch (...) {
-    for (auto& [key, original] : replaced) state_.graphs[key] = std::move(original);
+    for (auto& [key, original] : replaced) r.graphs_.replace(key, std::move(original));
     throw;
   }
   // Nodes an ordering function dropped are freed with `originals`, which

@@ -1,75 +1,80 @@
-// Snapshot and restore: a snapshot copies the control state, each router's
-// id and published chain, the mask depth and the active `_native` ops;
-// restore puts back exactly that, removing routers installed or replaced
-// since and rebuilding replaced ones on a fresh capture (see registry.h).
+// Snapshot and restore: a snapshot copies the graph table, the disabled
+// entries, the installed keys, each router's id and published chain, the
+// mask depth and the active `_native` ops; restore puts back exactly that,
+// removing routers installed or replaced since and rebuilding replaced ones
+// on a fresh capture (see registry.h).
 // Owns: what a snapshot holds and the order restore puts it back in. May not
-// touch: the dispatcher but through install.cpp's and native_op.h's calls.
+// touch: the dispatcher but through the router and `_native` op tables.
 
 #include "registry_impl.h"
 
-#include "native_op.h"
+#include "names.h"
 #include "retired_native_ops.h"
-#include "router.h"
 
 #include <utility>
 
 namespace native_registry {
 
-using detail::Router;
-
 // ---- teardown ---------------------------------------------------------------
 
-std::shared_ptr<const detail::SnapshotState> Registry::Impl::snapshot() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+Snapshot Registry::snapshot() const {
+  const Impl& r = *impl_;
+  std::lock_guard<std::mutex> lock(r.mutex_);
   auto state = std::make_shared<detail::SnapshotState>();
-  state->owner = serial_;
-  state->control = state_;
-  for (const auto& [key, router] : routers_) {
+  state->owner = r.serial_;
+  state->graphs = r.graphs_;
+  state->filters = r.filters_.entries();
+  state->installed = r.routers_.installed();
+  for (const auto& [key, router] : r.routers_.routers()) {
     state->routers[key] = {router->id(), router->published(), router->op_gone()};
   }
-  state->unconditional_mask_depth = unconditional_mask_depth_;
-  for (const auto& [id, native_op] : native_ops_) {
-    state->native_nodes[id] = {native_op->node(), native_op->signature()};
-  }
-  return state;
+  state->unconditional_mask_depth = r.filters_.mask_depth();
+  state->native_nodes = r.native_ops_.records();
+  Snapshot snapshot;
+  snapshot.state_ = std::move(state);
+  return snapshot;
 }
 
-void Registry::Impl::restore(const detail::SnapshotState* snapshot) {
-  if (!snapshot) throw InvalidArgumentError("restore: the snapshot is empty");
-  if (snapshot->owner != serial_) {
+void Registry::restore(const Snapshot& snapshot) {
+  const detail::SnapshotState* saved_state = snapshot.state_.get();
+  Impl& r = *impl_;
+  if (!saved_state) throw InvalidArgumentError("restore: the snapshot is empty");
+  if (saved_state->owner != r.serial_) {
     throw InvalidArgumentError("restore: the snapshot was taken of another registry");
   }
-  const detail::SnapshotState& saved = *snapshot;
-  ControlScope scope(*this);
+  const detail::SnapshotState& saved = *saved_state;
+  Impl::ControlScope scope(r);
 
   // Routers installed since, or replaced since (a different router id), go
   // first, so that rebuilding a replaced one captures the op's own kernel.
   std::vector<GraphKey> stale;
-  for (const auto& [key, router] : routers_) {
+  for (const auto& [key, router] : r.routers_.routers()) {
     auto it = saved.routers.find(key);
     if (it == saved.routers.end() || it->second.router_id != router->id() ||
         (router->op_gone() && !it->second.op_gone)) {
       stale.push_back(key);  // one whose op went since is rebuilt on the op as it is now
     }
   }
-  for (const GraphKey& key : stale) remove_router(key);
+  for (const GraphKey& key : stale) r.routers_.remove(key, r.released());
 
   // The nodes of graphs replaced here may be held by nothing else.
-  defer_release(std::make_shared<ControlState>(std::exchange(state_, saved.control)));
+  r.defer_release(std::make_shared<detail::GraphTable>(std::exchange(r.graphs_, saved.graphs)));
+  r.filters_.set_entries(saved.filters);
+  r.routers_.set_installed(saved.installed);
 
   std::vector<std::string> unrestorable;
   // `_native` ops: active are those active at the snapshot, no others. Ops
   // activated since (for nodes registered since, or first published since)
   // are retired; ops a restore to an earlier snapshot retired come back.
-  // A retired op nothing holds is undefined here (see registry_impl.h).
+  // A retired op nothing holds is undefined here (see native_op_table.h).
   std::vector<std::string> retiring;
-  for (const auto& [id, native_op] : native_ops_) {
+  for (const auto& [id, native_op] : r.native_ops_.ops()) {
     if (!saved.native_nodes.count(id)) retiring.push_back(id);
   }
-  for (const std::string& id : retiring) retire_native_op(id);
+  for (const std::string& id : retiring) r.native_ops_.retire(id, r.released());
   for (const auto& [id, record] : saved.native_nodes) {
     try {
-      ensure_native_ops({record.node}, &saved.native_nodes);
+      r.native_ops_.activate({record.node}, &saved.native_nodes, r.released());
     } catch (const OperatorChangedError& e) {
       unrestorable.push_back(record.node->key.to_string() + " (for _native::" + id + ": " +
                              e.what() + ")");
@@ -87,29 +92,29 @@ void Registry::Impl::restore(const detail::SnapshotState* snapshot) {
     if (record.op_gone) {
       // Its op had gone before the snapshot: kept as it was if still there,
       // never rebuilt on the op of now (which answered itself then).
-      if (!routers_.count(key)) unrestorable.push_back(key.to_string() + " (its op had gone)");
+      if (r.routers_.find(key) == nullptr) {
+        unrestorable.push_back(key.to_string() + " (its op had gone)");
+      }
       continue;
     }
-    const Graph chain = saved.unconditional_mask_depth == unconditional_mask_depth_
+    const Graph chain = saved.unconditional_mask_depth == r.filters_.mask_depth()
                             ? record.chain
-                            : chain_under_current_mask(key, record.chain);
-    auto it = routers_.find(key);
-    if (it != routers_.end()) {
+                            : r.chain_under_current_mask(key, record.chain);
+    if (r.routers_.find(key) != nullptr) {
       try {
-        ensure_native_ops(chain, &saved.native_nodes);
-        it->second->publish(chain);
+        r.native_ops_.activate(chain, &saved.native_nodes, r.released());
+        r.routers_.publish_in_place(key, chain);
       } catch (const OperatorNotFoundError& e) {
         // Its op changed under it (OperatorChangedError): nothing routes the old nodes.
-        remove_router(key);
+        r.routers_.remove(key, r.released());
         unrestorable.push_back(key.to_string() + " (" + e.what() + ")");
       }
       continue;
     }
     try {
-      const c10::OperatorHandle op = resolve(key);
-      ensure_native_ops(chain, &saved.native_nodes);
-      routers_[key] = std::make_unique<Router>(
-          op, key.parsed_dispatch_key, chain);
+      const c10::OperatorHandle op = detail::resolve_op(key);
+      r.native_ops_.activate(chain, &saved.native_nodes, r.released());
+      r.routers_.install(key, op, chain, r.released());
     } catch (const OperatorChangedError& e) {
       unrestorable.push_back(key.to_string() + " (" + e.what() + ")");
     } catch (const OperatorNotFoundError&) {
@@ -118,7 +123,7 @@ void Registry::Impl::restore(const detail::SnapshotState* snapshot) {
   }
 
   for (const std::string& where : unrestorable) {
-    log(LogLevel::kWarning, "restore: the op of " + where +
+    r.log(LogLevel::kWarning, "restore: the op of " + where +
                                 " no longer exists; what the registry had put there was "
                                 "not rebuilt");
   }
@@ -137,7 +142,7 @@ void Snapshot::visit_nodes_held_only_here(
     entry.first = &node;
     ++entry.second;
   };
-  for (const auto& [key, graph] : state_->control.graphs) {
+  for (const auto& [key, graph] : state_->graphs.graphs()) {
     for (const NodePtr& node : graph) count(node);
   }
   for (const auto& [key, record] : state_->routers) {

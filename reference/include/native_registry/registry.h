@@ -47,8 +47,9 @@
 // unsafe in LibTorch itself; install and teardown inherit that rule.
 // Everything else may run while other threads call overridden ops.
 //
-// Owns: the public class and its contract (the invariants above); the state
-// and every operation's logic are Registry::Impl's (src/registry_impl.h).
+// Owns: the public class and its contract (the invariants above). The state
+// is Registry::Impl's (src/registry_impl.h: four tables behind one lock);
+// each operation is defined once, in the src/ file of its concern.
 // May not touch: any src/ type but through the forward declarations below.
 //
 // Who calls what: adopters use registration, filters, ordering,
@@ -301,7 +302,7 @@ class Registry {
   };
 
  private:
-  // The state and every operation on it: reference/src/registry_impl.h.
+  // The state: reference/src/registry_impl.h.
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

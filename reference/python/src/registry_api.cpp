@@ -62,33 +62,26 @@ void bind_registration(py::module_& m) {
   // install: "installed" (republish the installed routers of the graphs
   // named) or "named" (install every graph named, as upstream's front end
   // re-registers them: Registry::FilterInstall).
-  auto filter_install = [](const std::string& install) {
-    if (install == "installed") return Registry::FilterInstall::kInstalled;
-    if (install == "named") return Registry::FilterInstall::kNamed;
-    throw py::value_error("install must be 'installed' or 'named', got '" + install + "'");
+  using FilterChange = void (Registry::*)(const Filter&, Registry::FilterInstall);
+  auto bind_filter_change = [&m](const char* name, FilterChange change) {
+    m.def(
+        name,
+        [change](std::vector<std::string> dsl, std::vector<std::string> ops,
+                 std::vector<std::string> keys, const std::string& install) {
+          Registry::FilterInstall mode = Registry::FilterInstall::kInstalled;
+          if (install == "named") {
+            mode = Registry::FilterInstall::kNamed;
+          } else if (install != "installed") {
+            throw py::value_error("install must be 'installed' or 'named', got '" + install + "'");
+          }
+          without_gil([&] {
+            (registry().*change)({std::move(dsl), std::move(ops), std::move(keys)}, mode);
+          });
+        },
+        py::arg("dsl"), py::arg("ops"), py::arg("keys"), py::arg("install") = "installed");
   };
-  m.def(
-      "deregister_op_overrides",
-      [filter_install](std::vector<std::string> dsl, std::vector<std::string> ops,
-                       std::vector<std::string> keys, const std::string& install) {
-        const Registry::FilterInstall mode = filter_install(install);
-        without_gil([&] {
-          registry().deregister_op_overrides({std::move(dsl), std::move(ops), std::move(keys)},
-                                             mode);
-        });
-      },
-      py::arg("dsl"), py::arg("ops"), py::arg("keys"), py::arg("install") = "installed");
-  m.def(
-      "reenable_op_overrides",
-      [filter_install](std::vector<std::string> dsl, std::vector<std::string> ops,
-                       std::vector<std::string> keys, const std::string& install) {
-        const Registry::FilterInstall mode = filter_install(install);
-        without_gil([&] {
-          registry().reenable_op_overrides({std::move(dsl), std::move(ops), std::move(keys)},
-                                           mode);
-        });
-      },
-      py::arg("dsl"), py::arg("ops"), py::arg("keys"), py::arg("install") = "installed");
+  bind_filter_change("deregister_op_overrides", &Registry::deregister_op_overrides);
+  bind_filter_change("reenable_op_overrides", &Registry::reenable_op_overrides);
 }
 
 void bind_graph_control(py::module_& m) {

@@ -19,12 +19,12 @@ import native_registry
 from native_registry import predicates as P
 from native_registry.check import CHECKS, check_overrides
 
-import check_registrars as F  # fixtures/python (conftest puts it on sys.path)
+from fixtures.python import check_registrars as F
 
 OP = "aten::mul.Tensor"
 # Every check but compile and export (a compilation each): they have tests of their own.
 CHEAP = ("outputs", "inputs_unchanged", "aliasing", "fake", "gradients")
-FIXTURES = pathlib.Path(__file__).resolve().parents[3] / "fixtures" / "python"
+ROOT = pathlib.Path(__file__).resolve().parents[3]  # fixtures.python, importable from here
 
 
 def registry_state(reg) -> tuple:
@@ -270,27 +270,27 @@ def test_checks_are_the_documented_ones():
 
 def command(*args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [str(FIXTURES), *filter(None, [os.environ.get("PYTHONPATH")])]))
+        [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
     return subprocess.run([sys.executable, "-W", "error", "-m", "native_registry.check", *args],
                           capture_output=True, text=True, env=env, timeout=300)
 
 
 def test_command_line_prints_the_report_and_fails_on_a_failure():
-    common = ["--samples", "check_registrars:samples", "--checks", "outputs,inputs_unchanged"]
-    wrong = command("check_registrars:mutating_input", *common)
+    common = ["--samples", "fixtures.python.check_registrars:samples", "--checks", "outputs,inputs_unchanged"]
+    wrong = command("fixtures.python.check_registrars:mutating_input", *common)
     assert wrong.returncode == 1, wrong.stderr
     assert wrong.stderr == ""
     lines = wrong.stdout.splitlines()
     assert lines[0].split() == ["graph", "node", "check", "result", "detail"]
     assert any(line.split()[:2] == ["inputs_unchanged", "FAIL"] for line in lines)
     assert lines[-1] == "2 checks: 1 passed, 1 failed, 0 skipped"
-    right = command("check_registrars:right", *common)
+    right = command("fixtures.python.check_registrars:right", *common)
     assert right.returncode == 0, right.stderr
     assert right.stdout.splitlines()[-1] == "2 checks: 2 passed, 0 failed, 0 skipped"
 
 
 def test_command_line_names_what_it_cannot_load():
-    missing = command("check_registrars:no_such_registrar")
+    missing = command("fixtures.python.check_registrars:no_such_registrar")
     assert missing.returncode == 2
     assert "no_such_registrar" in missing.stderr
 

@@ -159,6 +159,21 @@ def test_a_filter_change_publishes_a_graph_reordered_without_reregister(reg):
     assert _C.router_id(KEY) == router
 
 
+def test_a_filter_change_refuses_an_unknown_install_mode_and_changes_nothing(reg):
+    """The core call upstream's front end makes (one call: the filter and the
+    graphs it names) names a bad install mode and leaves the filter alone."""
+    reg.register_op_override("dsl_a", *KEY, lambda *a, **k: True, _ninety_nine)
+    for change in (_C.deregister_op_overrides, _C.reenable_op_overrides):
+        with pytest.raises(ValueError, match="'everything'"):
+            change(["dsl_a"], [], [], install="everything")
+    assert _C.filters() == ([], [], [])
+    _C.deregister_op_overrides(["dsl_a"], [], [], install="named")
+    assert _C.router_state(KEY) == "absent"  # installed, its chain empty: no router
+    _C.reenable_op_overrides(["dsl_a"], [], [], install="named")
+    assert _C.router_state(KEY) == "active"  # the graph never installed before routes
+    assert torch.mul(torch.ones(2), torch.ones(2)).tolist() == [99.0, 99.0]
+
+
 def test_install_as_torch_native_on_a_torch_without_it():
     """On a PyTorch without torch._native and torch.backends.python_native
     (2.11), install_as_torch_native serves the registry and the variants in

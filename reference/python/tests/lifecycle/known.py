@@ -21,6 +21,11 @@ KNOWN = {
     "refused-takeover-leaves-front-ends-on-the-reference": Program(Header(), (
         Reg("stock", "mul", "triton", "always"), Install("stock"),
         Takeover(1, refused=True), Filter("pn", "triton", True))),
+    # found by the hour of 2026-12-03 (seed 2026120306): a judge defect, the
+    # model let a takeover over a reference graph never installed through
+    "takeover-refuses-an-unrouted-reference-graph-under-a-stock-router": Program(Header(), (
+        Reg("stock", "mul", "triton", "always"), Install("stock"),
+        Reg("ref", "mul", "triton", "always"), Takeover())),
     "takeover-from-two-threads": Program(Header(), (
         Reg("stock", "mul", "triton", "always"), Takeover(2))),
     "stock-traced-program-after-takeover": Program(Header(), (

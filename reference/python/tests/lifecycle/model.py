@@ -341,19 +341,19 @@ class Model:
         disables_routed = any(
             self.nodes[n].dsl in self.stock_filters and not self.nodes[n].uncond
             for router in self.ref_routers.values() for n in router.chain)
-        return never_installed or disagrees or disables_routed
+        # A reference graph without a router (never installed, or installed
+        # while its chain was empty) at a key a stock router routes: one
+        # registry cannot keep its nodes silent and route the stock ones, so
+        # taking over would start routing calls to them.
+        unrouted_reference = any(
+            self.ref_graphs.get(key) and key not in self.ref_routers
+            for key in self.stock_routers if key in self.stock_graphs)
+        return never_installed or disagrees or disables_routed or unrouted_reference
 
     def take_over(self) -> dict:
         """Merge the stock registry into the reference; returns what each
         call answered just before (the takeover must change none)."""
         before = {key: self.expect(key)[0] for key in P.KEYS}
-        for key in P.KEYS:
-            # Reference nodes never installed, under a stock router at the
-            # same key: one registry cannot keep them silent and route the
-            # stock ones, so they may answer from now on.
-            if (self.ref_graphs.get(key) and key not in self.ref_installed
-                    and self.stock_graphs.get(key) and key in self.stock_routers):
-                before[key].values |= {float(self.nodes[n].value) for n in self.ref_graphs[key]}
         for key, nids in self.stock_graphs.items():
             if self.ref_graphs.get(key) and nids:
                 for nid in self.ref_graphs[key] + nids:  # their merged order is not pinned

@@ -359,8 +359,9 @@ def _judge(program: Program, result: dict) -> None:
                                   f"step {i} {step!r}: {errs!r}; the model says every takeover "
                                   "is refused (a stock graph never installed where the "
                                   "reference routes, a stock router that disagrees with the "
-                                  "stock filters, or stock filters that disable a node the "
-                                  "reference routes)")
+                                  "stock filters, stock filters that disable a node the "
+                                  "reference routes, or a reference graph without a router "
+                                  "where a stock router routes)")
                 return None  # refused: nothing changed
             else:
                 if errs:

@@ -1,0 +1,45 @@
+// FilterSet (filter_set.h): the disabled entries, the unconditional mask, and
+// whether a node is enabled.
+
+#include "filter_set.h"
+
+#include <stdexcept>
+#include <utility>
+
+namespace native_registry::detail {
+
+bool FilterEntries::names(const OverrideNode& node) const {
+  return dsl_names.count(node.dsl_name) || op_symbols.count(node.key.op_symbol) ||
+         dispatch_keys.count(node.key.dispatch_key);
+}
+
+Filter FilterEntries::as_filter() const {
+  return {{dsl_names.begin(), dsl_names.end()},
+          {op_symbols.begin(), op_symbols.end()},
+          {dispatch_keys.begin(), dispatch_keys.end()}};
+}
+
+bool FilterSet::is_enabled(const OverrideNode& node) const {
+  if (!entries_.names(node)) return true;
+  // An unconditional override is the op's implementation: a disable leaves
+  // it in place unless the mask is also up.
+  return node.options.unconditional_override && mask_depth_ == 0;
+}
+
+void FilterSet::disable(const Filter& filter) {
+  entries_.dsl_names.insert(filter.dsl_names.begin(), filter.dsl_names.end());
+  entries_.op_symbols.insert(filter.op_symbols.begin(), filter.op_symbols.end());
+  entries_.dispatch_keys.insert(filter.dispatch_keys.begin(), filter.dispatch_keys.end());
+}
+
+void FilterSet::enable(const Filter& filter) {
+  for (const auto& name : filter.dsl_names) entries_.dsl_names.erase(name);
+  for (const auto& name : filter.op_symbols) entries_.op_symbols.erase(name);
+  for (const auto& name : filter.dispatch_keys) entries_.dispatch_keys.erase(name);
+}
+
+void FilterSet::check() const {
+  if (mask_depth_ < 0) throw std::logic_error("invariant: negative unconditional mask depth");
+}
+
+}  // namespace native_registry::detail
