@@ -116,6 +116,10 @@ class RegistryAdapter {
   virtual void reorder(const Ordering& fn) = 0;
   // Warnings logged since the adapter was made.
   virtual std::vector<std::string> warnings() = 0;
+  // Calls `handler` with each warning as the registry logs it, besides
+  // keeping it for warnings(); an empty handler: none. A log handler is user
+  // code, so (feature reentrant-control-plane) it may use the registry.
+  virtual void set_warning_handler(std::function<void(const std::string&)> handler) = 0;
 
   // (Re)installs one graph: the router is replaced on a fresh capture of the
   // live kernel; an empty chain leaves no router.

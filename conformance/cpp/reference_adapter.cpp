@@ -24,7 +24,9 @@ class ReferenceAdapter final : public RegistryAdapter {
  public:
   ReferenceAdapter() {
     registry_.set_log_sink([this](nr::LogLevel level, const std::string& message) {
-      if (level == nr::LogLevel::kWarning) warnings_.push_back(message);
+      if (level != nr::LogLevel::kWarning) return;
+      warnings_.push_back(message);
+      if (warning_handler_) warning_handler_(message);
     });
   }
 
@@ -78,6 +80,9 @@ class ReferenceAdapter final : public RegistryAdapter {
   }
 
   std::vector<std::string> warnings() override { return warnings_; }
+  void set_warning_handler(std::function<void(const std::string&)> handler) override {
+    warning_handler_ = std::move(handler);
+  }
 
   void install(const Key& key) override {
     translated([&] { registry_.install_graph(to_reference(key), nr::InstallMode::kReinstall); });
@@ -132,6 +137,7 @@ class ReferenceAdapter final : public RegistryAdapter {
 
   nr::Registry registry_;
   std::vector<std::string> warnings_;
+  std::function<void(const std::string&)> warning_handler_;
   // Released before the registry goes, whose destruction then undefines them.
   std::vector<std::shared_ptr<const c10::OperatorHandle>> held_native_ops_;
 };

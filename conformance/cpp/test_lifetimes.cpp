@@ -111,6 +111,41 @@ TEST_P(Conformance, AnOrderingFunctionMayUseTheControlPlane) {
 }
 
 
+// A log handler that queries the registry, for the warnings of a failed
+// ordering function (logged outside any operation) and of an ordering whose
+// graph changed while it ran (logged inside the operation, emitted once it
+// ends). In a death test's child under alarm(): a registry that calls the
+// handler under its own lock deadlocks there, which fails this test.
+[[noreturn]] void log_handler_uses_the_registry(RegistryAdapter& registry,
+                                                const std::function<void(const std::string&)>& add) {
+  alarm(60);
+  std::vector<size_t> seen;
+  registry.set_warning_handler(
+      [&](const std::string&) { seen.push_back(registry.dsl_operations("a", "aten").size()); });
+  add("a");
+  add("a");
+  registry.reorder([](const std::string&, const std::string&, const std::vector<NodeInfo>&)
+                       -> std::vector<std::string> { throw std::runtime_error("no"); });
+  registry.reorder([&](const std::string&, const std::string&, const std::vector<NodeInfo>& graph) {
+    add("b");  // the graph changes while the ordering runs: kept, and logged
+    std::vector<std::string> ids;
+    for (auto it = graph.rbegin(); it != graph.rend(); ++it) ids.push_back(it->node_id);
+    return ids;
+  });
+  registry.set_warning_handler(nullptr);
+  std::_Exit(seen == std::vector<size_t>{1, 1} ? 0 : 4);
+}
+
+TEST_P(Conformance, ALogHandlerMayUseTheControlPlane) {
+  BEHAVIOUR("locking.callbacks-may-use-the-control-plane");
+  REQUIRE_FEATURE("reentrant-control-plane");
+  EXPECT_EXIT(log_handler_uses_the_registry(
+                  adapter(), [&](const std::string& dsl) {
+                    add(mul_key(), constant_cond(false), fill_impl(1), dsl);
+                  }),
+              ::testing::ExitedWithCode(0), "");
+}
+
 long resident_kb() {
   std::ifstream statm("/proc/self/statm");
   long pages = 0, resident = 0;

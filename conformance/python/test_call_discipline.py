@@ -149,6 +149,53 @@ def test_every_argument_of_a_many_argument_op_reaches_cond_and_impl_intact(impl)
                      for takes in (False, True)], "\n".join(lines)
 
 
+@behaviour("routing.every-arity-intact")
+@pytest.mark.parametrize("keyword_only", [0, 3])
+def test_every_argument_reaches_cond_and_impl_whatever_the_arity(impl, keyword_only):
+    """Ops of the test namespace with 1 to 24 arguments (a tensor, then ints;
+    the last `keyword_only` of them keyword-only): the cond and the impl each
+    see exactly the values passed, whatever the count, so that no buffer an
+    implementation keeps a call's arguments in is one short at any size."""
+    if "namespaces" not in impl.features:
+        pytest.skip(f"unsupported: {impl.name} lacks feature namespaces")
+    problems = []
+    with torch.library._scoped_library(NS, "DEF") as lib:
+        calls = []
+        for count in range(max(1, keyword_only + 1), 25):
+            positional = count - keyword_only
+            names = [f"x{i}" for i in range(1, count)]
+            declared = ["Tensor a", *(f"int {n}" for n in names[:positional - 1])]
+            if keyword_only:
+                declared += ["*", *(f"int {n}" for n in names[positional - 1:])]
+            lib.define(f"arity{count}({', '.join(declared)}) -> Tensor")
+            lib.impl(f"arity{count}", lambda a, *rest, **kw: a.clone(), "CPU")
+            a = torch.full((2,), float(count))
+            values = [1000 * count + i for i in range(1, count)]  # none is a default
+            args = (a, *values[:positional - 1])
+            kwargs = dict(zip(names[positional - 1:], values[positional - 1:]))
+            calls.append((count, args, kwargs))
+
+        def seen_by(where, count, args, kwargs):
+            def check(*got_args, **got_kwargs):
+                if got_args[0] is not args[0] or list(got_args[1:]) != list(args[1:]) or got_kwargs != kwargs:
+                    problems.append(f"{where} of arity{count} saw {got_args[1:]!r} {got_kwargs!r}")
+                return where == "cond"
+            return check
+
+        with impl.scope():
+            impl.allow_namespace(NS)
+            for count, args, kwargs in calls:
+                impl.register("test_dsl", NS, f"arity{count}", "CPU", seen_by("cond", count, args, kwargs),
+                              lambda *got, _check=seen_by("impl", count, args, kwargs), **kw:
+                              (_check(*got, **kw), torch.full((2,), 7.0))[1])
+                impl.install(NS, f"arity{count}", "CPU")
+            for count, args, kwargs in calls:
+                out = getattr(getattr(torch.ops, NS), f"arity{count}").default(*args, **kwargs)
+                if not torch.equal(out, torch.full((2,), 7.0)):
+                    problems.append(f"arity{count} returned {out!r}, not the impl's answer")
+    assert problems == []
+
+
 # ---- a shallower call after a deep nest ------------------------------------------
 
 # Two nodes on mul. The first's cond, at every level above the deepest,
