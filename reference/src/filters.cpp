@@ -37,14 +37,13 @@ std::string describe(const Filter& filter) {
 
 // ---- filters ----------------------------------------------------------------
 
-void Registry::Impl::follow_filter_change(const Filter& change, const Filter& named,
-                                          FilterInstall install) {
-  if (install == FilterInstall::kInstalled) {
-    republish_installed(graphs_.keys_named_by(change));  // all or nothing: see there
-    return;
+void Registry::Impl::install_named(const Filter& named) {
+  // One by one, in key order, as upstream's front end re-registers them: a
+  // graph whose op does not resolve raises there, the filter change and the
+  // graphs before it kept.
+  for (const GraphKey& key : graphs_.keys_named_by(named)) {
+    install_graph_locked(key, InstallMode::kUpdate);
   }
-  const std::set<GraphKey> keys = graphs_.keys_named_by(named);
-  install_graphs_locked({keys.begin(), keys.end()});  // all or nothing: see there
 }
 
 void Registry::deregister_op_overrides(const Filter& disable, FilterInstall install) {
@@ -57,12 +56,13 @@ void Registry::deregister_op_overrides(const Filter& disable, FilterInstall inst
   const detail::FilterEntries saved = r.filters_.entries();
   r.filters_.disable(disable);
   try {
-    // Upstream's front end re-registers every graph the whole filter names.
-    r.follow_filter_change(disable, r.filters_.entries().as_filter(), install);
+    r.republish_installed(r.graphs_.keys_named_by(disable));  // all or nothing: see there
   } catch (...) {
-    r.filters_.set_entries(saved);  // follow_filter_change published nothing
+    r.filters_.set_entries(saved);  // republish_installed published nothing
     throw;
   }
+  // Upstream's front end re-registers every graph the whole filter names.
+  if (install == FilterInstall::kNamed) r.install_named(r.filters_.entries().as_filter());
 }
 
 void Registry::reenable_op_overrides(const Filter& enable, FilterInstall install) {
@@ -75,11 +75,13 @@ void Registry::reenable_op_overrides(const Filter& enable, FilterInstall install
   const detail::FilterEntries saved = r.filters_.entries();
   r.filters_.enable(enable);
   try {
-    r.follow_filter_change(enable, enable, install);  // upstream's: the graphs the entries name
+    r.republish_installed(r.graphs_.keys_named_by(enable));  // all or nothing: see there
   } catch (...) {
-    r.filters_.set_entries(saved);  // follow_filter_change published nothing
+    r.filters_.set_entries(saved);  // republish_installed published nothing
     throw;
   }
+  // Upstream's front end re-registers the graphs the entries name.
+  if (install == FilterInstall::kNamed) r.install_named(enable);
 }
 
 bool Registry::is_enabled(const OverrideNode& node) const {

@@ -92,9 +92,8 @@ struct Registry::Impl {
   // graph's unconditional nodes the filters disable, where they are enabled
   // now; in graph order.
   Graph chain_under_current_mask(const GraphKey& key, const Graph& published) const;
-  // After a filter change: installs as `install` says (Registry::FilterInstall);
-  // under kNamed, the graphs `named` names.
-  void follow_filter_change(const Filter& change, const Filter& named, FilterInstall install);
+  // Installs each graph `named` names, in key order (FilterInstall::kNamed).
+  void install_named(const Filter& named);
   // Republishes the installed routers of `keys`; all or nothing: every graph
   // that needs a new router resolves first.
   void republish_installed(const std::set<GraphKey>& keys);

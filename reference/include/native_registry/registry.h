@@ -156,14 +156,17 @@ class Registry {
   // What a filter change installs once the filter has changed.
   enum class FilterInstall {
     kInstalled,  // republish the installed routers of the graphs the change names
-    kNamed,      // install every graph named, installed before or not (for a
-                 // disable: named by the whole filter; for a re-enable: by the
-                 // entries), as upstream's front end re-registers them
+    kNamed,      // that, then install every graph named, installed before or
+                 // not (for a disable: named by the whole filter; for a
+                 // re-enable: by the entries), one by one in key order, as
+                 // upstream's front end re-registers them
   };
   // Adds the named entries to the filter and installs as `install` says.
   // Unconditional nodes stay enabled unless an UnconditionalMask is alive.
-  // All or nothing: if a graph that needs a new router names an op that does
-  // not resolve, the filter is not changed and OperatorNotFoundError is thrown.
+  // If an installed graph that needs a new router names an op that does not
+  // resolve, nothing changes and OperatorNotFoundError is thrown; under
+  // kNamed, a graph of the second step that fails so raises there, the filter
+  // change and the graphs installed before it kept (upstream's behaviour).
   void deregister_op_overrides(const Filter& disable,
                                FilterInstall install = FilterInstall::kInstalled);
   // Removes the named entries from the filter and installs likewise.

@@ -8,7 +8,7 @@ would show those classes."""
 from __future__ import annotations
 
 from .program import (CallProgram, Filter, Header, Install, JitScope, Program, Redefine, Reg,
-                      Reorder, Takeover, Threads, Trace)
+                      Reorder, Restore, Snapshot, Takeover, Threads, Trace)
 
 KNOWN = {
     # (a) the takeover is not a transaction
@@ -26,6 +26,17 @@ KNOWN = {
     "takeover-refuses-an-unrouted-reference-graph-under-a-stock-router": Program(Header(), (
         Reg("stock", "mul", "triton", "always"), Install("stock"),
         Reg("ref", "mul", "triton", "always"), Takeover())),
+    # found by the hour of 2026-12-03 (seed 2026120307): a registry regression
+    # (the one-call filter change made all or nothing stopped at f's missing
+    # op before republishing mul), and a judge defect (a restore to before a
+    # takeover drops torch's own overrides the takeover merged)
+    "compat-filter-installs-named-graphs-one-by-one": Program(Header(), (
+        Redefine(True), Takeover(), Reg("ref", "mul", "triton", "always"),
+        Reg("ref", "f", "triton", "never"), Install("stock"),
+        Reorder("ref", "copies_never", False), Filter("pn", "triton", False))),
+    "restore-to-before-a-takeover-drops-merged-overrides": Program(Header(), (
+        Reg("ref", "mul", "triton", "always"), Snapshot(), Takeover(),
+        Install("ref"), Restore(0), Takeover())),
     "takeover-from-two-threads": Program(Header(), (
         Reg("stock", "mul", "triton", "always"), Takeover(2))),
     "stock-traced-program-after-takeover": Program(Header(), (

@@ -389,6 +389,7 @@ class Model:
         self.snaps.append(copy.deepcopy({
             "graphs": self.ref_graphs, "filters": self.ref_filters,
             "installed": self.ref_installed, "f_gen": self.f_gen, "f_defined": self.f_defined,
+            "base_ref": self.base_ref,
             "routers": {k: (r.uid, list(r.chain), r.stale) for k, r in self.ref_routers.items()}}))
 
     def restore(self, which: int) -> None:
@@ -415,6 +416,8 @@ class Model:
         self.ref_graphs = copy.deepcopy(saved["graphs"])
         self.ref_filters = set(saved["filters"])
         self.ref_installed = set(saved["installed"])
+        # torch's own overrides merged by a takeover after the snapshot go too
+        self.base_ref = saved["base_ref"]
 
     # ---- programs ----
 
