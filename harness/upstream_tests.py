@@ -68,7 +68,7 @@ def run(args) -> int:
     print(f"table: {out / 'upstream-tests.md'}")
     # The reference must pass every test of the registry profile; platform
     # tests check the host PyTorch, whatever the registry.
-    import catalogue
+    from conformance.python import catalogue
 
     platform_only = {seed for b in catalogue.load().values() if b.profile == "platform" for seed in b.seeds}
     unexpected = [n for n, v in results[labels[1]].items() if v == "fail" and n not in platform_only]

@@ -203,7 +203,7 @@ def test_a_recommended_miss_fails_only_a_mutant_run(tmp_path, mutant_run):
 
 
 def catalogue_level(ids):
-    import catalogue
+    from conformance.python import catalogue
     entries = catalogue.load()
     return {entries[i].level for i in ids}
 
@@ -211,7 +211,7 @@ def catalogue_level(ids):
 # ---- ci/test's mutant sample ---------------------------------------------------------
 
 def test_ci_sample_fails_on_a_regression_only():
-    import ci_mutants
+    from harness.mutation import ci_mutants
     outcomes = [{"key": "was-killed", "verdict": "survived"}, {"key": "new", "verdict": "survived"},
                 {"key": "eq", "verdict": "survived"}, {"key": "k", "verdict": "killed"}]
     regressions, unreviewed = ci_mutants.judge(outcomes, {"was-killed", "eq", "k"}, {"eq"})
@@ -226,7 +226,7 @@ def test_ci_sample_fails_on_a_regression_only():
 
 def test_resume_keeps_only_verdicts_of_this_source_and_with_the_own_tests_when_asked(tmp_path):
     import dataclasses
-    import mutant_records
+    from harness.mutation import mutant_records
     chosen = [mutagen.Mutant("f.py", 1, "k", "c", "a", "b", key) for key in ("k1", "k2", "k3", "k4")]
     rows = [outcome("killed", "k1"), outcome("survived", "k2"), outcome("killed", "k3"),
             outcome("survived", "k4")]
@@ -246,8 +246,8 @@ def test_a_seeded_fault_meets_the_tests_of_the_behaviour_it_breaks_first(tmp_pat
     after the C++ suite only where the behaviour is expressed in C++ too; a
     generated mutant (no behaviour) meets the whole suites. The order is
     what is checked; no suite runs."""
-    import mutant_runner
-    import seeded_faults
+    from harness.mutation import mutant_runner
+    from harness.mutation import seeded_faults
     target = mutant_runner.Target("faults", [], {})
     ws = mutants.Workspace(tmp_path)
     timeouts = {"python": 1.0, "c++": 1.0}
@@ -272,8 +272,8 @@ def test_each_workspace_keeps_to_the_files_of_its_mutants(tmp_path):
     """Runner.take: a workspace takes the mutants of the file its last one
     changed (one compile each), else the first of a file no other workspace
     is at; a file's last mutants go to whichever workspace is free."""
-    import mutant_runner
-    import seeded_faults
+    from harness.mutation import mutant_runner
+    from harness.mutation import seeded_faults
     chosen = [seeded_faults.SeededFault(file, f"{file}{n}", "b", "x", "y")
               for file, n in ("a1", "a2", "a3", "b1", "b2", "c1", "d1")]
     runner = mutant_runner.Runner(chosen, {}, tmp_path / "r.jsonl", {}, {}, {})

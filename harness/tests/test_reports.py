@@ -15,7 +15,7 @@ import xml.etree.ElementTree as ET
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 from conformance.python import catalogue
-from harness import matrix, progress, report_html
+from harness import matrix, progress, report_html, with_root_on_path
 from harness.mutation import mutants
 from harness.suite_coverage import coverage_report
 
@@ -163,8 +163,8 @@ def test_coverage_of_a_python_implementation(tmp_path):
     results = tmp_path / "results"
     # The routing tests alone (pytest reads PYTEST_ADDOPTS): the machinery is
     # what is tested here, and the whole suite under coverage costs minutes.
-    env = dict(os.environ, PYTEST_ADDOPTS="-k test_routing")
-    proc = subprocess.run([sys.executable, str(ROOT / "harness" / "main.py"), "--build", str(BUILD),
+    env = dict(with_root_on_path(os.environ), PYTEST_ADDOPTS="-k test_routing")
+    proc = subprocess.run([sys.executable, "-m", "harness", "--build", str(BUILD),
                            "--results", str(results), "--coverage", "--impl", "upstream"],
                           cwd=tmp_path, capture_output=True, text=True, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -188,7 +188,7 @@ def test_coverage_of_a_python_implementation(tmp_path):
 
 
 def test_untaken_branches_are_grouped_by_section(tmp_path):
-    import coverage_gaps
+    from harness.suite_coverage import coverage_gaps
     source = tmp_path / "a.cpp"
     source.write_text("// ---- graphs ----\nint f(int a) {\n  if (a) return 1;\n  return 0;\n}\n"
                       "// ---- filters ----\nint g(int b) {\n  return b ? 1 : 2;\n}\n")
@@ -206,7 +206,7 @@ def test_untaken_branches_are_grouped_by_section(tmp_path):
 
 def test_untaken_python_branches_count_the_conformance_contexts_only(tmp_path, monkeypatch):
     import coverage
-    import coverage_gaps
+    from harness.suite_coverage import coverage_gaps
     module = tmp_path / "layer.py"
     module.write_text("def pick(a):\n    if a:\n        return 1\n    return 2\n")
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -227,7 +227,7 @@ def test_untaken_python_branches_count_the_conformance_contexts_only(tmp_path, m
 
 
 def test_the_python_suite_parts_cover_every_file_once_and_join_into_one_report(tmp_path, monkeypatch):
-    import suite_parts
+    from harness import suite_parts
 
     monkeypatch.setattr(suite_parts.os, "cpu_count", lambda: 2)
     parts = suite_parts.python_shards("cpu")
@@ -259,7 +259,7 @@ def test_the_python_suite_parts_cover_every_file_once_and_join_into_one_report(t
 
 
 def test_a_run_of_parts_fails_when_one_does_and_times_out_when_one_does():
-    import suite_parts
+    from harness import suite_parts
 
     assert suite_parts.joined_status([0, 0]) == 0
     assert suite_parts.joined_status([0, 1]) == 1
