@@ -84,7 +84,6 @@ struct Registry::Impl {
   struct Pending;
 
   // ---- across the tables; everything below expects mutex_ held (a ControlScope alive)
-  bool is_enabled_locked(const OverrideNode& node) const { return filters_.is_enabled(node); }
   // The nodes of the graph of `key` that are enabled, in graph order.
   Graph enabled_chain(const GraphKey& key) const;
   // What a router restored from a snapshot taken under another unconditional
