@@ -40,6 +40,13 @@ using ImplFn = std::function<void(const c10::OperatorHandle& op, c10::DispatchKe
 // Whether the override's runtime is usable; false skips the node.
 using TryInitializeRuntimeFn = std::function<bool()>;
 
+struct Key;
+// Feature aot-coverage: whether a kernel compiled into the op's own serves
+// this call (upstream main's aot_manifest covers); told the key of the graph
+// whose router the call reached.
+using CoverageCheckFn = std::function<bool(const Key& graph, const c10::OperatorHandle& op,
+                                           c10::DispatchKeySet keys, const Stack& stack)>;
+
 // A graph's key: (lib_symbol, op_symbol, dispatch_key).
 struct Key {
   std::string lib_symbol;    // "aten" or another namespace
@@ -143,6 +150,19 @@ class RegistryAdapter {
   // torn down (an implementation that undefines retired ops holds the op as
   // a program recorded with it would).
   virtual std::optional<c10::OperatorHandle> native_op(const NodeInfo& node) = 0;
+
+  // Feature aot-coverage (upstream main's AOT pre-check). While the returned
+  // scope lives, routers of graphs installed in it ask `check` once per call
+  // before any cond; a covered call runs the op's own kernel.
+  virtual std::unique_ptr<Scope> coverage_check(CoverageCheckFn check) {
+    (void)check;
+    throw std::logic_error(name() + " lacks feature aot-coverage");
+  }
+  // Feature aot-coverage: coverage checks switched on or off while the scope lives.
+  virtual std::unique_ptr<Scope> aot_enabled(bool enabled) {
+    (void)enabled;
+    throw std::logic_error(name() + " lacks feature aot-coverage");
+  }
 };
 
 struct Implementation {

@@ -120,6 +120,33 @@ class ReferenceAdapter final : public RegistryAdapter {
     return registry_.is_namespace_allowed(lib_symbol);
   }
 
+  std::unique_ptr<Scope> coverage_check(CoverageCheckFn check) override {
+    struct Covering final : Scope {
+      Covering(nr::Registry& r, CoverageCheckFn check) : registry(r), previous(r.coverage_check()) {
+        registry.set_coverage_check([check = std::move(check)](
+                                        const nr::GraphKey& graph, const c10::OperatorHandle& op,
+                                        c10::DispatchKeySet keys, const Stack& stack) {
+          return check(Key{graph.lib_symbol, graph.op_symbol, graph.dispatch_key}, op, keys, stack);
+        });
+      }
+      ~Covering() override { registry.set_coverage_check(std::move(previous)); }
+      nr::Registry& registry;
+      nr::CoverageCheck previous;
+    };
+    return std::make_unique<Covering>(registry_, std::move(check));
+  }
+
+  std::unique_ptr<Scope> aot_enabled(bool enabled) override {
+    struct Switched final : Scope {
+      explicit Switched(bool enabled) : previous(nr::coverage_checks_enabled()) {
+        nr::set_coverage_checks_enabled(enabled);
+      }
+      ~Switched() override { nr::set_coverage_checks_enabled(previous); }
+      bool previous;
+    };
+    return std::make_unique<Switched>(enabled);
+  }
+
   std::optional<c10::OperatorHandle> native_op(const NodeInfo& node) override {
     // Held while the adapter lives, as a recorded program holds the op: the
     // reference undefines a retired op nothing holds.

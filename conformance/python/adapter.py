@@ -42,6 +42,8 @@ FEATURES = frozenset({
                                        # _NAMESPACE/_DEFINING_MODULE/_OVERRIDES/_VARIANTS
     "native-predicates",               # predicates_module(): conds evaluated outside Python
                                        # (dtype_in(*dtypes), ...), taken as a cond by register
+    "aot-coverage",                    # coverage_check(fn), aot_enabled(flag): upstream main's
+                                       # AOT pre-check (aot_manifest.covers) and its switch
 })
 
 
@@ -90,6 +92,11 @@ class Adapter(Protocol):
     def resolve_overload(self, lib_symbol: str, op_symbol: str) -> Any: ...  # resolve-overload
     def declared_overrides(self) -> Any: ...  # feature declared-overrides
     def predicates_module(self) -> Any: ...  # feature native-predicates
+    def coverage_check(self, check: Callable[..., bool]) -> AbstractContextManager[None]:
+        """Feature aot-coverage: inside, routers of graphs installed inside ask
+        check(op_symbol, dispatch_key, args, kwargs) before any cond."""
+    def aot_enabled(self, enabled: bool) -> AbstractContextManager[None]:
+        """Feature aot-coverage: coverage checks switched on or off inside."""
 
 
 def load(spec: str | None = None) -> Adapter:

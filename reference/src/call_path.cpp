@@ -1,5 +1,6 @@
 // A call's path through a router, and nothing else: the trace shortcut and
-// its re-entrancy flag, the copy-on-write check, the choice among the
+// its re-entrancy flag, the copy-on-write check, the coverage check and its
+// switch, the choice among the
 // chain's nodes (in the host's scope when a node needs it), the decline to
 // the captured kernel, and the boxed and typed kernels that enter it. Reads
 // the router's shared state; never writes it, never takes a lock.
@@ -8,12 +9,20 @@
 #include "tensor_walk.h"
 
 #include <atomic>
+#include <cstdlib>
 #include <optional>
+#include <string_view>
 
 namespace native_registry {
 namespace {
 
 std::atomic<TraceShortcutFn> g_trace_shortcut{nullptr};
+// TORCH_DISABLE_NATIVE_AOT=1 turns coverage checks off, as it does upstream's.
+bool coverage_checks_enabled_by_default() {
+  const char* disabled = std::getenv("TORCH_DISABLE_NATIVE_AOT");
+  return disabled == nullptr || std::string_view(disabled) != "1";
+}
+std::atomic<bool> g_coverage_checks_enabled{coverage_checks_enabled_by_default()};
 std::atomic<HostScopeFn> g_host_scope{nullptr};
 thread_local bool t_in_diverted_call = false;
 
@@ -45,6 +54,12 @@ bool in_diverted_call() { return t_in_diverted_call; }
 
 void set_host_scope(HostScopeFn fn) { g_host_scope.store(fn, std::memory_order_release); }
 
+void set_coverage_checks_enabled(bool enabled) {
+  g_coverage_checks_enabled.store(enabled, std::memory_order_relaxed);
+}
+
+bool coverage_checks_enabled() { return g_coverage_checks_enabled.load(std::memory_order_relaxed); }
+
 namespace detail {
 namespace {
 
@@ -64,11 +79,36 @@ inline void check_op_still_there(const Router::Shared& shared) {
   if (C10_UNLIKELY(shared.watch->gone.load(std::memory_order_acquire))) raise_op_gone(shared);
 }
 
+// Whether the registry's coverage check says a kernel compiled into the op's
+// own serves this call. Its exceptions count as "not covered" (upstream's
+// covers() degrades them likewise); a forced unwind is no std::exception and
+// goes through.
+C10_NOINLINE bool covered(const Router::Shared& shared, const CoverageCheck& check,
+                          const c10::OperatorHandle& op, c10::DispatchKeySet keys,
+                          const Stack& stack) {
+  bool answer = false;
+  try {
+    answer = check(shared.key, op, keys, stack);
+  } catch (const std::exception&) {
+    answer = false;
+  }
+  check_op_still_there(shared);  // the check is user code too
+  return answer;
+}
+
 Choice choose(const Router::Shared& shared, const Chain& chain, const c10::OperatorHandle& op,
               c10::DispatchKeySet keys, const Stack& stack) {
   if (chain.divert_when_tracing && !t_in_diverted_call) {
     TraceShortcutFn shortcut = g_trace_shortcut.load(std::memory_order_acquire);
     if (shortcut != nullptr && !has_cow_argument(stack) && shortcut()) return {true, nullptr};
+  }
+  // Once per call, before any cond, unconditional nodes included: a covered
+  // call declines them all.
+  const CoverageCheck* coverage = shared.coverage.load(std::memory_order_acquire);
+  if (C10_UNLIKELY(coverage != nullptr) &&
+      g_coverage_checks_enabled.load(std::memory_order_relaxed) &&
+      covered(shared, *coverage, op, keys, stack)) {
+    return {};
   }
   for (const NodePtr& node : chain.nodes) {
     const bool accepted = node->cond(op, keys, stack);

@@ -109,6 +109,24 @@ void Registry::set_empty_chain_policy(EmptyChainPolicy policy) {
   impl_->routers_.set_empty_chain_policy(policy);
 }
 
+void Registry::set_coverage_check(CoverageCheck check) {
+  Impl::ControlScope scope(*impl_);
+  impl_->routers_.set_coverage(
+      check ? std::make_shared<const CoverageCheck>(std::move(check)) : nullptr,
+      impl_->released());
+}
+
+bool Registry::has_coverage_check() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex_);
+  return impl_->routers_.coverage() != nullptr;
+}
+
+CoverageCheck Registry::coverage_check() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex_);
+  const auto& coverage = impl_->routers_.coverage();
+  return coverage ? *coverage : CoverageCheck{};
+}
+
 EmptyChainPolicy Registry::empty_chain_policy() const {
   std::lock_guard<std::mutex> lock(impl_->mutex_);
   return impl_->routers_.empty_chain_policy();

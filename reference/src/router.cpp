@@ -7,6 +7,7 @@
 
 #include "quiet_override_warning.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <string_view>
@@ -61,30 +62,33 @@ C10_NOINLINE bool computed_kernel_is_fallthrough(const c10::OperatorHandle& op,
 
 }  // namespace
 
-Router::Shared::Shared(const c10::OperatorHandle& handle, c10::DispatchKey key)
-    : op(handle), dispatch_key(key), watch(watch_op(handle)) {
-  if (computed_kernel_is_fallthrough(op, key)) {
+Router::Shared::Shared(const GraphKey& graph_key, const c10::OperatorHandle& handle)
+    : key(graph_key), op(handle), dispatch_key(graph_key.parsed_dispatch_key),
+      watch(watch_op(handle)) {
+  if (computed_kernel_is_fallthrough(op, dispatch_key)) {
     fallthrough = true;
-  } else if (op.hasComputedKernelForDispatchKey(key)) {
-    fallback.emplace(op.getComputedKernelForDispatchKey(key));
+  } else if (op.hasComputedKernelForDispatchKey(dispatch_key)) {
+    fallback.emplace(op.getComputedKernelForDispatchKey(dispatch_key));
   }
 }
 
 namespace {
 
-std::shared_ptr<Router::Shared> make_shared_state(const c10::OperatorHandle& op,
-                                                  c10::DispatchKey key) {
-  return std::shared_ptr<Router::Shared>(new Router::Shared(op, key),
+std::shared_ptr<Router::Shared> make_shared_state(const GraphKey& key,
+                                                  const c10::OperatorHandle& op) {
+  return std::shared_ptr<Router::Shared>(new Router::Shared(key, op),
                                          [](Router::Shared* shared) { let_go(shared); });
 }
 
 }  // namespace
 
-Router::Router(const c10::OperatorHandle& op, c10::DispatchKey dispatch_key,
-               const Graph& chain)
-    : shared_(make_shared_state(op, dispatch_key)),
+Router::Router(const GraphKey& key, const c10::OperatorHandle& op, const Graph& chain,
+               const std::shared_ptr<const CoverageCheck>& coverage)
+    : shared_(make_shared_state(key, op)),
       id_(g_next_router_id.fetch_add(1)) {
   publish(chain);
+  set_coverage(coverage);
+  const c10::DispatchKey dispatch_key = key.parsed_dispatch_key;
   const c10::OperatorName& name = op.operator_name();
   const auto separator = name.name.find("::");
   library_ = std::make_unique<torch::Library>(
@@ -114,6 +118,18 @@ void Router::publish(const Graph& nodes) {
     slot = std::move(chain);
   }
   shared_->chain.store(slot.get(), std::memory_order_release);
+}
+
+void Router::set_coverage(const std::shared_ptr<const CoverageCheck>& coverage) {
+  if (coverage && std::find(shared_->coverages.begin(), shared_->coverages.end(), coverage) ==
+                      shared_->coverages.end()) {
+    shared_->coverages.push_back(coverage);
+  }
+  shared_->coverage.store(coverage.get(), std::memory_order_release);
+}
+
+const CoverageCheck* Router::coverage() const {
+  return shared_->coverage.load(std::memory_order_acquire);
 }
 
 bool Router::op_gone() const { return shared_->watch->gone.load(std::memory_order_acquire); }

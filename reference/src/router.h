@@ -18,6 +18,9 @@
 //    its kernel out of the dispatcher.
 //  * Destroying the router removes exactly its kernel from the dispatcher
 //    (its own torch::Library handle) and nothing else.
+//  * The coverage check, when set, is asked once per call before any cond;
+//    a check is swapped like a chain (one release store, every check ever
+//    set kept alive in Shared).
 //  * publish() and destruction are called under the registry's lock; the
 //    call path takes no lock and allocates nothing of its own.
 //  * Where the op's C++ signature is one of a few common ones (see
@@ -55,15 +58,20 @@ struct Chain {
 
 class Router {
  public:
-  // Captures the kernel live at `dispatch_key` of `op`, then installs the
-  // router there, routing through `chain`.
-  Router(const c10::OperatorHandle& op, c10::DispatchKey dispatch_key,
-         const Graph& chain);
+  // Captures the kernel live at `key`'s dispatch key of `op`, then installs
+  // the router there, routing through `chain` after asking `coverage` (if
+  // set).
+  Router(const GraphKey& key, const c10::OperatorHandle& op, const Graph& chain,
+         const std::shared_ptr<const CoverageCheck>& coverage);
   ~Router();  // removes the router's kernel from the dispatcher
   Router(const Router&) = delete;
   Router& operator=(const Router&) = delete;
 
   void publish(const Graph& chain);
+  // The coverage check calls ask from now on (null: none). Like a chain, every
+  // check ever set stays alive as long as Shared does.
+  void set_coverage(const std::shared_ptr<const CoverageCheck>& coverage);
+  const CoverageCheck* coverage() const;
   Graph published() const;
   // Whether the op's schema has left the dispatcher since the router was
   // installed (see Shared::watch in router.cpp); such a router must be

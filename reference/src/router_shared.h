@@ -21,8 +21,9 @@
 namespace native_registry::detail {
 
 struct Router::Shared {
-  Shared(const c10::OperatorHandle& handle, c10::DispatchKey key);
+  Shared(const GraphKey& graph_key, const c10::OperatorHandle& handle);
 
+  GraphKey key;  // the graph the router was installed for; what a coverage check is told
   c10::OperatorHandle op;
   c10::DispatchKey dispatch_key;
   // Marked when the op's schema leaves the dispatcher. The router's kernel
@@ -43,6 +44,10 @@ struct Router::Shared {
   // Every chain ever published, by node identity; written by publish()
   // under the registry's lock, never read by calls (they hold `chain`).
   std::map<std::vector<const OverrideNode*>, std::unique_ptr<const Chain>> interned;
+  // The registry's coverage check (null: none), and every one ever set here,
+  // kept as the chains are.
+  std::atomic<const CoverageCheck*> coverage{nullptr};
+  std::vector<std::shared_ptr<const CoverageCheck>> coverages;
   // Holds on this object: one for all its shared_ptr owners together (the
   // Router, the kernel functor, the registry's deferred releases; see
   // make_shared_state), plus one per call inside the router. The last to let

@@ -42,7 +42,16 @@ void RouterTable::publish_in_place(const GraphKey& key, const Graph& chain) {
 void RouterTable::install(const GraphKey& key, const c10::OperatorHandle& op, const Graph& chain,
                           Released& released) {
   remove(key, released);
-  routers_[key] = std::make_unique<Router>(op, key.parsed_dispatch_key, chain);
+  routers_[key] = std::make_unique<Router>(key, op, chain, coverage_);
+}
+
+void RouterTable::set_coverage(std::shared_ptr<const CoverageCheck> coverage,
+                               Released& released) {
+  for (auto& entry : routers_) entry.second->set_coverage(coverage);
+  // The routers hold the old check for calls still inside them; the table's
+  // own hold goes with what the operation retired.
+  if (coverage_) released.push_back(std::move(coverage_));
+  coverage_ = std::move(coverage);
 }
 
 void RouterTable::remove(const GraphKey& key, Released& released) {
@@ -68,6 +77,9 @@ void RouterTable::check(uint64_t registry_serial) const {
   for (const auto& [key, router] : routers_) {
     admitted(key);
     if (!installed_.count(key)) fail("router of " + key.to_string() + " for a graph never installed");
+    if (router->coverage() != coverage_.get()) {
+      fail("router of " + key.to_string() + " asks a coverage check other than the registry's");
+    }
     // The published chain may lag the graph (registration and a reorder
     // without reinstall publish nothing), but it holds only this key's nodes
     // of this registry.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 import native_registry
@@ -20,6 +22,7 @@ class ReferenceAdapter(UpstreamShapedAdapter):
         "namespaces", "runtime-init", "unconditional-survives-disable", "unconditional-hatch",
         "dynamo-shortcut", "native-op-meta", "concurrent-control-plane", "reentrant-control-plane",
         "variants", "resolve-overload", "declared-overrides", "native-predicates",
+        "aot-coverage",
     })
 
     def __init__(self) -> None:
@@ -73,6 +76,23 @@ class ReferenceAdapter(UpstreamShapedAdapter):
 
     def allowed_namespaces(self):
         return registry.allowed_namespaces()
+
+    @contextlib.contextmanager
+    def coverage_check(self, check):
+        previous = registry.coverage_check()
+        registry.set_coverage_check(check)
+        try:
+            yield
+        finally:
+            registry.set_coverage_check(previous)
+
+    @contextlib.contextmanager
+    def aot_enabled(self, enabled):
+        previous = registry.set_aot_enabled(enabled)
+        try:
+            yield
+        finally:
+            registry.set_aot_enabled(previous)
 
     def unconditional_masked(self):
         return native_registry._unconditional_masked()

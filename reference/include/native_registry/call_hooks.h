@@ -6,7 +6,8 @@
 // For host runtimes (the Python binding, gil.cpp and trace_shortcut.cpp), and
 // tests; adopters registering C++ overrides need neither.
 //
-// Owns: the declarations of the two hooks (call_path.cpp holds them) and of
+// Owns: the declarations of the two hooks and the coverage switch
+// (call_path.cpp holds them) and of
 // the schema-removal epoch (op_watch.cpp). May not touch: any registry; a
 // hook is process-wide.
 
@@ -40,6 +41,16 @@ bool in_diverted_call();
 // would enter the runtime again at once): then it runs inside the scope.
 using HostScopeFn = void (*)(void (*choose)(void*), void* context);
 void set_host_scope(HostScopeFn fn);  // nullptr: conds enter the runtime themselves
+
+// ---- coverage checks ------------------------------------------------------------
+//
+// Whether routers ask their registry's coverage check (Registry::set_coverage_check)
+// at all: upstream main's switch for kernels compiled ahead of time
+// (`set_aot_enabled`). On unless the environment variable
+// TORCH_DISABLE_NATIVE_AOT is "1" when the library loads. Off, a covered call
+// routes through the conds as if no check were set.
+void set_coverage_checks_enabled(bool enabled);
+bool coverage_checks_enabled();
 
 // ---- ops leaving the dispatcher -------------------------------------------------
 //

@@ -271,6 +271,15 @@ class Registry {
 
   void set_empty_chain_policy(EmptyChainPolicy policy);
   EmptyChainPolicy empty_chain_policy() const;
+  // The coverage check every router of this registry asks first (see
+  // CoverageCheck); an empty function unsets it, and a router without one
+  // pays one atomic load per call. Takes effect at once for the routers in
+  // the dispatcher and for every router installed later; not part of a
+  // snapshot (a setting, like the policy). Process-wide, set_coverage_checks_enabled
+  // (call_hooks.h) turns every registry's check off.
+  void set_coverage_check(CoverageCheck check);
+  bool has_coverage_check() const;
+  CoverageCheck coverage_check() const;  // empty if none is set
   // Where warnings (a failed ordering function) and info lines go. The
   // default writes warnings to stderr.
   void set_log_sink(LogSink sink);

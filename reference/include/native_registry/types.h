@@ -38,6 +38,17 @@ using ImplFn = std::function<void(const c10::OperatorHandle& op,
 using TryInitializeRuntimeFn = std::function<bool()>;
 
 // One graph per (namespace, op symbol, dispatch key).
+struct GraphKey;
+
+// Whether a kernel compiled ahead of time into the op's own kernel serves
+// this call (upstream main's aot_manifest `covers`): a covered call declines
+// every node of the graph, unconditional ones too, and runs the kernel the
+// router replaced. Asked once per call, before any cond; an exception it
+// throws (std::exception and derived) counts as "not covered". `graph` is the
+// key of the router the call reached. See Registry::set_coverage_check.
+using CoverageCheck = std::function<bool(const GraphKey& graph, const c10::OperatorHandle& op,
+                                         c10::DispatchKeySet keys, const Stack& stack)>;
+
 struct GraphKey {
   std::string lib_symbol;    // "aten", or another allowlisted namespace
   std::string op_symbol;     // "mul.Tensor", "bmm": name with optional overload

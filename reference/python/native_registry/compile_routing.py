@@ -77,8 +77,25 @@ def _compile_cond(handle: _C.Node, overload: torch._ops.OpOverload) -> Callable[
     return predicate_cond
 
 
+def _covered(op_symbol: str, dispatch_key: str, overload: torch._ops.OpOverload,
+             args: tuple, kwargs: dict) -> bool:
+    """Whether the registry's coverage check (read now, at trace time) says a
+    kernel compiled into the op's own serves this call, as the eager router
+    asks it: once, before any cond; an exception counts as not covered."""
+    check = _C.coverage_check()
+    if check is None or not _C.coverage_checks_enabled():
+        return False
+    try:
+        if isinstance(check, _C.predicates.Predicate):
+            schema = overload._schema
+            return bool(check.evaluate_on_call(schema.name, schema.overload_name, args, kwargs))
+        return bool(check(op_symbol, dispatch_key, args, kwargs))
+    except Exception:
+        return False
+
+
 def _make_compile_router(chain: list[_C.Node], overload: torch._ops.OpOverload) -> Callable[..., Any]:
-    """First match wins, as in eager; a cond that raises counts as no match
+    """First match wins, as in eager, after the coverage check; a cond that raises counts as no match
     (some predicates are undefined on fake tensors); no match, or a call that
     would not reach the graph's dispatch key, returns NotImplemented so the
     default decomposition or lowering applies. The runtime is not initialised
@@ -88,10 +105,12 @@ def _make_compile_router(chain: list[_C.Node], overload: torch._ops.OpOverload) 
     install in both)."""
     entries = [(_compile_cond(handle, overload), getattr(torch.ops._native, handle.node_id).default)
                for handle in chain]
-    dispatch_key = chain[0].dispatch_key
+    op_symbol, dispatch_key = chain[0].op_symbol, chain[0].dispatch_key
 
     def compile_router(*args: Any, **kwargs: Any) -> Any:
         if not _reaches_key(dispatch_key, args, kwargs):
+            return NotImplemented
+        if _covered(op_symbol, dispatch_key, overload, args, kwargs):
             return NotImplemented
         for cond, native_op in entries:
             try:

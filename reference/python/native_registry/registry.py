@@ -53,6 +53,10 @@ __all__ = [
     "disallow_namespace",
     "allowed_namespaces",
     "compile_backend",
+    "set_coverage_check",
+    "coverage_check",
+    "set_aot_enabled",
+    "aot_enabled",
 ]
 
 # The names beyond __all__ that upstream's module has and this one carries
@@ -383,3 +387,35 @@ def set_empty_chain_policy(policy: str) -> None:
     every call, so disabling is safe while other threads call the op) or
     'remove' (upstream's behaviour: the router is taken out)."""
     _C.set_empty_chain_policy(policy)
+
+
+def set_coverage_check(check: Callable[..., bool] | None) -> None:
+    """Ask ``check(op_symbol, dispatch_key, args, kwargs)`` once per routed
+    call, before any cond (upstream main's ``aot_manifest.covers``): a call it
+    covers (a kernel compiled ahead of time into the op's own serves it)
+    declines every override, unconditional ones too, and runs the op's own
+    kernel. An exception it raises counts as not covered. A
+    ``predicates.Predicate`` works too, evaluated in C++ on the call. The
+    eager routers ask it from now on; the compile routers when they trace.
+    ``None`` unsets it; unset, a call pays nothing for it."""
+    _C.set_coverage_check(check)
+
+
+def coverage_check() -> Callable[..., bool] | None:
+    """The check :func:`set_coverage_check` set, or None."""
+    return _C.coverage_check()
+
+
+def set_aot_enabled(enabled: bool) -> bool:
+    """Switch coverage checks on or off for every registry of the process
+    (upstream main's switch; ``TORCH_DISABLE_NATIVE_AOT=1`` starts it off).
+    Off, a call routes through the conds as if no check were set. Returns
+    the previous setting, for the caller to restore."""
+    if not isinstance(enabled, bool):
+        raise TypeError(f"set_aot_enabled takes a bool, got {type(enabled).__name__}")
+    return _C.set_coverage_checks_enabled(enabled)
+
+
+def aot_enabled() -> bool:
+    """Whether coverage checks are asked (see :func:`set_aot_enabled`)."""
+    return _C.coverage_checks_enabled()

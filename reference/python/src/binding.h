@@ -199,6 +199,28 @@ struct PythonTryInitialize {
 
 std::shared_ptr<PyRef> hold(py::object fn);
 
+// A registry's coverage check from Python (see CoverageCheck): a Python
+// callable, called as fn(op_symbol, dispatch_key, args, kwargs) with the
+// call's arguments as a torch.library kernel receives them (upstream main's
+// aot_manifest.covers), or a C++ predicate, evaluated on the call's stack.
+struct PythonCoverageCheck {
+  std::shared_ptr<PyRef> fn;
+  std::shared_ptr<ArgumentPlans> plans = std::make_shared<ArgumentPlans>();
+  bool operator()(const GraphKey& graph, const c10::OperatorHandle& op, c10::DispatchKeySet,
+                  const Stack& stack) const;
+};
+struct PredicateCoverageCheck {
+  P::Predicate predicate;
+  bool operator()(const GraphKey&, const c10::OperatorHandle& op, c10::DispatchKeySet keys,
+                  const Stack& stack) const {
+    return predicate(op, keys, stack);
+  }
+};
+// None unsets; a Predicate or a callable sets; anything else is a TypeError.
+CoverageCheck coverage_check_from(const py::object& value);
+// The object a check was made from, or None.
+py::object coverage_check_object(const CoverageCheck& check);
+
 // The Python object behind a node's callable, or None (a C++ callable, or none).
 template <class Functor, class Fn>
 py::object python_object_of(const Fn& fn) {

@@ -5,6 +5,7 @@
 // write of a node's field.
 //
 // Owns: PythonCond, PythonImpl, PythonTryInitialize and what they return,
+// the coverage checks from Python,
 // python_callables and replaced_callables (which decide divert_when_tracing,
 // needs_host_scope and impl_in_host_scope for Python callables). May not touch: registry state
 // (the caller hands what these build to the core), or the GIL but through
@@ -107,6 +108,45 @@ bool PythonTryInitialize::operator()() const {
 }
 
 std::shared_ptr<PyRef> hold(py::object fn) { return std::make_shared<PyRef>(std::move(fn)); }
+
+namespace {
+
+// (args, kwargs) of a call, as the Python kernel of its op would receive
+// them: a Python callable that packs what call_with_arguments passes it.
+// Made once and never freed (it may be called up to interpreter exit).
+const py::handle& argument_packer() {
+  static const py::handle packer = py::cpp_function([](py::args args, py::kwargs kwargs) {
+                                     return py::make_tuple(std::move(args), std::move(kwargs));
+                                   }).release();
+  return packer;
+}
+
+}  // namespace
+
+bool PythonCoverageCheck::operator()(const GraphKey& graph, const c10::OperatorHandle& op,
+                                     c10::DispatchKeySet, const Stack& stack) const {
+  GilForPython gil;
+  py::object packed = call_with_arguments(*plans, argument_packer(), op, stack, nullptr);
+  auto pair = py::reinterpret_borrow<py::tuple>(packed);
+  return truthy(fn->get()(graph.op_symbol, graph.dispatch_key, pair[0], pair[1]));
+}
+
+CoverageCheck coverage_check_from(const py::object& value) {
+  if (value.is_none()) return {};
+  if (py::isinstance<P::Predicate>(value)) return PredicateCoverageCheck{value.cast<P::Predicate>()};
+  if (!PyCallable_Check(value.ptr())) {
+    throw py::type_error("a coverage check must be callable, a Predicate or None, got " +
+                         type_name(value));
+  }
+  return PythonCoverageCheck{hold(value)};
+}
+
+py::object coverage_check_object(const CoverageCheck& check) {
+  if (const auto* predicate = check.target<PredicateCoverageCheck>()) {
+    return py::cast(predicate->predicate);
+  }
+  return python_object_of<PythonCoverageCheck>(check);
+}
 
 py::object cond_object(const OverrideNode& node) {
   if (const auto* predicate = node.cond.target<P::Predicate>()) return py::cast(*predicate);

@@ -1,7 +1,8 @@
 // The registry's control plane for Python: registering nodes and writing
 // their callables, deregistering and re-enabling, reordering graphs,
 // installing routers, snapshot and restore, the allowed namespaces, the
-// empty-chain policy, the log sink and unconditional masks. Each entry
+// empty-chain policy, the coverage check, the log sink and unconditional
+// masks. Each entry
 // converts its arguments, releases the GIL and calls the core once (the GIL
 // rules are at gil.cpp's head); Python runs only in the ordering function
 // and the log sink, under the GIL the core's callback takes.
@@ -185,6 +186,22 @@ void bind_settings(py::module_& m) {
     const EmptyChainPolicy policy = without_gil([] { return registry().empty_chain_policy(); });
     return policy == EmptyChainPolicy::kRemoveRouter ? "remove" : "keep_dormant";
   });
+  // The registry's coverage check (see PythonCoverageCheck), and the
+  // process-wide switch of every registry's (upstream main's set_aot_enabled).
+  m.def("set_coverage_check", [](const py::object& check) {
+    CoverageCheck made = coverage_check_from(check);
+    without_gil([&] { registry().set_coverage_check(std::move(made)); });
+  });
+  m.def("coverage_check", [] {
+    const CoverageCheck check = without_gil([] { return registry().coverage_check(); });
+    return coverage_check_object(check);
+  });
+  m.def("set_coverage_checks_enabled", [](bool enabled) {
+    const bool previous = coverage_checks_enabled();
+    set_coverage_checks_enabled(enabled);
+    return previous;
+  });
+  m.def("coverage_checks_enabled", [] { return coverage_checks_enabled(); });
   // The core calls the sink with no lock held, also from a control scope's
   // destructor: the record reaches Python under_gil (at once on a thread
   // that holds the GIL, else by the calling operation's return). What the

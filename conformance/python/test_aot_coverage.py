@@ -1,0 +1,150 @@
+"""Upstream main's AOT pre-check (jkzhang7/pytorch@6be35214, registry.py's
+router `_dispatch`): before any cond, the router asks whether a kernel
+compiled ahead of time into the op's own kernel serves the call
+(`aot_manifest.covers`); a covered call runs the op's own kernel. The
+adapter sets the check for a scope (`coverage_check`, called as
+check(op_symbol, dispatch_key, args, kwargs)) and switches checks off
+(`aot_enabled`). Graphs are installed inside the scope: main resolves a
+graph's coverage when it installs it. Not in the seed file: `recommended`,
+feature `aot-coverage`."""
+
+from __future__ import annotations
+
+from unittest.mock import MagicMock
+
+import torch
+
+from conftest import behaviour, run_in_fresh_interpreter
+
+from fixtures.python.torch_fixtures import A, B, STOCK, mul
+from fixtures.python.torch_fixtures import MUL_CPU as KEY
+
+FILLED = torch.tensor([7.0, 7.0])
+
+
+def fill(*_args, **_kwargs):
+    return torch.full_like(A, 7.0)
+
+
+def forbidden():
+    return MagicMock(side_effect=AssertionError("must not run for a covered call"))
+
+
+class Recorder:
+    """A coverage check that answers `answer` (or raises it) and records
+    each question, in one log shared with the conds."""
+
+    def __init__(self, answer, log):
+        self.answer, self.log, self.questions = answer, log, []
+
+    def __call__(self, op_symbol, dispatch_key, args, kwargs):
+        self.questions.append((op_symbol, dispatch_key, args, kwargs))
+        self.log.append("check")
+        if isinstance(self.answer, BaseException):
+            raise self.answer
+        return self.answer
+
+
+def logging_cond(log, name, answer):
+    def cond(*_args, **_kwargs):
+        log.append(name)
+        return answer
+    return cond
+
+
+@behaviour("aot.covered-call-runs-the-op")
+def test_a_covered_call_runs_the_op_s_own_kernel_and_asks_no_cond(impl):
+    log = []
+    check = Recorder(True, log)
+    cond, body = MagicMock(return_value=True), forbidden()
+    with impl.coverage_check(check):
+        impl.register("aot_dsl", *KEY, cond, body)
+        impl.install(*KEY)
+        assert torch.equal(mul(), STOCK)
+    cond.assert_not_called()
+    body.assert_not_called()
+    assert len(check.questions) == 1
+    op_symbol, dispatch_key, args, kwargs = check.questions[0]
+    assert (op_symbol, dispatch_key) == ("mul.Tensor", "CPU")
+    assert len(args) == 2 and args[0] is A and args[1] is B and kwargs == {}
+
+
+@behaviour("aot.asked-once-before-the-conds")
+def test_the_check_is_asked_once_per_call_before_every_cond(impl):
+    log = []
+    check = Recorder(False, log)
+    with impl.coverage_check(check):
+        impl.register("first", *KEY, logging_cond(log, "first", False), forbidden())
+        impl.register("second", *KEY, logging_cond(log, "second", False), forbidden())
+        impl.register("third", *KEY, logging_cond(log, "third", True), fill)
+        impl.install(*KEY)
+        assert torch.equal(mul(), FILLED)
+        assert log == ["check", "first", "second", "third"]
+        log.clear()
+        assert torch.equal(mul(), FILLED)
+        assert log == ["check", "first", "second", "third"]
+
+
+@behaviour("aot.unconditional-overrides-included")
+def test_a_covered_call_declines_an_unconditional_override_too(impl):
+    body = forbidden()
+    with impl.coverage_check(Recorder(True, [])):
+        impl.register("aot_dsl", *KEY, None, body, unconditional_override=True)
+        impl.install(*KEY)
+        assert torch.equal(mul(), STOCK)
+    body.assert_not_called()
+
+
+@behaviour("aot.raising-check-means-not-covered")
+def test_a_check_that_raises_leaves_the_call_to_the_conds(impl):
+    log = []
+    check = Recorder(RuntimeError("the manifest cannot read these arguments"), log)
+    with impl.coverage_check(check):
+        impl.register("aot_dsl", *KEY, logging_cond(log, "cond", True), fill)
+        impl.install(*KEY)
+        assert torch.equal(mul(), FILLED)
+    assert log == ["check", "cond"]
+
+
+@behaviour("aot.switch-turns-checks-off")
+def test_switched_off_the_check_is_not_asked_and_the_conds_route(impl):
+    log = []
+    check = Recorder(True, log)
+    with impl.coverage_check(check):
+        impl.register("aot_dsl", *KEY, logging_cond(log, "cond", True), fill)
+        impl.install(*KEY)
+        with impl.aot_enabled(False):
+            assert torch.equal(mul(), FILLED)
+            assert log == ["cond"]
+        log.clear()
+        assert torch.equal(mul(), STOCK), "switched on again, the check answers"
+        assert log == ["check"]
+
+
+@behaviour("aot.switch-turns-checks-off")
+def test_torch_disable_native_aot_starts_with_checks_off(impl):
+    lines = run_in_fresh_interpreter(impl, """
+        from fixtures.python.torch_fixtures import MUL_CPU as KEY, mul
+        asked = []
+        def check(*question):
+            asked.append(question)
+            return True
+        with impl.scope(), impl.coverage_check(check):
+            impl.register("aot_dsl", *KEY, lambda *a, **k: True, lambda a, b: a + 100)
+            impl.install(*KEY)
+            print(mul().tolist(), len(asked))
+        """, env={"TORCH_DISABLE_NATIVE_AOT": "1"})
+    assert lines == ["[102.0, 103.0] 0"], lines
+
+
+@behaviour("aot.compile-router-asks-too")
+def test_the_compile_router_declines_a_covered_call(impl):
+    check = Recorder(True, [])
+    with impl.coverage_check(check):
+        impl.register("aot_dsl", *KEY, lambda *a, **k: True, fill)
+        impl.install(*KEY)
+        router = impl.decomp_table(overrides_only=True)[torch.ops.aten.mul.Tensor]
+        assert router(A, B) is NotImplemented
+        assert [q[:2] for q in check.questions] == [("mul.Tensor", "CPU")]
+        check.answer = False
+        assert torch.equal(router(A, B), FILLED), "not covered: the cond routes"

@@ -1,0 +1,142 @@
+// The coverage check (upstream main's AOT pre-check): asked once per call
+// before any cond, unconditional nodes included; a covered call runs the
+// captured kernel; an exception means "not covered"; the process-wide
+// switch; a check set or unset takes effect at once on installed routers
+// and on those installed later; the invariant that every router asks its
+// registry's check.
+
+#include "support.h"
+
+#include <native_registry/call_hooks.h>
+
+#include <stdexcept>
+
+namespace native_registry::testing {
+namespace {
+
+using CoverageCheckTest = RegistryTest;
+
+// Answers `answer`, appending "check" to `log` and the graph it was told to `graphs`.
+CoverageCheck recording_check(std::shared_ptr<std::vector<std::string>> log, bool answer,
+                              std::shared_ptr<std::vector<std::string>> graphs = nullptr) {
+  return [log, answer, graphs](const GraphKey& graph, const c10::OperatorHandle& op,
+                               c10::DispatchKeySet, const Stack& stack) {
+    log->push_back("check");
+    if (graphs) graphs->push_back(graph.to_string());
+    EXPECT_EQ(op.operator_name(), c10::OperatorName("aten::mul", "Tensor"));
+    EXPECT_EQ(stack.size(), 2u) << "the check sees the call's arguments";
+    return answer;
+  };
+}
+
+CondFn logging_cond(std::shared_ptr<std::vector<std::string>> log, std::string name,
+                    bool answer) {
+  return [log, name, answer](const c10::OperatorHandle&, c10::DispatchKeySet, const Stack&) {
+    log->push_back(name);
+    return answer;
+  };
+}
+
+// Restores the process-wide switch on every exit.
+class CoverageSwitch {
+ public:
+  explicit CoverageSwitch(bool enabled) : previous_(coverage_checks_enabled()) {
+    set_coverage_checks_enabled(enabled);
+  }
+  ~CoverageSwitch() { set_coverage_checks_enabled(previous_); }
+  CoverageSwitch(const CoverageSwitch&) = delete;
+  CoverageSwitch& operator=(const CoverageSwitch&) = delete;
+
+ private:
+  bool previous_;
+};
+
+TEST_F(CoverageCheckTest, ACoveredCallRunsTheCapturedKernelAndAsksNoCond) {
+  auto log = std::make_shared<std::vector<std::string>>();
+  auto graphs = std::make_shared<std::vector<std::string>>();
+  registry().set_coverage_check(recording_check(log, true, graphs));
+  register_override(mul_cpu(), logging_cond(log, "cond", true), forbidden_impl());
+  registry().install_graph(mul_cpu());
+  EXPECT_TRUE(same(call_mul(tensor({2, 3}), tensor({4, 5})), tensor({8, 15})));
+  EXPECT_EQ(*log, std::vector<std::string>({"check"}));
+  EXPECT_EQ(*graphs, std::vector<std::string>({mul_cpu().to_string()}));
+  registry().check_invariants();
+}
+
+TEST_F(CoverageCheckTest, AskedOncePerCallBeforeEveryCond) {
+  auto log = std::make_shared<std::vector<std::string>>();
+  registry().set_coverage_check(recording_check(log, false));
+  register_override(mul_cpu(), logging_cond(log, "first", false), forbidden_impl());
+  register_override(mul_cpu(), logging_cond(log, "second", true), fill_impl(7));
+  registry().install_graph(mul_cpu());
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({7})));
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({7})));
+  EXPECT_EQ(*log, std::vector<std::string>({"check", "first", "second", "check", "first", "second"}));
+}
+
+TEST_F(CoverageCheckTest, ACoveredCallDeclinesAnUnconditionalOverride) {
+  auto log = std::make_shared<std::vector<std::string>>();
+  OverrideOptions unconditional;
+  unconditional.unconditional_override = true;
+  register_override(mul_cpu(), nullptr, forbidden_impl(), unconditional);
+  registry().set_coverage_check(recording_check(log, true));
+  registry().install_graph(mul_cpu());
+  EXPECT_TRUE(same(call_mul(tensor({3}), tensor({5})), tensor({15})));
+}
+
+TEST_F(CoverageCheckTest, AnExceptionMeansNotCovered) {
+  auto log = std::make_shared<std::vector<std::string>>();
+  registry().set_coverage_check([](const GraphKey&, const c10::OperatorHandle&,
+                                   c10::DispatchKeySet, const Stack&) -> bool {
+    throw std::runtime_error("the manifest cannot read these arguments");
+  });
+  register_override(mul_cpu(), logging_cond(log, "cond", true), fill_impl(7));
+  registry().install_graph(mul_cpu());
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({7})));
+  EXPECT_EQ(*log, std::vector<std::string>({"cond"}));
+}
+
+TEST_F(CoverageCheckTest, SwitchedOffTheCheckIsNotAsked) {
+  auto log = std::make_shared<std::vector<std::string>>();
+  registry().set_coverage_check(recording_check(log, true));
+  register_override(mul_cpu(), logging_cond(log, "cond", true), fill_impl(7));
+  registry().install_graph(mul_cpu());
+  {
+    CoverageSwitch off(false);
+    EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({7})));
+  }
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({8})));
+  EXPECT_EQ(*log, std::vector<std::string>({"cond", "check"}));
+}
+
+TEST_F(CoverageCheckTest, SetAndUnsetTakeEffectOnInstalledRoutersAtOnce) {
+  auto log = std::make_shared<std::vector<std::string>>();
+  register_override(mul_cpu(), logging_cond(log, "cond", true), fill_impl(7));
+  registry().install_graph(mul_cpu());
+  EXPECT_FALSE(registry().has_coverage_check());
+  registry().set_coverage_check(recording_check(log, true));
+  EXPECT_TRUE(registry().has_coverage_check());
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({8})));
+  registry().check_invariants();
+  registry().set_coverage_check(nullptr);
+  EXPECT_FALSE(registry().has_coverage_check());
+  EXPECT_FALSE(static_cast<bool>(registry().coverage_check()));
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({7})));
+  EXPECT_EQ(*log, std::vector<std::string>({"check", "cond"}));
+  registry().check_invariants();
+}
+
+TEST_F(CoverageCheckTest, ARouterInstalledAfterwardsAsksTheCheckAndARestoreKeepsIt) {
+  auto log = std::make_shared<std::vector<std::string>>();
+  const Snapshot before = registry().snapshot();
+  registry().set_coverage_check(recording_check(log, true));
+  register_override(mul_cpu(), logging_cond(log, "cond", true), forbidden_impl());
+  registry().install_graph(mul_cpu(), InstallMode::kReinstall);
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({8})));
+  registry().restore(before);  // a setting, not state: the check stays
+  EXPECT_TRUE(registry().has_coverage_check());
+  registry().check_invariants();
+}
+
+}  // namespace
+}  // namespace native_registry::testing
