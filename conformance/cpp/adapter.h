@@ -158,6 +158,12 @@ class RegistryAdapter {
     (void)check;
     throw std::logic_error(name() + " lacks feature aot-coverage");
   }
+  // Feature impl-error-fallback: while the scope lives, a chosen impl's error
+  // is the call's ("raise") or runs the op's own kernel ("fallback").
+  virtual std::unique_ptr<Scope> impl_error_policy(const std::string& policy) {
+    (void)policy;
+    throw std::logic_error(name() + " lacks feature impl-error-fallback");
+  }
   // Feature aot-coverage: coverage checks switched on or off while the scope lives.
   virtual std::unique_ptr<Scope> aot_enabled(bool enabled) {
     (void)enabled;

@@ -136,6 +136,20 @@ class ReferenceAdapter final : public RegistryAdapter {
     return std::make_unique<Covering>(registry_, std::move(check));
   }
 
+  std::unique_ptr<Scope> impl_error_policy(const std::string& policy) override {
+    struct Policy final : Scope {
+      Policy(nr::Registry& r, nr::ImplErrorPolicy chosen) : registry(r), previous(r.impl_error_policy()) {
+        registry.set_impl_error_policy(chosen);
+      }
+      ~Policy() override { registry.set_impl_error_policy(previous); }
+      nr::Registry& registry;
+      nr::ImplErrorPolicy previous;
+    };
+    if (policy != "raise" && policy != "fallback") throw InvalidArgument("impl error policy " + policy);
+    return std::make_unique<Policy>(
+        registry_, policy == "fallback" ? nr::ImplErrorPolicy::kFallback : nr::ImplErrorPolicy::kRaise);
+  }
+
   std::unique_ptr<Scope> aot_enabled(bool enabled) override {
     struct Switched final : Scope {
       explicit Switched(bool enabled) : previous(nr::coverage_checks_enabled()) {

@@ -44,6 +44,8 @@ FEATURES = frozenset({
                                        # (dtype_in(*dtypes), ...), taken as a cond by register
     "aot-coverage",                    # coverage_check(fn), aot_enabled(flag): upstream main's
                                        # AOT pre-check (aot_manifest.covers) and its switch
+    "impl-error-fallback",             # impl_error_policy("raise" | "fallback"): an impl's error
+                                       # runs the op's own kernel (beyond upstream)
 })
 
 
@@ -97,6 +99,8 @@ class Adapter(Protocol):
         check(op_symbol, dispatch_key, args, kwargs) before any cond."""
     def aot_enabled(self, enabled: bool) -> AbstractContextManager[None]:
         """Feature aot-coverage: coverage checks switched on or off inside."""
+    def impl_error_policy(self, policy: str) -> AbstractContextManager[None]:
+        """Feature impl-error-fallback: "raise" or "fallback" inside."""
 
 
 def load(spec: str | None = None) -> Adapter:

@@ -1,6 +1,6 @@
 // A call's path through a router, and nothing else: the trace shortcut and
 // its re-entrancy flag, the copy-on-write check, the coverage check and its
-// switch, the choice among the
+// switch, the impl error policy's fallback, the choice among the
 // chain's nodes (in the host's scope when a node needs it), the decline to
 // the captured kernel, and the boxed and typed kernels that enter it. Reads
 // the router's shared state; never writes it, never takes a lock.
@@ -10,6 +10,10 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
 #include <optional>
 #include <string_view>
 
@@ -23,6 +27,8 @@ bool coverage_checks_enabled_by_default() {
   return disabled == nullptr || std::string_view(disabled) != "1";
 }
 std::atomic<bool> g_coverage_checks_enabled{coverage_checks_enabled_by_default()};
+std::atomic<MustPropagateFn> g_must_propagate{nullptr};
+std::atomic<FallbackNoticeFn> g_fallback_notice{nullptr};
 std::atomic<HostScopeFn> g_host_scope{nullptr};
 thread_local bool t_in_diverted_call = false;
 
@@ -60,6 +66,12 @@ void set_coverage_checks_enabled(bool enabled) {
 
 bool coverage_checks_enabled() { return g_coverage_checks_enabled.load(std::memory_order_relaxed); }
 
+void set_must_propagate(MustPropagateFn fn) { g_must_propagate.store(fn, std::memory_order_release); }
+
+void set_fallback_notice(FallbackNoticeFn fn) {
+  g_fallback_notice.store(fn, std::memory_order_release);
+}
+
 namespace detail {
 namespace {
 
@@ -79,21 +91,87 @@ inline void check_op_still_there(const Router::Shared& shared) {
   if (C10_UNLIKELY(shared.watch->gone.load(std::memory_order_acquire))) raise_op_gone(shared);
 }
 
+// Whether an error of user code that the router would absorb must reach the
+// caller all the same (set_must_propagate).
+bool must_propagate(const std::exception& error) {
+  MustPropagateFn fn = g_must_propagate.load(std::memory_order_acquire);
+  return fn != nullptr && fn(error);
+}
+
 // Whether the registry's coverage check says a kernel compiled into the op's
 // own serves this call. Its exceptions count as "not covered" (upstream's
-// covers() degrades them likewise); a forced unwind is no std::exception and
-// goes through.
+// covers() degrades them likewise), but for those that must propagate; a
+// forced unwind is no std::exception and goes through.
 C10_NOINLINE bool covered(const Router::Shared& shared, const CoverageCheck& check,
                           const c10::OperatorHandle& op, c10::DispatchKeySet keys,
                           const Stack& stack) {
   bool answer = false;
   try {
     answer = check(shared.key, op, keys, stack);
-  } catch (const std::exception&) {
+  } catch (const std::exception& error) {
+    if (must_propagate(error)) throw;
     answer = false;
   }
   check_op_still_there(shared);  // the check is user code too
   return answer;
+}
+
+// Reports, once per node for the life of the process, that its impl's error
+// made a call fall back (set_fallback_notice). The error path only: the set
+// and its lock are never touched by a call whose impl returns.
+void notice_fallback_once(const OverrideNode& node, const c10::OperatorHandle& op,
+                          const std::exception& error) {
+  static std::mutex* noticed_mutex = new std::mutex;  // never freed: used up to exit
+  static auto* noticed = new std::set<std::string>;
+  {
+    std::lock_guard<std::mutex> lock(*noticed_mutex);
+    if (!noticed->insert(node.node_id).second) return;
+  }
+  if (FallbackNoticeFn notice = g_fallback_notice.load(std::memory_order_acquire)) {
+    notice(node, op, error);
+    return;
+  }
+  TORCH_WARN("native_registry: the impl of override ", node.node_id, " (dsl ", node.dsl_name,
+             ") of ", op.operator_name(), " raised: ", error.what(),
+             "; the call ran the op's own kernel instead (impl error policy 'fallback'); "
+             "later errors of this override fall back without a warning");
+}
+
+// The impl of `node` under ImplErrorPolicy::kFallback: the call's arguments
+// are copied first, and an error puts them back where they were and returns
+// false, for the caller to run the fallback on them.
+C10_NOINLINE bool run_impl_falling_back(const OverrideNode& node, const c10::OperatorHandle& op,
+                                        c10::DispatchKeySet keys, Stack* stack) {
+  const size_t count = op.schema().arguments().size();
+  TORCH_INTERNAL_ASSERT(stack->size() >= count, "a call of ", op.operator_name(), " with ",
+                        stack->size(), " values on its stack, expected ", count);
+  const size_t base = stack->size() - count;
+  const std::vector<c10::IValue> arguments(stack->begin() + static_cast<std::ptrdiff_t>(base),
+                                           stack->end());
+  try {
+    node.run_impl(op, keys, stack);
+    return true;
+  } catch (const std::exception& error) {
+    if (must_propagate(error) || stack->size() < base) throw;
+    stack->erase(stack->begin() + static_cast<std::ptrdiff_t>(base), stack->end());
+    stack->insert(stack->end(), arguments.begin(), arguments.end());
+    notice_fallback_once(node, op, error);
+    return false;
+  }
+}
+
+// Runs the chosen node's impl; false when its error made the call decline
+// instead (ImplErrorPolicy::kFallback, for an op whose schema writes no
+// argument): the caller then runs the fallback.
+inline bool run_chosen_impl(const Router::Shared& shared, const OverrideNode& node,
+                            const c10::OperatorHandle& op, c10::DispatchKeySet keys,
+                            Stack* stack) {
+  if (C10_LIKELY(shared.impl_errors.load(std::memory_order_relaxed) == ImplErrorPolicy::kRaise) ||
+      !shared.schema_writes_nothing) {
+    node.run_impl(op, keys, stack);
+    return true;
+  }
+  return run_impl_falling_back(node, op, keys, stack);
 }
 
 Choice choose(const Router::Shared& shared, const Chain& chain, const c10::OperatorHandle& op,
@@ -147,8 +225,14 @@ Choice choose_in_scope(const Router::Shared& shared, const Chain& chain,
         auto* c = static_cast<Context*>(raw);
         c->choice = choose(c->shared, c->chain, c->op, c->keys, *c->stack);
         if (c->choice.node != nullptr && c->choice.node->options.impl_in_host_scope) {
-          c->choice.node->run_impl(c->op, c->keys, c->stack);
-          c->choice.done = true;
+          if (run_chosen_impl(c->shared, *c->choice.node, c->op, c->keys, c->stack)) {
+            c->choice.done = true;
+          } else {
+            // Its error fell back: the fallback runs outside the scope, on
+            // the op as the call started (the impl may have removed it).
+            check_op_still_there(c->shared);
+            c->choice.node = nullptr;
+          }
         }
       },
       &context);
@@ -184,9 +268,9 @@ void route(const Router::Shared& shared, const c10::OperatorHandle& op,
     return;
   }
   if (choice.node != nullptr) {
-    choice.node->run_impl(op, keys, stack);
-    check_op_still_there(shared);  // as above
-    return;
+    const bool ran = run_chosen_impl(shared, *choice.node, op, keys, stack);
+    check_op_still_there(shared);  // as above; and a fallback must not run the old op's kernel
+    if (ran) return;
   }
   if (!shared.fallback) {
     if (shared.fallthrough) {

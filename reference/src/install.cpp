@@ -118,13 +118,23 @@ void Registry::set_coverage_check(CoverageCheck check) {
 
 bool Registry::has_coverage_check() const {
   std::lock_guard<std::mutex> lock(impl_->mutex_);
-  return impl_->routers_.coverage() != nullptr;
+  return impl_->routers_.settings().coverage != nullptr;
 }
 
 CoverageCheck Registry::coverage_check() const {
   std::lock_guard<std::mutex> lock(impl_->mutex_);
-  const auto& coverage = impl_->routers_.coverage();
+  const auto& coverage = impl_->routers_.settings().coverage;
   return coverage ? *coverage : CoverageCheck{};
+}
+
+void Registry::set_impl_error_policy(ImplErrorPolicy policy) {
+  std::lock_guard<std::mutex> lock(impl_->mutex_);
+  impl_->routers_.set_impl_error_policy(policy);
+}
+
+ImplErrorPolicy Registry::impl_error_policy() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex_);
+  return impl_->routers_.settings().impl_errors;
 }
 
 EmptyChainPolicy Registry::empty_chain_policy() const {

@@ -64,7 +64,7 @@ C10_NOINLINE bool computed_kernel_is_fallthrough(const c10::OperatorHandle& op,
 
 Router::Shared::Shared(const GraphKey& graph_key, const c10::OperatorHandle& handle)
     : key(graph_key), op(handle), dispatch_key(graph_key.parsed_dispatch_key),
-      watch(watch_op(handle)) {
+      watch(watch_op(handle)), schema_writes_nothing(!handle.schema().is_mutable()) {
   if (computed_kernel_is_fallthrough(op, dispatch_key)) {
     fallthrough = true;
   } else if (op.hasComputedKernelForDispatchKey(dispatch_key)) {
@@ -83,11 +83,11 @@ std::shared_ptr<Router::Shared> make_shared_state(const GraphKey& key,
 }  // namespace
 
 Router::Router(const GraphKey& key, const c10::OperatorHandle& op, const Graph& chain,
-               const std::shared_ptr<const CoverageCheck>& coverage)
+               const RouterSettings& settings)
     : shared_(make_shared_state(key, op)),
       id_(g_next_router_id.fetch_add(1)) {
   publish(chain);
-  set_coverage(coverage);
+  apply(settings);
   const c10::DispatchKey dispatch_key = key.parsed_dispatch_key;
   const c10::OperatorName& name = op.operator_name();
   const auto separator = name.name.find("::");
@@ -120,12 +120,18 @@ void Router::publish(const Graph& nodes) {
   shared_->chain.store(slot.get(), std::memory_order_release);
 }
 
-void Router::set_coverage(const std::shared_ptr<const CoverageCheck>& coverage) {
+void Router::apply(const RouterSettings& settings) {
+  const std::shared_ptr<const CoverageCheck>& coverage = settings.coverage;
   if (coverage && std::find(shared_->coverages.begin(), shared_->coverages.end(), coverage) ==
                       shared_->coverages.end()) {
     shared_->coverages.push_back(coverage);
   }
   shared_->coverage.store(coverage.get(), std::memory_order_release);
+  shared_->impl_errors.store(settings.impl_errors, std::memory_order_relaxed);
+}
+
+ImplErrorPolicy Router::impl_error_policy() const {
+  return shared_->impl_errors.load(std::memory_order_relaxed);
 }
 
 const CoverageCheck* Router::coverage() const {

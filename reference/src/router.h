@@ -21,6 +21,9 @@
 //  * The coverage check, when set, is asked once per call before any cond;
 //    a check is swapped like a chain (one release store, every check ever
 //    set kept alive in Shared).
+//  * Under ImplErrorPolicy::kFallback a call whose impl threw runs the
+//    fallback with the arguments it came in with, only where the op's
+//    schema (as the router was installed for it) writes no argument.
 //  * publish() and destruction are called under the registry's lock; the
 //    call path takes no lock and allocates nothing of its own.
 //  * Where the op's C++ signature is one of a few common ones (see
@@ -50,6 +53,12 @@
 
 namespace native_registry::detail {
 
+// What a registry sets for all its routers at once (RouterTable).
+struct RouterSettings {
+  std::shared_ptr<const CoverageCheck> coverage;  // null: none
+  ImplErrorPolicy impl_errors = ImplErrorPolicy::kRaise;
+};
+
 struct Chain {
   Graph nodes;
   bool divert_when_tracing = false;  // any node opted into the trace shortcut
@@ -62,16 +71,17 @@ class Router {
   // the router there, routing through `chain` after asking `coverage` (if
   // set).
   Router(const GraphKey& key, const c10::OperatorHandle& op, const Graph& chain,
-         const std::shared_ptr<const CoverageCheck>& coverage);
+         const RouterSettings& settings);
   ~Router();  // removes the router's kernel from the dispatcher
   Router(const Router&) = delete;
   Router& operator=(const Router&) = delete;
 
   void publish(const Graph& chain);
-  // The coverage check calls ask from now on (null: none). Like a chain, every
+  // The settings calls follow from now on. Like a chain, every coverage
   // check ever set stays alive as long as Shared does.
-  void set_coverage(const std::shared_ptr<const CoverageCheck>& coverage);
+  void apply(const RouterSettings& settings);
   const CoverageCheck* coverage() const;
+  ImplErrorPolicy impl_error_policy() const;
   Graph published() const;
   // Whether the op's schema has left the dispatcher since the router was
   // installed (see Shared::watch in router.cpp); such a router must be

@@ -47,6 +47,11 @@ struct Router::Shared {
   // The registry's coverage check (null: none), and every one ever set here,
   // kept as the chains are.
   std::atomic<const CoverageCheck*> coverage{nullptr};
+  std::atomic<ImplErrorPolicy> impl_errors{ImplErrorPolicy::kRaise};
+  // The op's schema writes none of its arguments (no in-place, no out=):
+  // only then may an impl's error fall back (see ImplErrorPolicy). Read at
+  // install; a schema that changes since marks the router's op gone.
+  bool schema_writes_nothing = false;
   std::vector<std::shared_ptr<const CoverageCheck>> coverages;
   // Holds on this object: one for all its shared_ptr owners together (the
   // Router, the kernel functor, the registry's deferred releases; see

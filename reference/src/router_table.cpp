@@ -42,16 +42,21 @@ void RouterTable::publish_in_place(const GraphKey& key, const Graph& chain) {
 void RouterTable::install(const GraphKey& key, const c10::OperatorHandle& op, const Graph& chain,
                           Released& released) {
   remove(key, released);
-  routers_[key] = std::make_unique<Router>(key, op, chain, coverage_);
+  routers_[key] = std::make_unique<Router>(key, op, chain, settings_);
 }
 
 void RouterTable::set_coverage(std::shared_ptr<const CoverageCheck> coverage,
                                Released& released) {
-  for (auto& entry : routers_) entry.second->set_coverage(coverage);
   // The routers hold the old check for calls still inside them; the table's
   // own hold goes with what the operation retired.
-  if (coverage_) released.push_back(std::move(coverage_));
-  coverage_ = std::move(coverage);
+  if (settings_.coverage) released.push_back(std::move(settings_.coverage));
+  settings_.coverage = std::move(coverage);
+  for (auto& entry : routers_) entry.second->apply(settings_);
+}
+
+void RouterTable::set_impl_error_policy(ImplErrorPolicy policy) {
+  settings_.impl_errors = policy;
+  for (auto& entry : routers_) entry.second->apply(settings_);
 }
 
 void RouterTable::remove(const GraphKey& key, Released& released) {
@@ -77,8 +82,9 @@ void RouterTable::check(uint64_t registry_serial) const {
   for (const auto& [key, router] : routers_) {
     admitted(key);
     if (!installed_.count(key)) fail("router of " + key.to_string() + " for a graph never installed");
-    if (router->coverage() != coverage_.get()) {
-      fail("router of " + key.to_string() + " asks a coverage check other than the registry's");
+    if (router->coverage() != settings_.coverage.get() ||
+        router->impl_error_policy() != settings_.impl_errors) {
+      fail("router of " + key.to_string() + " follows settings other than the registry's");
     }
     // The published chain may lag the graph (registration and a reorder
     // without reinstall publish nothing), but it holds only this key's nodes

@@ -3,13 +3,14 @@
 // RouterTable: the routers a registry has in the dispatcher, by graph key;
 // the keys install_graph has taken charge of ("installed": a filter change
 // or a reorder republishes these); the empty-chain policy, which decides
-// what an installed graph whose chain empties keeps; and the coverage check
-// its routers ask.
+// what an installed graph whose chain empties keeps; and the settings its
+// routers follow (the coverage check, the impl error policy).
 //
 // Invariants (check() throws std::logic_error naming the first one broken):
 //  * every key it holds was admitted (its dispatch key parsed once);
 //  * a router exists only for an installed key;
-//  * every router asks the table's coverage check (or none, as the table);
+//  * every router follows the table's settings (its coverage check, or
+//    none, and its impl error policy);
 //  * a router's published chain holds only nodes of its key and of this
 //    registry. (Each of them has its `_native` op active: an invariant
 //    across this table and the NativeOpTable, which Registry::check_invariants checks.)
@@ -62,9 +63,10 @@ class RouterTable {
   const std::set<GraphKey>& installed() const { return installed_; }
   void set_installed(std::set<GraphKey> keys) { installed_ = std::move(keys); }
 
-  // The coverage check every router asks, those in place at once.
-  const std::shared_ptr<const CoverageCheck>& coverage() const { return coverage_; }
+  // The settings every router follows, those in place at once.
+  const RouterSettings& settings() const { return settings_; }
   void set_coverage(std::shared_ptr<const CoverageCheck> coverage, Released& released);
+  void set_impl_error_policy(ImplErrorPolicy policy);
 
   EmptyChainPolicy empty_chain_policy() const { return policy_; }
   void set_empty_chain_policy(EmptyChainPolicy policy) { policy_ = policy; }
@@ -75,7 +77,7 @@ class RouterTable {
   std::map<GraphKey, std::unique_ptr<Router>> routers_;
   std::set<GraphKey> installed_;
   EmptyChainPolicy policy_ = EmptyChainPolicy::kKeepDormantRouter;
-  std::shared_ptr<const CoverageCheck> coverage_;  // null: none
+  RouterSettings settings_;
 };
 
 }  // namespace native_registry::detail

@@ -22,7 +22,7 @@ class ReferenceAdapter(UpstreamShapedAdapter):
         "namespaces", "runtime-init", "unconditional-survives-disable", "unconditional-hatch",
         "dynamo-shortcut", "native-op-meta", "concurrent-control-plane", "reentrant-control-plane",
         "variants", "resolve-overload", "declared-overrides", "native-predicates",
-        "aot-coverage",
+        "aot-coverage", "impl-error-fallback",
     })
 
     def __init__(self) -> None:
@@ -85,6 +85,15 @@ class ReferenceAdapter(UpstreamShapedAdapter):
             yield
         finally:
             registry.set_coverage_check(previous)
+
+    @contextlib.contextmanager
+    def impl_error_policy(self, policy):
+        previous = registry.impl_error_policy()
+        registry.set_impl_error_policy(policy)
+        try:
+            yield
+        finally:
+            registry.set_impl_error_policy(previous)
 
     @contextlib.contextmanager
     def aot_enabled(self, enabled):

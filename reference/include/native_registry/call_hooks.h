@@ -6,12 +6,15 @@
 // For host runtimes (the Python binding, gil.cpp and trace_shortcut.cpp), and
 // tests; adopters registering C++ overrides need neither.
 //
-// Owns: the declarations of the two hooks and the coverage switch
+// Owns: the declarations of the call path's hooks and the coverage switch
 // (call_path.cpp holds them) and of
 // the schema-removal epoch (op_watch.cpp). May not touch: any registry; a
 // hook is process-wide.
 
+#include <native_registry/types.h>
+
 #include <cstdint>
+#include <exception>
 
 namespace native_registry {
 
@@ -51,6 +54,25 @@ void set_host_scope(HostScopeFn fn);  // nullptr: conds enter the runtime themse
 // routes through the conds as if no check were set.
 void set_coverage_checks_enabled(bool enabled);
 bool coverage_checks_enabled();
+
+// ---- errors a router absorbs, and those it must not -----------------------------
+//
+// Where a router absorbs an error of user code (an impl's under
+// ImplErrorPolicy::kFallback, a coverage check's), it first asks this hook
+// whether the error must reach the caller anyway; the Python binding says so
+// for KeyboardInterrupt and SystemExit. nullptr: any std::exception may be
+// absorbed. A forced unwind is no std::exception and is never absorbed.
+using MustPropagateFn = bool (*)(const std::exception& error);
+void set_must_propagate(MustPropagateFn fn);
+
+// Called on the calling thread, the first time (per node, for the life of the
+// process) a router runs the op's own kernel because the node's impl threw
+// under ImplErrorPolicy::kFallback; the binding turns it into a Python
+// RuntimeWarning. nullptr: a c10 warning (TORCH_WARN). What it throws is the
+// call's error.
+using FallbackNoticeFn = void (*)(const OverrideNode& node, const c10::OperatorHandle& op,
+                                  const std::exception& error);
+void set_fallback_notice(FallbackNoticeFn fn);
 
 // ---- ops leaving the dispatcher -------------------------------------------------
 //

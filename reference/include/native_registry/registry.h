@@ -280,6 +280,11 @@ class Registry {
   void set_coverage_check(CoverageCheck check);
   bool has_coverage_check() const;
   CoverageCheck coverage_check() const;  // empty if none is set
+  // What this registry's routers do when a chosen impl throws (see
+  // ImplErrorPolicy); at once for the routers in place and for those
+  // installed later; a setting, not part of a snapshot.
+  void set_impl_error_policy(ImplErrorPolicy policy);
+  ImplErrorPolicy impl_error_policy() const;
   // Where warnings (a failed ordering function) and info lines go. The
   // default writes warnings to stderr.
   void set_log_sink(LogSink sink);

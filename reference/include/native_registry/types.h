@@ -159,6 +159,20 @@ enum class EmptyChainPolicy {
   kRemoveRouter,
 };
 
+// What a router does when the impl it chose throws (Registry::set_impl_error_policy).
+enum class ImplErrorPolicy {
+  // The error is the call's, as upstream has it. The default.
+  kRaise,
+  // The call runs the kernel the router replaced instead, with the call's
+  // arguments as they came in, and the first such error of each node is
+  // reported (set_fallback_notice in call_hooks.h). Only for ops whose schema
+  // writes no argument: an impl that failed halfway through an in-place or
+  // out= op may have written some of its output, which no fallback can undo,
+  // so those still raise. An error a host marks as one that must propagate
+  // (set_must_propagate: Python's KeyboardInterrupt, SystemExit) always does.
+  kFallback,
+};
+
 enum class LogLevel { kInfo, kWarning };
 using LogSink = std::function<void(LogLevel, const std::string&)>;
 // Takes what a control-plane operation retired (nodes, graphs, router

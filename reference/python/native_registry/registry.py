@@ -57,6 +57,8 @@ __all__ = [
     "coverage_check",
     "set_aot_enabled",
     "aot_enabled",
+    "set_impl_error_policy",
+    "impl_error_policy",
 ]
 
 # The names beyond __all__ that upstream's module has and this one carries
@@ -419,3 +421,23 @@ def set_aot_enabled(enabled: bool) -> bool:
 def aot_enabled() -> bool:
     """Whether coverage checks are asked (see :func:`set_aot_enabled`)."""
     return _C.coverage_checks_enabled()
+
+
+def set_impl_error_policy(policy: str) -> None:
+    """What a router does when the impl it chose raises: ``"raise"`` (the
+    default, upstream's behaviour: the error is the call's) or
+    ``"fallback"``: the call runs the op's own kernel with its arguments as
+    they came in, and the first such error of each override is reported as a
+    ``RuntimeWarning`` naming the override, the op and the error. Only for
+    ops whose schema writes no argument: an in-place or out= impl that failed
+    halfway may have written part of its output, which no fallback can undo,
+    so those still raise; ``KeyboardInterrupt`` and ``SystemExit`` always
+    propagate. Eager calls only: a compiled or exported program calls the
+    override's ``_native`` op, which raises as the impl does."""
+    _C.set_impl_error_policy(policy)
+
+
+def impl_error_policy() -> str:
+    """``"raise"`` or ``"fallback"`` (see :func:`set_impl_error_policy`)."""
+    return _C.impl_error_policy()
+

@@ -162,6 +162,11 @@ auto without_gil(Work&& work) -> decltype(work()) {
   if constexpr (!std::is_void_v<Result>) return std::move(*result);
 }
 
+// Tells the core's routers which Python errors they must never absorb
+// (KeyboardInterrupt, SystemExit) and makes an impl error's fallback a
+// RuntimeWarning (callables.cpp).
+void install_error_hooks();
+
 // Makes the core's routers make their choice inside the host scope (with_gil).
 void install_host_scope();
 

@@ -141,6 +141,36 @@ CoverageCheck coverage_check_from(const py::object& value) {
   return PythonCoverageCheck{hold(value)};
 }
 
+namespace {
+
+// A Python error the core must let through where it would absorb one.
+bool python_error_must_propagate(const std::exception& error) {
+  const auto* python = dynamic_cast<const py::error_already_set*>(&error);
+  if (python == nullptr) return false;
+  GilForPython gil;
+  return python->matches(PyExc_KeyboardInterrupt) || python->matches(PyExc_SystemExit);
+}
+
+// The first fallback of a node's impl error, as a RuntimeWarning; a warnings
+// filter that turns it into an error makes that the call's error.
+void warn_of_fallback(const OverrideNode& node, const c10::OperatorHandle& op,
+                      const std::exception& error) {
+  GilForPython gil;
+  const std::string message =
+      "native_registry: the impl of override " + node.node_id + " (dsl '" + node.dsl_name +
+      "') of " + c10::toString(op.operator_name()) + " raised " + error.what() +
+      "; the call ran the op's own kernel instead (impl error policy 'fallback'); later "
+      "errors of this override fall back without a warning";
+  if (PyErr_WarnEx(PyExc_RuntimeWarning, message.c_str(), 1) < 0) throw py::error_already_set();
+}
+
+}  // namespace
+
+void install_error_hooks() {
+  set_must_propagate(&python_error_must_propagate);
+  set_fallback_notice(&warn_of_fallback);
+}
+
 py::object coverage_check_object(const CoverageCheck& check) {
   if (const auto* predicate = check.target<PredicateCoverageCheck>()) {
     return py::cast(predicate->predicate);

@@ -36,6 +36,7 @@ PYBIND11_MODULE(_C, m) {
   native_registry::watch_schema_removals();  // retires the argument plans (argument_plan.h)
   nrp::install_host_scope();
   nrp::install_release_sink();
+  nrp::install_error_hooks();
   nrp::bind_trace_shortcut(m);
 
   nrp::bind_predicates(m);

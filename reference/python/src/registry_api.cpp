@@ -202,6 +202,18 @@ void bind_settings(py::module_& m) {
     return previous;
   });
   m.def("coverage_checks_enabled", [] { return coverage_checks_enabled(); });
+  m.def("set_impl_error_policy", [](const std::string& policy) {
+    if (policy != "raise" && policy != "fallback") {
+      throw py::value_error("impl error policy must be 'raise' or 'fallback', got '" + policy + "'");
+    }
+    const ImplErrorPolicy chosen =
+        policy == "fallback" ? ImplErrorPolicy::kFallback : ImplErrorPolicy::kRaise;
+    without_gil([&] { registry().set_impl_error_policy(chosen); });
+  });
+  m.def("impl_error_policy", [] {
+    const ImplErrorPolicy policy = without_gil([] { return registry().impl_error_policy(); });
+    return policy == ImplErrorPolicy::kFallback ? "fallback" : "raise";
+  });
   // The core calls the sink with no lock held, also from a control scope's
   // destructor: the record reaches Python under_gil (at once on a thread
   // that holds the GIL, else by the calling operation's return). What the

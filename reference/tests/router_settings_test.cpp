@@ -1,14 +1,18 @@
-// The coverage check (upstream main's AOT pre-check): asked once per call
-// before any cond, unconditional nodes included; a covered call runs the
-// captured kernel; an exception means "not covered"; the process-wide
-// switch; a check set or unset takes effect at once on installed routers
-// and on those installed later; the invariant that every router asks its
-// registry's check.
+// The settings a registry gives all its routers. The coverage check
+// (upstream main's AOT pre-check): asked once per call before any cond,
+// unconditional nodes included; a covered call runs the captured kernel; an
+// exception means "not covered"; the process-wide switch; set or unset at
+// once on installed routers and on those installed later. The impl error
+// policy: "fallback" runs the captured kernel on an impl's error, with the
+// notice once per node and the errors a host marks as propagating let
+// through, never for an op that writes its arguments. And the invariant that
+// every router follows its registry's settings.
 
 #include "support.h"
 
 #include <native_registry/call_hooks.h>
 
+#include <atomic>
 #include <stdexcept>
 
 namespace native_registry::testing {
@@ -136,6 +140,73 @@ TEST_F(CoverageCheckTest, ARouterInstalledAfterwardsAsksTheCheckAndARestoreKeeps
   registry().restore(before);  // a setting, not state: the check stays
   EXPECT_TRUE(registry().has_coverage_check());
   registry().check_invariants();
+}
+
+// ---- the impl error policy --------------------------------------------------------
+
+using ImplErrorPolicyTest = RegistryTest;
+
+ImplFn throwing_impl(std::shared_ptr<std::atomic<int>> calls) {
+  return [calls](const c10::OperatorHandle&, c10::DispatchKeySet, Stack*) {
+    ++*calls;
+    throw std::runtime_error("no driver");
+  };
+}
+
+// Counts the notices the hook receives, and which node each names.
+std::vector<std::string>& notices() {
+  static std::vector<std::string> seen;
+  return seen;
+}
+
+TEST_F(ImplErrorPolicyTest, TheDefaultRaisesAndFallbackRunsTheCapturedKernel) {
+  auto calls = std::make_shared<std::atomic<int>>(0);
+  EXPECT_EQ(registry().impl_error_policy(), ImplErrorPolicy::kRaise);
+  register_override(mul_cpu(), constant_cond(true), throwing_impl(calls));
+  registry().install_graph(mul_cpu());
+  EXPECT_THROW(call_mul(tensor({2}), tensor({4})), std::runtime_error);
+  registry().set_impl_error_policy(ImplErrorPolicy::kFallback);
+  registry().check_invariants();
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({8})));
+  EXPECT_EQ(calls->load(), 2);
+  registry().set_impl_error_policy(ImplErrorPolicy::kRaise);
+  EXPECT_THROW(call_mul(tensor({2}), tensor({4})), std::runtime_error);
+}
+
+TEST_F(ImplErrorPolicyTest, TheNoticeComesOncePerNodeAndMustPropagateErrorsAreNeverAbsorbed) {
+  auto calls = std::make_shared<std::atomic<int>>(0);
+  const NodePtr node = register_override(mul_cpu(), constant_cond(true), throwing_impl(calls));
+  registry().set_impl_error_policy(ImplErrorPolicy::kFallback);
+  registry().install_graph(mul_cpu());
+  notices().clear();
+  set_fallback_notice([](const OverrideNode& n, const c10::OperatorHandle&, const std::exception& e) {
+    notices().push_back(n.node_id + ": " + e.what());
+  });
+  set_must_propagate([](const std::exception& e) { return std::string(e.what()) == "interrupt"; });
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({8})));
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({8})));
+  EXPECT_EQ(notices(), std::vector<std::string>({node->node_id + ": no driver"}));
+  OverrideOptions none;
+  register_override(mul_cpu(), constant_cond(true),
+                    [](const c10::OperatorHandle&, c10::DispatchKeySet, Stack*) {
+                      throw std::runtime_error("interrupt");
+                    }, none, "interrupting_dsl");
+  registry().reorder_graphs([](const std::string&, const std::string&, const Graph& graph) {
+    return Graph(graph.rbegin(), graph.rend());
+  }, /*reregister=*/true);
+  EXPECT_THROW(call_mul(tensor({2}), tensor({4})), std::runtime_error);
+  set_fallback_notice(nullptr);
+  set_must_propagate(nullptr);
+}
+
+TEST_F(ImplErrorPolicyTest, AnOpThatWritesItsArgumentsStillRaises) {
+  auto calls = std::make_shared<std::atomic<int>>(0);
+  const GraphKey inplace{"aten", "mul_.Tensor", "CPU"};
+  register_override(inplace, constant_cond(true), throwing_impl(calls));
+  registry().set_impl_error_policy(ImplErrorPolicy::kFallback);
+  registry().install_graph(inplace);
+  at::Tensor target = tensor({2});
+  EXPECT_THROW(target.mul_(tensor({4})), std::runtime_error);
 }
 
 }  // namespace

@@ -1,8 +1,10 @@
-"""The coverage check from Python (upstream main's AOT pre-check; the
-behaviours are the catalogue's aot.*): what the binding adds to the core's:
-the check handed back as given, a Predicate as a check in eager and in the
-compile router, refused input changing nothing, the check's own errors and
-the arguments it is handed."""
+"""The settings a registry gives its routers, from Python: what the binding
+adds to the core's. The coverage check (upstream main's AOT pre-check; the
+catalogue's aot.*): handed back as given, a Predicate as a check in eager and
+in the compile router, refused input changing nothing, the check's own errors
+and the arguments it is handed. The impl error policy (degrade.*): refused
+values, a warnings filter that turns the notice into the call's error, and
+the policy's reset."""
 
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ def covering(reg):
     yield reg
     reg.set_coverage_check(None)
     reg.set_aot_enabled(True)
+    reg.set_impl_error_policy("raise")
 
 
 def test_the_check_is_handed_back_as_given_and_none_unsets_it(covering):
@@ -134,3 +137,46 @@ def test_a_check_set_while_other_threads_call_is_safe(covering):
     for t in threads:
         t.join()
     assert bad == []
+
+
+# ---- the impl error policy ------------------------------------------------------------
+
+
+def broken(*_args, **_kwargs):
+    raise ZeroDivisionError("no driver")
+
+
+@pytest.mark.parametrize("bad", ["Fallback", "", "ignore"])
+def test_an_unknown_policy_is_refused_naming_it_and_changes_nothing(covering, bad):
+    reg = covering
+    reg.set_impl_error_policy("fallback")
+    with pytest.raises(ValueError, match=repr(bad).strip('"')):
+        reg.set_impl_error_policy(bad)
+    assert reg.impl_error_policy() == "fallback"
+
+
+def test_a_warnings_filter_that_raises_makes_the_notice_the_call_s_error(covering):
+    import warnings
+    reg = covering
+    reg.register_op_override("flaky", *KEY, lambda *a, **k: True, broken)
+    reg.register_all_overrides()
+    reg.set_impl_error_policy("fallback")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        with pytest.raises(RuntimeWarning, match="no driver"):
+            torch.ops.aten.mul.Tensor(A, B)
+    # Announced once: the next fallback is silent and returns the op's result.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        assert torch.equal(torch.ops.aten.mul.Tensor(A, B), STOCK)
+
+
+def test_a_fallback_from_a_predicate_chosen_python_impl_runs_the_op(covering):
+    reg = covering
+    reg.register_op_override("flaky", *KEY, P.dtype_in(torch.float32), broken)
+    reg.register_all_overrides()
+    reg.set_impl_error_policy("fallback")
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert torch.equal(torch.ops.aten.mul.Tensor(A, B), STOCK)

@@ -1,0 +1,54 @@
+// Safe degradation through the adapter (feature impl-error-fallback; beyond
+// upstream): under the policy "fallback" an impl's error runs the op's own
+// kernel on the call's arguments as they came in, also when the impl took
+// them off the stack first; an op whose schema writes an argument still raises.
+
+#include "suite.h"
+
+#include <ATen/ops/mul.h>
+
+#include <stdexcept>
+
+namespace conformance {
+namespace {
+
+using namespace native_registry::fixtures;
+
+// Takes the call's arguments off the stack, then throws: what a boxed impl
+// that fails halfway leaves behind.
+ImplFn popping_then_throwing() {
+  return [](const c10::OperatorHandle& op, c10::DispatchKeySet, Stack* stack) {
+    torch::jit::drop(*stack, op.schema().arguments().size());
+    throw std::runtime_error("no driver");
+  };
+}
+
+TEST_P(Conformance, UnderFallbackAnImplErrorRunsTheOpOnTheCallsArguments) {
+  BEHAVIOUR("degrade.fallback-runs-the-op");
+  REQUIRE_FEATURE("impl-error-fallback");
+  add(mul_key(), constant_cond(true), popping_then_throwing());
+  adapter().install(mul_key());
+  EXPECT_THROW(call_mul(tensor({2, 3}), tensor({4, 5})), std::exception) << "the default raises";
+  {
+    auto fallback = adapter().impl_error_policy("fallback");
+    EXPECT_TRUE(same(call_mul(tensor({2, 3}), tensor({4, 5})), tensor({8, 15})));
+    EXPECT_TRUE(same(call_mul(tensor({3}), tensor({3})), tensor({9})));
+  }
+  EXPECT_THROW(call_mul(tensor({2}), tensor({4})), std::exception) << "the policy is back to raise";
+}
+
+TEST_P(Conformance, AnInPlaceOpsImplErrorStillRaisesUnderFallback) {
+  BEHAVIOUR("degrade.writing-ops-still-raise");
+  REQUIRE_FEATURE("impl-error-fallback");
+  const Key inplace{"aten", "mul_.Tensor", "CPU"};
+  add(inplace, constant_cond(true), [](const c10::OperatorHandle&, c10::DispatchKeySet, Stack*) {
+    throw std::runtime_error("half written");
+  });
+  adapter().install(inplace);
+  auto fallback = adapter().impl_error_policy("fallback");
+  at::Tensor target = tensor({2, 3});
+  EXPECT_THROW(target.mul_(tensor({4, 5})), std::exception);
+}
+
+}  // namespace
+}  // namespace conformance
