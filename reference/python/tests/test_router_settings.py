@@ -115,6 +115,20 @@ def test_a_check_that_raises_is_not_covered_and_the_error_goes_nowhere(covering)
     assert torch.equal(torch.ones(2) + 1, torch.full((2,), 2.0)), "no error is left pending"
 
 
+@pytest.mark.parametrize("error", [KeyboardInterrupt, SystemExit])
+def test_an_interrupt_or_exit_raised_by_the_check_propagates(covering, error):
+    reg = covering
+
+    def check(*question):
+        raise error()
+
+    reg.register_op_override("cov", *KEY, lambda *a, **k: True, seven)
+    reg.register_all_overrides()
+    reg.set_coverage_check(check)
+    with pytest.raises(error):
+        torch.ops.aten.mul.Tensor(A, B)
+
+
 def test_a_check_set_while_other_threads_call_is_safe(covering):
     import threading
     reg = covering
