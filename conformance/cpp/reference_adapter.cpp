@@ -20,6 +20,13 @@ nr::Filter to_reference(const Filter& filter) {
   return {filter.dsl_names, filter.op_symbols, filter.dispatch_keys};
 }
 
+// A setting put back when the scope dies (coverage_check, impl_error_policy, aot_enabled).
+struct Undo final : Scope {
+  explicit Undo(std::function<void()> put_back) : undo(std::move(put_back)) {}
+  ~Undo() override { undo(); }
+  std::function<void()> undo;
+};
+
 class ReferenceAdapter final : public RegistryAdapter {
  public:
   ReferenceAdapter() {
@@ -121,44 +128,29 @@ class ReferenceAdapter final : public RegistryAdapter {
   }
 
   std::unique_ptr<Scope> coverage_check(CoverageCheckFn check) override {
-    struct Covering final : Scope {
-      Covering(nr::Registry& r, CoverageCheckFn check) : registry(r), previous(r.coverage_check()) {
-        registry.set_coverage_check([check = std::move(check)](
-                                        const nr::GraphKey& graph, const c10::OperatorHandle& op,
-                                        c10::DispatchKeySet keys, const Stack& stack) {
-          return check(Key{graph.lib_symbol, graph.op_symbol, graph.dispatch_key}, op, keys, stack);
-        });
-      }
-      ~Covering() override { registry.set_coverage_check(std::move(previous)); }
-      nr::Registry& registry;
-      nr::CoverageCheck previous;
-    };
-    return std::make_unique<Covering>(registry_, std::move(check));
+    auto undo = [this, previous = registry_.coverage_check()] { registry_.set_coverage_check(previous); };
+    registry_.set_coverage_check([check = std::move(check)](
+                                     const nr::GraphKey& graph, const c10::OperatorHandle& op,
+                                     c10::DispatchKeySet keys, const Stack& stack) {
+      return check(Key{graph.lib_symbol, graph.op_symbol, graph.dispatch_key}, op, keys, stack);
+    });
+    return std::make_unique<Undo>(std::move(undo));
   }
 
   std::unique_ptr<Scope> impl_error_policy(const std::string& policy) override {
-    struct Policy final : Scope {
-      Policy(nr::Registry& r, nr::ImplErrorPolicy chosen) : registry(r), previous(r.impl_error_policy()) {
-        registry.set_impl_error_policy(chosen);
-      }
-      ~Policy() override { registry.set_impl_error_policy(previous); }
-      nr::Registry& registry;
-      nr::ImplErrorPolicy previous;
-    };
     if (policy != "raise" && policy != "fallback") throw InvalidArgument("impl error policy " + policy);
-    return std::make_unique<Policy>(
-        registry_, policy == "fallback" ? nr::ImplErrorPolicy::kFallback : nr::ImplErrorPolicy::kRaise);
+    auto undo = [this, previous = registry_.impl_error_policy()] {
+      registry_.set_impl_error_policy(previous);
+    };
+    registry_.set_impl_error_policy(policy == "fallback" ? nr::ImplErrorPolicy::kFallback
+                                                         : nr::ImplErrorPolicy::kRaise);
+    return std::make_unique<Undo>(std::move(undo));
   }
 
   std::unique_ptr<Scope> aot_enabled(bool enabled) override {
-    struct Switched final : Scope {
-      explicit Switched(bool enabled) : previous(nr::coverage_checks_enabled()) {
-        nr::set_coverage_checks_enabled(enabled);
-      }
-      ~Switched() override { nr::set_coverage_checks_enabled(previous); }
-      bool previous;
-    };
-    return std::make_unique<Switched>(enabled);
+    auto undo = [previous = nr::coverage_checks_enabled()] { nr::set_coverage_checks_enabled(previous); };
+    nr::set_coverage_checks_enabled(enabled);
+    return std::make_unique<Undo>(std::move(undo));
   }
 
   std::optional<c10::OperatorHandle> native_op(const NodeInfo& node) override {

@@ -11,11 +11,11 @@
 #include <atomic>
 #include <cstdlib>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
-#include <vector>
-#include <optional>
 #include <string_view>
+#include <vector>
 
 namespace native_registry {
 namespace {
@@ -105,12 +105,11 @@ bool must_propagate(const std::exception& error) {
 C10_NOINLINE bool covered(const Router::Shared& shared, const CoverageCheck& check,
                           const c10::OperatorHandle& op, c10::DispatchKeySet keys,
                           const Stack& stack) {
-  bool answer = false;
+  bool answer = false;  // also when the check throws
   try {
     answer = check(shared.key, op, keys, stack);
   } catch (const std::exception& error) {
     if (must_propagate(error)) throw;
-    answer = false;
   }
   check_op_still_there(shared);  // the check is user code too
   return answer;
@@ -243,7 +242,7 @@ Choice choose_in_scope(const Router::Shared& shared, const Chain& chain,
 // `shared`; the Router that owns the registration may publish new chains
 // into it meanwhile.
 C10_NOINLINE void raise_op_gone(const Router::Shared& shared) {
-  TORCH_CHECK(false, "the native_registry router at ", shared.dispatch_key, " of ",
+  TORCH_CHECK(false, "the native_registry router at ", shared.dispatch_key(), " of ",
               shared.watch->name,
               " was installed for an op that has since left the dispatcher (its library "
               "destroyed, the op perhaps defined again; before this call or by code this call "
@@ -275,12 +274,12 @@ void route(const Router::Shared& shared, const c10::OperatorHandle& op,
   if (!shared.fallback) {
     if (shared.fallthrough) {
       op.redispatchBoxed(
-          keys & c10::DispatchKeySet(c10::DispatchKeySet::FULL_AFTER, shared.dispatch_key), stack);
+          keys & c10::DispatchKeySet(c10::DispatchKeySet::FULL_AFTER, shared.dispatch_key()), stack);
       return;
     }
     TORCH_CHECK_NOT_IMPLEMENTED(false, "no override took this call of ",
                                 op.operator_name(), " and the op had no kernel at ",
-                                shared.dispatch_key, " before the router");
+                                shared.dispatch_key(), " before the router");
   }
   // Straight to the captured kernel, not through the dispatcher's entry:
   // this is what keeps autograd formulas that call this op from coming

@@ -63,12 +63,12 @@ C10_NOINLINE bool computed_kernel_is_fallthrough(const c10::OperatorHandle& op,
 }  // namespace
 
 Router::Shared::Shared(const GraphKey& graph_key, const c10::OperatorHandle& handle)
-    : key(graph_key), op(handle), dispatch_key(graph_key.parsed_dispatch_key),
-      watch(watch_op(handle)), schema_writes_nothing(!handle.schema().is_mutable()) {
-  if (computed_kernel_is_fallthrough(op, dispatch_key)) {
+    : key(graph_key), op(handle), watch(watch_op(handle)),
+      schema_writes_nothing(!handle.schema().is_mutable()) {
+  if (computed_kernel_is_fallthrough(op, dispatch_key())) {
     fallthrough = true;
-  } else if (op.hasComputedKernelForDispatchKey(dispatch_key)) {
-    fallback.emplace(op.getComputedKernelForDispatchKey(dispatch_key));
+  } else if (op.hasComputedKernelForDispatchKey(dispatch_key())) {
+    fallback.emplace(op.getComputedKernelForDispatchKey(dispatch_key()));
   }
 }
 

@@ -68,8 +68,7 @@ struct Chain {
 class Router {
  public:
   // Captures the kernel live at `key`'s dispatch key of `op`, then installs
-  // the router there, routing through `chain` after asking `coverage` (if
-  // set).
+  // the router there, routing through `chain` as `settings` say.
   Router(const GraphKey& key, const c10::OperatorHandle& op, const Graph& chain,
          const RouterSettings& settings);
   ~Router();  // removes the router's kernel from the dispatcher

@@ -25,7 +25,7 @@ struct Router::Shared {
 
   GraphKey key;  // the graph the router was installed for; what a coverage check is told
   c10::OperatorHandle op;
-  c10::DispatchKey dispatch_key;
+  c10::DispatchKey dispatch_key() const { return key.parsed_dispatch_key; }
   // Marked when the op's schema leaves the dispatcher. The router's kernel
   // keeps the op's entry (so `op` stays valid) but not its schema: an op
   // defined again under the name reaches this router at keys where it has

@@ -3,7 +3,25 @@ torch._native.registry of the installed PyTorch."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
 import torch
+
+
+@contextlib.contextmanager
+def setting_for_the_scope(read: Callable[[], Any], write: Callable[[Any], Any],
+                          value: Any) -> Iterator[None]:
+    """`value` written for the scope; what `read` gave before is written
+    back on leaving it, also by an exception (the adapters' coverage_check,
+    aot_enabled and impl_error_policy)."""
+    previous = read()
+    write(value)
+    try:
+        yield
+    finally:
+        write(previous)
 
 
 class UpstreamShapedAdapter:

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
-
 import torch
 
 import native_registry
 import native_registry.registry as registry
 
-from . import UpstreamShapedAdapter
+from . import UpstreamShapedAdapter, setting_for_the_scope
 
 
 class ReferenceAdapter(UpstreamShapedAdapter):
@@ -77,31 +75,15 @@ class ReferenceAdapter(UpstreamShapedAdapter):
     def allowed_namespaces(self):
         return registry.allowed_namespaces()
 
-    @contextlib.contextmanager
     def coverage_check(self, check):
-        previous = registry.coverage_check()
-        registry.set_coverage_check(check)
-        try:
-            yield
-        finally:
-            registry.set_coverage_check(previous)
+        return setting_for_the_scope(registry.coverage_check, registry.set_coverage_check, check)
 
-    @contextlib.contextmanager
     def impl_error_policy(self, policy):
-        previous = registry.impl_error_policy()
-        registry.set_impl_error_policy(policy)
-        try:
-            yield
-        finally:
-            registry.set_impl_error_policy(previous)
+        return setting_for_the_scope(registry.impl_error_policy, registry.set_impl_error_policy,
+                                     policy)
 
-    @contextlib.contextmanager
     def aot_enabled(self, enabled):
-        previous = registry.set_aot_enabled(enabled)
-        try:
-            yield
-        finally:
-            registry.set_aot_enabled(previous)
+        return setting_for_the_scope(registry.aot_enabled, registry.set_aot_enabled, enabled)
 
     def unconditional_masked(self):
         return native_registry._unconditional_masked()

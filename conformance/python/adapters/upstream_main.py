@@ -26,6 +26,7 @@ import types
 
 import torch
 
+from . import setting_for_the_scope
 from .upstream import UpstreamAdapter
 
 ENV_VAR = "NATIVE_REGISTRY_UPSTREAM_MAIN"
@@ -132,22 +133,13 @@ class UpstreamMainAdapter(UpstreamAdapter):
 
         return masked
 
-    @contextlib.contextmanager
     def coverage_check(self, check):
-        previous, _COVERAGE["check"] = _COVERAGE["check"], check
-        try:
-            yield
-        finally:
-            _COVERAGE["check"] = previous
+        return setting_for_the_scope(lambda: _COVERAGE["check"],
+                                     lambda value: _COVERAGE.update(check=value), check)
 
-    @contextlib.contextmanager
     def aot_enabled(self, enabled):
-        previous = torch._C._get_native_aot_enabled()
-        torch._C._set_native_aot_enabled(enabled)
-        try:
-            yield
-        finally:
-            torch._C._set_native_aot_enabled(previous)
+        return setting_for_the_scope(torch._C._get_native_aot_enabled,
+                                     torch._C._set_native_aot_enabled, enabled)
 
     def variants_module(self):
         """main's torch/_native/variants.py, where it lies beside the registry

@@ -440,4 +440,3 @@ def set_impl_error_policy(policy: str) -> None:
 def impl_error_policy() -> str:
     """``"raise"`` or ``"fallback"`` (see :func:`set_impl_error_policy`)."""
     return _C.impl_error_policy()
-
