@@ -95,6 +95,24 @@ struct NodeInfo {
   bool active = true;
 };
 
+// Feature explain: what a call would do, told node by node (the reference's
+// Registry::explain). Verdicts: "disabled", "masked", "accepted", "declined",
+// "raised", "runtime check", "not reached", "native op" (and "not
+// published"); kernel kinds: "impl", "fallback", "fallthrough", "no kernel",
+// "no router", "raises".
+struct ExplainedNodeInfo {
+  std::string node_id, dsl_name, verdict, detail;
+};
+struct ExplainInfo {
+  std::string dispatch_key;  // of the graph explained
+  std::string coverage;      // what the coverage check answered, in words
+  std::vector<ExplainedNodeInfo> nodes;
+  std::string kernel;          // its kind
+  std::string kernel_node_id;  // for "impl"
+  std::string kernel_detail;
+  std::string table;  // the readable form
+};
+
 // Undoes something when destroyed (a scope, a mask).
 struct Scope {
   virtual ~Scope() = default;
@@ -163,6 +181,15 @@ class RegistryAdapter {
   virtual std::unique_ptr<Scope> impl_error_policy(const std::string& policy) {
     (void)policy;
     throw std::logic_error(name() + " lacks feature impl-error-fallback");
+  }
+  // Feature explain: what a call of `op` on `stack` (its boxed arguments)
+  // would do; `dispatch_key` empty: the key the call reaches first that has
+  // a graph. Runs no impl, asks no runtime check. Bad input (no graph at
+  // the key, an unknown `_native` node) throws InvalidArgument.
+  virtual ExplainInfo explain(const c10::OperatorHandle& op, const Stack& stack,
+                              const std::string& dispatch_key) {
+    (void)op, (void)stack, (void)dispatch_key;
+    throw std::logic_error(name() + " lacks feature explain");
   }
   // Feature aot-coverage: coverage checks switched on or off while the scope lives.
   virtual std::unique_ptr<Scope> aot_enabled(bool enabled) {

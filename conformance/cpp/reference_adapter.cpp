@@ -153,6 +153,24 @@ class ReferenceAdapter final : public RegistryAdapter {
     return std::make_unique<Undo>(std::move(undo));
   }
 
+  ExplainInfo explain(const c10::OperatorHandle& op, const Stack& stack,
+                      const std::string& dispatch_key) override {
+    ExplainInfo out;
+    translated([&] {
+      const nr::Explanation e = registry_.explain(op, stack, dispatch_key);
+      out.dispatch_key = e.graph.dispatch_key;
+      out.coverage = e.coverage;
+      for (const nr::ExplainedNode& node : e.nodes) {
+        out.nodes.push_back({node.node_id, node.dsl_name, nr::to_string(node.verdict), node.detail});
+      }
+      out.kernel = nr::to_string(e.kernel);
+      out.kernel_node_id = e.kernel_node_id;
+      out.kernel_detail = e.kernel_detail;
+      out.table = e.to_string();
+    });
+    return out;
+  }
+
   std::optional<c10::OperatorHandle> native_op(const NodeInfo& node) override {
     // Held while the adapter lives, as a recorded program holds the op: the
     // reference undefines a retired op nothing holds.

@@ -44,6 +44,8 @@ FEATURES = frozenset({
                                        # (dtype_in(*dtypes), ...), taken as a cond by register
     "aot-coverage",                    # coverage_check(fn), aot_enabled(flag): upstream main's
                                        # AOT pre-check (aot_manifest.covers) and its switch
+    "explain",                         # explain(op, *args, dispatch_key=None, **kwargs): each
+                                       # node's verdict for a call and the kernel it would run
     "impl-error-fallback",             # impl_error_policy("raise" | "fallback"): an impl's error
                                        # runs the op's own kernel (beyond upstream)
 })
@@ -99,6 +101,12 @@ class Adapter(Protocol):
         check(op_symbol, dispatch_key, args, kwargs) before any cond."""
     def aot_enabled(self, enabled: bool) -> AbstractContextManager[None]:
         """Feature aot-coverage: coverage checks switched on or off inside."""
+    def explain(self, op: Any, *args: Any, dispatch_key: str | None = None, **kwargs: Any) -> Any:
+        """Feature explain: for the graph the call of op(*args, **kwargs) would
+        reach (dispatch_key None: its highest key with a graph), an object with
+        dispatch_key, coverage (str), nodes (each with node_id, dsl_name,
+        verdict, detail) and kernel (kind, node_id, detail); runs no impl and
+        no runtime check. Verdicts and kernel kinds as the C++ adapter's."""
     def impl_error_policy(self, policy: str) -> AbstractContextManager[None]:
         """Feature impl-error-fallback: "raise" or "fallback" inside."""
 

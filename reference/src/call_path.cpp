@@ -91,26 +91,34 @@ inline void check_op_still_there(const Router::Shared& shared) {
   if (C10_UNLIKELY(shared.watch->gone.load(std::memory_order_acquire))) raise_op_gone(shared);
 }
 
-// Whether an error of user code that the router would absorb must reach the
-// caller all the same (set_must_propagate).
+}  // namespace
+
 bool must_propagate(const std::exception& error) {
   MustPropagateFn fn = g_must_propagate.load(std::memory_order_acquire);
   return fn != nullptr && fn(error);
 }
 
+bool ask_coverage_check(const CoverageCheck& check, const GraphKey& graph,
+                        const c10::OperatorHandle& op, c10::DispatchKeySet keys,
+                        const Stack& stack, std::string* error) {
+  bool answer = false;  // also when the check throws
+  try {
+    answer = check(graph, op, keys, stack);
+  } catch (const std::exception& e) {
+    if (must_propagate(e)) throw;
+    if (error != nullptr) *error = e.what();
+  }
+  return answer;
+}
+
+namespace {
+
 // Whether the registry's coverage check says a kernel compiled into the op's
-// own serves this call. Its exceptions count as "not covered" (upstream's
-// covers() degrades them likewise), but for those that must propagate; a
-// forced unwind is no std::exception and goes through.
+// own serves this call (see ask_coverage_check).
 C10_NOINLINE bool covered(const Router::Shared& shared, const CoverageCheck& check,
                           const c10::OperatorHandle& op, c10::DispatchKeySet keys,
                           const Stack& stack) {
-  bool answer = false;  // also when the check throws
-  try {
-    answer = check(shared.key, op, keys, stack);
-  } catch (const std::exception& error) {
-    if (must_propagate(error)) throw;
-  }
+  const bool answer = ask_coverage_check(check, shared.key, op, keys, stack, nullptr);
   check_op_still_there(shared);  // the check is user code too
   return answer;
 }

@@ -8,9 +8,9 @@
 
 namespace native_registry::detail {
 
-bool FilterEntries::names(const OverrideNode& node) const {
-  return dsl_names.count(node.dsl_name) || op_symbols.count(node.key.op_symbol) ||
-         dispatch_keys.count(node.key.dispatch_key);
+FilterEntries::Naming FilterEntries::naming(const OverrideNode& node) const {
+  return {dsl_names.count(node.dsl_name) > 0, op_symbols.count(node.key.op_symbol) > 0,
+          dispatch_keys.count(node.key.dispatch_key) > 0};
 }
 
 Filter FilterEntries::as_filter() const {

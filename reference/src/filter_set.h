@@ -25,7 +25,13 @@ namespace native_registry::detail {
 // The disabled entries.
 struct FilterEntries {
   std::set<std::string> dsl_names, op_symbols, dispatch_keys;
-  bool names(const OverrideNode& node) const;
+  // Which kinds of entry name a node (Registry::explain reports them).
+  struct Naming {
+    bool dsl_name = false, op_symbol = false, dispatch_key = false;
+    bool any() const { return dsl_name || op_symbol || dispatch_key; }
+  };
+  Naming naming(const OverrideNode& node) const;
+  bool names(const OverrideNode& node) const { return naming(node).any(); }
   Filter as_filter() const;  // sorted, as Registry::filters() gives it
 };
 

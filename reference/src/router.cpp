@@ -140,6 +140,10 @@ const CoverageCheck* Router::coverage() const {
 
 bool Router::op_gone() const { return shared_->watch->gone.load(std::memory_order_acquire); }
 
+bool Router::has_fallback() const { return shared_->fallback.has_value(); }
+
+bool Router::falls_through() const { return shared_->fallthrough; }
+
 Graph Router::published() const {
   return shared_->chain.load(std::memory_order_acquire)->nodes;
 }

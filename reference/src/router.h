@@ -86,6 +86,10 @@ class Router {
   // installed (see Shared::watch in router.cpp); such a router must be
   // rebuilt, not published into.
   bool op_gone() const;
+  // What a call no node takes runs (Registry::explain says): the captured
+  // kernel, else the next key's (a fallthrough), else neither (it raises).
+  bool has_fallback() const;
+  bool falls_through() const;
   // Unique for the life of the process: tells a router from one that
   // replaced it at the same key, even at the same address.
   uint64_t id() const { return id_; }

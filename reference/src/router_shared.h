@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 namespace native_registry::detail {
@@ -78,6 +79,19 @@ class CallHold {
  private:
   const Router::Shared* shared_;
 };
+
+// Whether an error of user code that the router would absorb must reach the
+// caller all the same (set_must_propagate).
+bool must_propagate(const std::exception& error);
+
+// Asks a coverage check about a call, as the call path does and as
+// Registry::explain reports it: its exceptions count as "not covered"
+// (upstream's covers() degrades them likewise), but for those that must
+// propagate; a forced unwind is no std::exception and goes through. `error`,
+// when given, receives the message of an exception it absorbed.
+bool ask_coverage_check(const CoverageCheck& check, const GraphKey& graph,
+                        const c10::OperatorHandle& op, c10::DispatchKeySet keys,
+                        const Stack& stack, std::string* error);
 
 // The kernel to install for `shared`'s op: a typed one where the op's
 // signature is one of the common ones and `typed` allows it, else the boxed one.

@@ -20,7 +20,7 @@ class ReferenceAdapter(UpstreamShapedAdapter):
         "namespaces", "runtime-init", "unconditional-survives-disable", "unconditional-hatch",
         "dynamo-shortcut", "native-op-meta", "concurrent-control-plane", "reentrant-control-plane",
         "variants", "resolve-overload", "declared-overrides", "native-predicates",
-        "aot-coverage", "impl-error-fallback",
+        "aot-coverage", "explain", "impl-error-fallback",
     })
 
     def __init__(self) -> None:
@@ -84,6 +84,9 @@ class ReferenceAdapter(UpstreamShapedAdapter):
 
     def aot_enabled(self, enabled):
         return setting_for_the_scope(registry.aot_enabled, registry.set_aot_enabled, enabled)
+
+    def explain(self, op, *args, dispatch_key=None, **kwargs):
+        return registry.explain(op, *args, dispatch_key=dispatch_key, **kwargs)
 
     def unconditional_masked(self):
         return native_registry._unconditional_masked()

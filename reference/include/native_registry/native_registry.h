@@ -6,5 +6,6 @@
 
 #include <native_registry/call_hooks.h>
 #include <native_registry/errors.h>
+#include <native_registry/explain.h>
 #include <native_registry/registry.h>
 #include <native_registry/types.h>

@@ -60,6 +60,7 @@
 // replace_graph, erase_graph, router_id, check_invariants and dump_state.
 
 #include <native_registry/errors.h>
+#include <native_registry/explain.h>
 #include <native_registry/types.h>
 
 #include <map>
@@ -266,6 +267,28 @@ class Registry {
   std::map<std::string, std::vector<GraphKey>> graphs_by_dsl_name() const;
   std::map<std::string, std::vector<GraphKey>> graphs_by_op_symbol() const;
   std::map<std::string, std::vector<GraphKey>> graphs_by_dispatch_key() const;
+
+  // ---- explaining a call --------------------------------------------------
+
+  // What this registry would do with a call of `op` on `stack` (its boxed
+  // arguments, as a router receives them): the graph the call reaches, each
+  // node in routing order with what decided it, and the kernel that would
+  // run (see Explanation). `dispatch_key` empty: the highest-priority key of
+  // the call's dispatch key set (computed from the arguments as the
+  // dispatcher does, this thread's included and excluded keys applied) at
+  // which the op has a graph here. Asks the coverage check and the conds
+  // the call would ask, with the same code; runs no impl and asks no
+  // runtime check. A `_native::<node_id>` op: its node, whose impl a call
+  // runs directly. Throws InvalidArgumentError, changing nothing, when no
+  // graph of the op is at `dispatch_key` (or at any key of the call), or
+  // when no node of this registry has the `_native` op's node_id; a cond's
+  // error that must propagate (set_must_propagate) propagates.
+  Explanation explain(const c10::OperatorHandle& op, const Stack& stack,
+                      const std::string& dispatch_key = "") const;
+  // The same for the op named "ns::name" or "ns::name.overload";
+  // OperatorNotFoundError, naming it, when the dispatcher has no such op.
+  Explanation explain(const std::string& op_name, const Stack& stack,
+                      const std::string& dispatch_key = "") const;
 
   // ---- settings ----------------------------------------------------------
 

@@ -13,6 +13,7 @@ import torch  # noqa: F401  (LibTorch must be loaded before the extension)
 
 from . import predicates, registry
 from ._version import __version__  # noqa: F401  (written by Meson)
+from .explain import Explanation, explain  # noqa: F401
 from .registry import (  # noqa: F401
     Snapshot,
     UserOrderingFn,

@@ -34,6 +34,7 @@ from .compile_routing import (
     drop_stale_compile_routers,
     native_decomp_table,
 )
+from .explain import explain
 from .nodes import (  # noqa: F401  (_always_true: re-exported, upstream's name)
     GraphKey, UserOrderingFn, _always_true, _OverrideNode, copy_changes, live_handle, node_of, rebind)
 
@@ -59,6 +60,7 @@ __all__ = [
     "aot_enabled",
     "set_impl_error_policy",
     "impl_error_policy",
+    "explain",
 ]
 
 # The names beyond __all__ that upstream's module has and this one carries

@@ -40,4 +40,5 @@ PYBIND11_MODULE(_C, m) {
   nrp::bind_trace_shortcut(m);
 
   nrp::bind_predicates(m);
+  nrp::bind_explain(m);
 }

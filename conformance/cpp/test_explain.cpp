@@ -1,0 +1,242 @@
+// registry.explain through the adapter (feature explain): for the graph a
+// call would reach, each node with what decided it and the kernel that would
+// run, without running an impl or a runtime check, and changing nothing.
+// Beyond upstream: `recommended`, feature `explain`.
+
+#include "suite.h"
+
+#include <atomic>
+#include <stdexcept>
+
+namespace conformance {
+namespace {
+
+using namespace native_registry::fixtures;
+using ::testing::HasSubstr;
+
+const c10::OperatorHandle& explain_mul_op() {
+  static const c10::OperatorHandle op =
+      c10::Dispatcher::singleton().findSchemaOrThrow("aten::mul", "Tensor");
+  return op;
+}
+
+Stack explain_args() { return {tensor({2}), tensor({4})}; }
+
+std::vector<std::string> explained_verdicts(const ExplainInfo& e) {
+  std::vector<std::string> out;
+  for (const auto& node : e.nodes) out.push_back(node.verdict);
+  return out;
+}
+
+callables::Impl explain_counting_impl(std::shared_ptr<std::atomic<int>> runs) {
+  return impl_doing([runs] { ++*runs; }, 7);
+}
+
+CondFn explain_throwing_cond(const std::string& message) {
+  return [message](const c10::OperatorHandle&, c10::DispatchKeySet, const Stack&) -> bool {
+    throw std::runtime_error(message);
+  };
+}
+
+TEST_P(Conformance, ExplainGivesEachNodesVerdictAndTheKernelAndRunsNoImpl) {
+  BEHAVIOUR("explain.node-verdicts-and-kernel", "explain.changes-nothing");
+  REQUIRE_FEATURE("explain");
+  auto conds = std::make_shared<std::atomic<int>>(0);
+  auto runs = std::make_shared<std::atomic<int>>(0);
+  add(mul_key(), counting_cond(conds, false), explain_counting_impl(runs), "first");
+  add(mul_key(), counting_cond(conds, true), explain_counting_impl(runs), "second");
+  auto third = std::make_shared<std::atomic<int>>(0);
+  add(mul_key(), counting_cond(third, true), explain_counting_impl(runs), "third");
+  adapter().install(mul_key());
+  const auto graph = adapter().graph(mul_key());
+  const auto before = fingerprint();
+  const ExplainInfo e = adapter().explain(explain_mul_op(), explain_args(), "");
+  EXPECT_EQ(e.dispatch_key, "CPU");
+  ASSERT_EQ(e.nodes.size(), 3u) << e.table;
+  EXPECT_EQ(e.nodes[0].node_id, graph[0].node_id);
+  EXPECT_EQ(e.nodes[1].dsl_name, "second");
+  EXPECT_EQ(explained_verdicts(e), std::vector<std::string>({"declined", "accepted", "not reached"})) << e.table;
+  EXPECT_EQ(e.kernel, "impl");
+  EXPECT_EQ(e.kernel_node_id, graph[1].node_id);
+  EXPECT_EQ(conds->load(), 2) << "each cond up to the accepting one is asked once";
+  EXPECT_EQ(third->load(), 0) << "a node after the one that takes the call is not asked";
+  EXPECT_EQ(runs->load(), 0) << "explain runs no impl";
+  EXPECT_EQ(fingerprint().difference(before), "") << "explain changes the dispatcher";
+  EXPECT_EQ(adapter().graph(mul_key()).size(), 3u);
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({7})));
+  EXPECT_EQ(runs->load(), 1);
+}
+
+TEST_P(Conformance, ExplainNamesTheFilterEntryThatDisabledANode) {
+  BEHAVIOUR("explain.disabled-by-filter");
+  REQUIRE_FEATURE("explain");
+  add(mul_key(), constant_cond(true), forbidden_impl(), "off_dsl");
+  add(mul_key(), constant_cond(true), forbidden_impl(), "on_dsl");
+  add(mul_key(), constant_cond(true), forbidden_impl(), "keyed_dsl");
+  adapter().install(mul_key());
+  adapter().disable({{"off_dsl"}, {}, {}});
+  ExplainInfo e = adapter().explain(explain_mul_op(), explain_args(), "");
+  EXPECT_EQ(explained_verdicts(e), std::vector<std::string>({"disabled", "accepted", "not reached"})) << e.table;
+  EXPECT_THAT(e.nodes[0].detail, HasSubstr("off_dsl"));
+  adapter().disable({{}, {}, {"CPU"}});
+  e = adapter().explain(explain_mul_op(), explain_args(), "");
+  EXPECT_EQ(explained_verdicts(e), std::vector<std::string>({"disabled", "disabled", "disabled"})) << e.table;
+  EXPECT_THAT(e.nodes[1].detail, HasSubstr("CPU"));
+  EXPECT_EQ(e.kernel, "fallback") << e.table;
+}
+
+TEST_P(Conformance, ExplainSaysAnUnconditionalNodeIsMaskedOnlyUnderTheMask) {
+  BEHAVIOUR("explain.unconditional-masked");
+  REQUIRE_FEATURE("explain");
+  REQUIRE_FEATURE("unconditional-hatch");
+  add(mul_key(), {}, forbidden_impl(), "always_dsl", {}, /*unconditional=*/true);
+  adapter().install(mul_key());
+  adapter().disable({{"always_dsl"}, {}, {}});
+  ExplainInfo e = adapter().explain(explain_mul_op(), explain_args(), "");
+  EXPECT_EQ(explained_verdicts(e), std::vector<std::string>({"accepted"})) << e.table;
+  {
+    auto mask = adapter().unconditional_masked();
+    e = adapter().explain(explain_mul_op(), explain_args(), "");
+    EXPECT_EQ(explained_verdicts(e), std::vector<std::string>({"masked"})) << e.table;
+    EXPECT_THAT(e.nodes[0].detail, HasSubstr("always_dsl"));
+    EXPECT_EQ(e.kernel, "fallback");
+  }
+}
+
+TEST_P(Conformance, ExplainReportsARaisingCondWithItsMessage) {
+  BEHAVIOUR("explain.cond-raised");
+  REQUIRE_FEATURE("explain");
+  auto later = std::make_shared<std::atomic<int>>(0);
+  add(mul_key(), explain_throwing_cond("cond exploded 4711"), forbidden_impl(), "raising");
+  add(mul_key(), counting_cond(later, true), forbidden_impl(), "later");
+  adapter().install(mul_key());
+  const ExplainInfo e = adapter().explain(explain_mul_op(), explain_args(), "");
+  EXPECT_EQ(explained_verdicts(e), std::vector<std::string>({"raised", "not reached"})) << e.table;
+  EXPECT_THAT(e.nodes[0].detail, HasSubstr("cond exploded 4711"));
+  EXPECT_EQ(e.kernel, "raises");
+  EXPECT_EQ(later->load(), 0);
+}
+
+TEST_P(Conformance, ExplainDoesNotAskTheRuntimeCheckAndExplainsTheNodesAfterIt) {
+  BEHAVIOUR("explain.runtime-check-not-asked");
+  REQUIRE_FEATURE("explain");
+  REQUIRE_FEATURE("runtime-init");
+  auto checks = std::make_shared<std::atomic<int>>(0);
+  add(mul_key(), constant_cond(true), forbidden_impl(), "jit",
+      [checks] { ++*checks; return true; });
+  add(mul_key(), constant_cond(false), forbidden_impl(), "declining");
+  add(mul_key(), constant_cond(true), forbidden_impl(), "backup");
+  adapter().install(mul_key());
+  const auto graph = adapter().graph(mul_key());
+  const ExplainInfo e = adapter().explain(explain_mul_op(), explain_args(), "");
+  EXPECT_EQ(explained_verdicts(e), std::vector<std::string>({"runtime check", "declined", "accepted"}))
+      << e.table;
+  EXPECT_EQ(checks->load(), 0) << "explain initialises no runtime";
+  EXPECT_EQ(e.kernel, "impl");
+  EXPECT_EQ(e.kernel_node_id, graph[0].node_id);
+  EXPECT_THAT(e.kernel_detail, HasSubstr(graph[2].node_id)) << "what runs if the runtime is unavailable";
+}
+
+TEST_P(Conformance, ExplainNamesTheOpsOwnKernelWhenNoNodeTakesTheCall) {
+  BEHAVIOUR("explain.fallback-when-none-accepts");
+  REQUIRE_FEATURE("explain");
+  add(mul_key(), constant_cond(false), forbidden_impl(), "declining");
+  adapter().install(mul_key());
+  const ExplainInfo e = adapter().explain(explain_mul_op(), explain_args(), "");
+  EXPECT_EQ(explained_verdicts(e), std::vector<std::string>({"declined"}));
+  EXPECT_EQ(e.kernel, "fallback") << e.table;
+  EXPECT_TRUE(e.kernel_node_id.empty());
+}
+
+TEST_P(Conformance, ExplainSaysAGraphWithoutARouterLeavesTheCallToTheOp) {
+  BEHAVIOUR("explain.no-router");
+  REQUIRE_FEATURE("explain");
+  add(mul_key(), constant_cond(true), forbidden_impl(), "not_installed");
+  const ExplainInfo e = adapter().explain(explain_mul_op(), explain_args(), "");
+  EXPECT_EQ(e.kernel, "no router") << e.table;
+  EXPECT_FALSE(adapter().router_installed(mul_key())) << "explain installs nothing";
+}
+
+TEST_P(Conformance, ExplainReportsTheCoverageCheck) {
+  BEHAVIOUR("explain.coverage-check");
+  REQUIRE_FEATURE("explain");
+  REQUIRE_FEATURE("aot-coverage");
+  auto conds = std::make_shared<std::atomic<int>>(0);
+  {
+    auto covering = adapter().coverage_check(
+        [](const Key&, const c10::OperatorHandle&, c10::DispatchKeySet, const Stack&) { return true; });
+    add(mul_key(), counting_cond(conds, true), forbidden_impl(), "covered_dsl");
+    adapter().install(mul_key());
+    const ExplainInfo e = adapter().explain(explain_mul_op(), explain_args(), "");
+    EXPECT_EQ(explained_verdicts(e), std::vector<std::string>({"not reached"})) << e.table;
+    EXPECT_EQ(e.kernel, "fallback");
+    EXPECT_THAT(e.coverage, HasSubstr("covered"));
+    EXPECT_EQ(conds->load(), 0) << "a covered call asks no cond";
+  }
+  auto raising = adapter().coverage_check(
+      [](const Key&, const c10::OperatorHandle&, c10::DispatchKeySet, const Stack&) -> bool {
+        throw std::runtime_error("manifest unreadable 99");
+      });
+  adapter().install(mul_key());
+  const ExplainInfo e = adapter().explain(explain_mul_op(), explain_args(), "");
+  EXPECT_EQ(explained_verdicts(e), std::vector<std::string>({"accepted"})) << e.table;
+  EXPECT_THAT(e.coverage, HasSubstr("manifest unreadable 99"));
+  EXPECT_EQ(e.kernel, "impl");
+}
+
+TEST_P(Conformance, ExplainPicksTheHighestKeyOfTheCallWithAGraph) {
+  BEHAVIOUR("explain.chooses-the-call-key");
+  REQUIRE_FEATURE("explain");
+  add(mul_key(), constant_cond(true), forbidden_impl(), "backend");
+  EXPECT_EQ(adapter().explain(explain_mul_op(), explain_args(), "").dispatch_key, "CPU");
+  add({"aten", "mul.Tensor", "AutogradCPU"}, constant_cond(true), forbidden_impl(), "autograd");
+  EXPECT_EQ(adapter().explain(explain_mul_op(), explain_args(), "").dispatch_key, "AutogradCPU")
+      << "AutogradCPU is reached before CPU";
+  const ExplainInfo at_cpu = adapter().explain(explain_mul_op(), explain_args(), "CPU");
+  EXPECT_EQ(at_cpu.dispatch_key, "CPU");
+  ASSERT_EQ(at_cpu.nodes.size(), 1u);
+  EXPECT_EQ(at_cpu.nodes[0].dsl_name, "backend");
+}
+
+TEST_P(Conformance, ExplainRefusesAKeyWithoutAGraphNamingItAndChangesNothing) {
+  BEHAVIOUR("explain.bad-input");
+  REQUIRE_FEATURE("explain");
+  add(mul_key(), constant_cond(true), fill_impl(7), "only_cpu");
+  adapter().install(mul_key());
+  const auto before = fingerprint();
+  try {
+    adapter().explain(explain_mul_op(), explain_args(), "AutocastCPU");
+    ADD_FAILURE() << "explain at a key with no graph must raise";
+  } catch (const InvalidArgument& e) {
+    EXPECT_THAT(e.what(), HasSubstr("AutocastCPU"));
+  }
+  const auto& bmm = c10::Dispatcher::singleton().findSchemaOrThrow("aten::bmm", "");
+  try {
+    adapter().explain(bmm, {at::ones({1, 2, 2}), at::ones({1, 2, 2})}, "");
+    ADD_FAILURE() << "explain of an op with no graph must raise";
+  } catch (const InvalidArgument& e) {
+    EXPECT_THAT(e.what(), HasSubstr("bmm"));
+  }
+  EXPECT_EQ(fingerprint().difference(before), "");
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({7})));
+}
+
+TEST_P(Conformance, ExplainOfANativeOpNamesItsNode) {
+  BEHAVIOUR("explain.native-op");
+  REQUIRE_FEATURE("explain");
+  REQUIRE_FEATURE("native-op-meta");
+  add(mul_key(), constant_cond(false), forbidden_impl(), "native_dsl");
+  adapter().install(mul_key());
+  const NodeInfo node = adapter().graph(mul_key()).at(0);
+  const auto native = adapter().native_op(node);
+  ASSERT_TRUE(native.has_value());
+  const ExplainInfo e = adapter().explain(*native, {}, "");
+  ASSERT_EQ(e.nodes.size(), 1u) << e.table;
+  EXPECT_EQ(e.nodes[0].node_id, node.node_id);
+  EXPECT_EQ(e.nodes[0].verdict, "native op");
+  EXPECT_EQ(e.kernel, "impl");
+  EXPECT_EQ(e.kernel_node_id, node.node_id);
+}
+
+}  // namespace
+}  // namespace conformance

@@ -1,0 +1,216 @@
+"""registry.explain through the adapter (feature explain): for the graph a
+call would reach, each node with what decided it (a filter, its cond, a
+runtime check that would be asked, the coverage check) and the kernel that
+would run, without running an impl or a runtime check, and changing
+nothing. Beyond upstream (issue 30): `recommended`, feature `explain`."""
+
+from __future__ import annotations
+
+from unittest.mock import MagicMock
+
+import pytest
+import torch
+
+from conftest import behaviour
+
+from fixtures.python.torch_fixtures import A, B, dispatcher_state, mul
+from fixtures.python.torch_fixtures import MUL_CPU as KEY
+
+MUL = torch.ops.aten.mul.Tensor
+
+
+def forbidden():
+    return MagicMock(side_effect=AssertionError("explain must run no impl"))
+
+
+def verdicts(explained):
+    return [node.verdict for node in explained.nodes]
+
+
+def raising_cond(message):
+    def cond(*_args, **_kwargs):
+        raise RuntimeError(message)
+    return cond
+
+
+@behaviour("explain.node-verdicts-and-kernel", "explain.changes-nothing")
+def test_explain_gives_each_node_s_verdict_and_the_kernel_and_runs_no_impl(impl):
+    first, second, third = (MagicMock(return_value=False), MagicMock(return_value=True),
+                            MagicMock(return_value=True))
+    body = MagicMock(side_effect=lambda a, b: torch.full_like(a, 7.0))
+    impl.register("first", *KEY, first, forbidden())
+    impl.register("second", *KEY, second, body)
+    impl.register("third", *KEY, third, forbidden())
+    impl.install(*KEY)
+    graph = impl.graph(*KEY)
+    before = dispatcher_state()
+    explained = impl.explain(MUL, A, B)
+    assert explained.dispatch_key == "CPU"
+    assert [n.node_id for n in explained.nodes] == [n.node_id for n in graph]
+    assert [n.dsl_name for n in explained.nodes] == ["first", "second", "third"]
+    assert verdicts(explained) == ["declined", "accepted", "not reached"], str(explained)
+    assert explained.kernel.kind == "impl"
+    assert explained.kernel.node_id == graph[1].node_id
+    assert first.call_count == 1 and second.call_count == 1
+    third.assert_not_called()
+    body.assert_not_called()
+    assert dispatcher_state() == before
+    assert len(impl.graph(*KEY)) == 3
+    assert torch.equal(mul(), torch.full_like(A, 7.0))
+    assert body.call_count == 1
+
+
+@behaviour("explain.node-verdicts-and-kernel")
+def test_explain_takes_keyword_arguments_and_prints_a_table(impl):
+    impl.register("kw_dsl", *KEY, lambda a, b: True, forbidden())
+    impl.install(*KEY)
+    explained = impl.explain(MUL, A, other=B)
+    assert verdicts(explained) == ["accepted"]
+    table = str(explained)
+    assert "kw_dsl" in table and "accepted" in table and "CPU" in table
+
+
+@behaviour("explain.disabled-by-filter")
+def test_explain_names_the_filter_entry_that_disabled_a_node(impl):
+    for dsl in ("off_dsl", "on_dsl", "keyed_dsl"):
+        impl.register(dsl, *KEY, lambda a, b: True, forbidden())
+    impl.install(*KEY)
+    impl.disable(dsl_names=["off_dsl"])
+    explained = impl.explain(MUL, A, B)
+    assert verdicts(explained) == ["disabled", "accepted", "not reached"], str(explained)
+    assert "off_dsl" in explained.nodes[0].detail
+    impl.disable(op_symbols=["mul.Tensor"])
+    explained = impl.explain(MUL, A, B)
+    assert verdicts(explained) == ["disabled"] * 3, str(explained)
+    assert "mul.Tensor" in explained.nodes[1].detail
+    assert explained.kernel.kind == "fallback"
+
+
+@behaviour("explain.unconditional-masked")
+def test_explain_says_an_unconditional_node_is_masked_only_under_the_mask(impl):
+    impl.register("always_dsl", *KEY, None, forbidden(), unconditional_override=True)
+    impl.install(*KEY)
+    impl.disable(dsl_names=["always_dsl"])
+    assert verdicts(impl.explain(MUL, A, B)) == ["accepted"]
+    with impl.unconditional_masked():
+        explained = impl.explain(MUL, A, B)
+        assert verdicts(explained) == ["masked"], str(explained)
+        assert "always_dsl" in explained.nodes[0].detail
+        assert explained.kernel.kind == "fallback"
+
+
+@behaviour("explain.cond-raised")
+def test_explain_reports_a_raising_cond_with_its_message(impl):
+    later = MagicMock(return_value=True)
+    impl.register("raising", *KEY, raising_cond("cond exploded 4711"), forbidden())
+    impl.register("later", *KEY, later, forbidden())
+    impl.install(*KEY)
+    explained = impl.explain(MUL, A, B)
+    assert verdicts(explained) == ["raised", "not reached"], str(explained)
+    assert "cond exploded 4711" in explained.nodes[0].detail
+    assert explained.kernel.kind == "raises"
+    later.assert_not_called()
+
+
+@behaviour("explain.runtime-check-not-asked")
+def test_explain_does_not_ask_the_runtime_check_and_explains_the_nodes_after_it(impl):
+    runtime = MagicMock(return_value=True)
+    impl.register("jit", *KEY, lambda a, b: True, forbidden(), try_initialize_runtime=runtime)
+    impl.register("declining", *KEY, lambda a, b: False, forbidden())
+    impl.register("backup", *KEY, lambda a, b: True, forbidden())
+    impl.install(*KEY)
+    graph = impl.graph(*KEY)
+    explained = impl.explain(MUL, A, B)
+    assert verdicts(explained) == ["runtime check", "declined", "accepted"], str(explained)
+    runtime.assert_not_called()
+    assert explained.kernel.kind == "impl"
+    assert explained.kernel.node_id == graph[0].node_id
+    assert graph[2].node_id in explained.kernel.detail
+
+
+@behaviour("explain.fallback-when-none-accepts")
+def test_explain_names_the_op_s_own_kernel_when_no_node_takes_the_call(impl):
+    impl.register("declining", *KEY, lambda a, b: False, forbidden())
+    impl.install(*KEY)
+    explained = impl.explain(MUL, A, B)
+    assert verdicts(explained) == ["declined"]
+    assert explained.kernel.kind == "fallback", str(explained)
+    assert explained.kernel.node_id is None
+
+
+@behaviour("explain.no-router")
+def test_explain_says_a_graph_without_a_router_leaves_the_call_to_the_op(impl):
+    impl.register("not_installed", *KEY, lambda a, b: True, forbidden())
+    explained = impl.explain(MUL, A, B)
+    assert explained.kernel.kind == "no router", str(explained)
+    assert not impl.router_installed(*KEY)
+
+
+@behaviour("explain.coverage-check")
+def test_explain_reports_the_coverage_check(impl):
+    cond = MagicMock(return_value=True)
+    with impl.coverage_check(lambda op, key, args, kwargs: True):
+        impl.register("covered_dsl", *KEY, cond, forbidden())
+        impl.install(*KEY)
+        explained = impl.explain(MUL, A, B)
+        assert verdicts(explained) == ["not reached"], str(explained)
+        assert explained.kernel.kind == "fallback"
+        assert "covered" in explained.coverage
+        cond.assert_not_called()
+
+    def raising(op, key, args, kwargs):
+        raise RuntimeError("manifest unreadable 99")
+
+    with impl.coverage_check(raising):
+        impl.install(*KEY)
+        explained = impl.explain(MUL, A, B)
+        assert verdicts(explained) == ["accepted"], str(explained)
+        assert "manifest unreadable 99" in explained.coverage
+        assert explained.kernel.kind == "impl"
+
+
+@behaviour("explain.chooses-the-call-key")
+def test_explain_picks_the_highest_key_of_the_call_with_a_graph(impl):
+    impl.register("backend", *KEY, lambda a, b: True, forbidden())
+    assert impl.explain(MUL, A, B).dispatch_key == "CPU"
+    impl.register("autograd", "aten", "mul.Tensor", "AutogradCPU", lambda a, b: True, forbidden())
+    assert impl.explain(MUL, A, B).dispatch_key == "AutogradCPU"
+    at_cpu = impl.explain(MUL, A, B, dispatch_key="CPU")
+    assert at_cpu.dispatch_key == "CPU"
+    assert [n.dsl_name for n in at_cpu.nodes] == ["backend"]
+
+
+@behaviour("explain.bad-input")
+def test_explain_refuses_a_key_or_op_without_a_graph_naming_it(impl):
+    impl.register("only_cpu", *KEY, lambda a, b: True, lambda a, b: torch.full_like(a, 7.0))
+    impl.install(*KEY)
+    before = dispatcher_state()
+    with pytest.raises(ValueError, match="AutocastCPU"):
+        impl.explain(MUL, A, B, dispatch_key="AutocastCPU")
+    x = torch.ones(1, 2, 2)
+    with pytest.raises(ValueError, match="bmm"):
+        impl.explain(torch.ops.aten.bmm.default, x, x)
+    assert dispatcher_state() == before
+    assert torch.equal(mul(), torch.full_like(A, 7.0))
+
+
+@behaviour("explain.native-op")
+def test_explain_of_a_native_op_names_its_node(impl):
+    impl.register("native_dsl", *KEY, lambda a, b: False, forbidden())
+    impl.install(*KEY)
+    node = impl.graph(*KEY)[0]
+    explained = impl.explain(impl.native_op(node), A, B)
+    assert [(n.node_id, n.verdict) for n in explained.nodes] == [(node.node_id, "native op")]
+    assert explained.kernel.kind == "impl"
+    assert explained.kernel.node_id == node.node_id
+
+
+@behaviour("explain.predicate-conds")
+def test_explain_evaluates_predicate_conds_as_the_call_would(impl):
+    P = impl.predicates_module()
+    impl.register("half_only", *KEY, P.dtype_in(torch.float16), forbidden())
+    impl.install(*KEY)
+    assert verdicts(impl.explain(MUL, A, B)) == ["declined"]
+    half = impl.explain(MUL, A.half(), B.half())
+    assert verdicts(half) == ["accepted"], str(half)
+    assert half.kernel.kind == "impl"
