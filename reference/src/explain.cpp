@@ -304,7 +304,7 @@ Explanation Registry::explain(const c10::OperatorHandle& op, const Stack& stack,
                                "EmptyChainPolicy 'remove'"
                              : "absent: the graph is not installed (register_all_overrides / "
                                "install_graph puts its router in); the rows say what it would decide";
-    declined_detail = "no router at " + at + ": the op's own kernel runs";
+    declined_detail = "the op's own kernel runs";
   } else {
     out.router = r.chain.empty() ? "dormant (installed, its chain empty)" : "active";
     if (r.fallback) {
@@ -409,9 +409,9 @@ Explanation Registry::explain(const c10::OperatorHandle& op, const Stack& stack,
     out.kernel_detail = declined_detail +
                         (r.chain.empty() || !r.has_router ? "" : " (no node took the call)");
   }
-  if (!runtime_nodes.empty() && out.kernel != ExplainKernel::kRaises) {
+  if (!runtime_nodes.empty()) {
     // The first node behind a runtime check takes the call if its runtime is
-    // ready; each unavailable one passes it on.
+    // ready; each unavailable one passes it on (to a cond that may raise).
     std::string otherwise;
     if (out.kernel == ExplainKernel::kNodeImpl) {
       otherwise = "the impl of " + out.kernel_node_id + " (" + out.kernel_detail + ")";
@@ -427,14 +427,20 @@ Explanation Registry::explain(const c10::OperatorHandle& op, const Stack& stack,
     out.kernel_dsl_name = runtime_nodes.front()->dsl_name;
     out.kernel_detail = detail + "; else " + otherwise;
   }
-  if (!r.has_router && out.kernel == ExplainKernel::kNodeImpl) {
-    // No router: whatever the rows say, the op's own kernel answers now.
-    out.kernel_detail = "no router at " + at + ": the op's own kernel runs; once installed, " +
-                        out.kernel_node_id + " (dsl " + out.kernel_dsl_name + ") would: " +
-                        out.kernel_detail;
+  if (!r.has_router) {
+    // No router: whatever the rows say, the op's own kernel answers now;
+    // they say what the router would do once installed.
+    std::string once;
+    if (out.kernel == ExplainKernel::kNodeImpl) {
+      once = "; once installed, the impl of " + out.kernel_node_id + " (dsl " +
+             out.kernel_dsl_name + "): " + out.kernel_detail;
+    } else if (out.kernel == ExplainKernel::kRaises) {
+      once = "; once installed, the call would raise: " + out.kernel_detail;
+    }
     out.kernel = ExplainKernel::kNoRouter;
     out.kernel_node_id.clear();
     out.kernel_dsl_name.clear();
+    out.kernel_detail = "no router at " + at + ": the op's own kernel runs" + once;
   }
 
   // The rows: in graph order, a chain node where its graph node stands (a
