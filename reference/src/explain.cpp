@@ -388,8 +388,8 @@ Explanation Registry::explain(const c10::OperatorHandle& op, const Stack& stack,
       // Not asked: explain initialises no runtime. Unavailable, the call
       // goes on to the next nodes, so they are explained still.
       entry.verdict = ExplainVerdict::kRuntimeCheck;
-      entry.detail = "the cond said true; the runtime check would be asked (not asked here): "
-                     "ready, this node takes the call, else the next nodes decide";
+      entry.detail = "the cond said true; its runtime check would be asked (not asked here): "
+                     "ready, it takes the call, else the next nodes decide";
       runtime_nodes.push_back(node.get());
     } else {
       entry.verdict = ExplainVerdict::kAccepted;
@@ -407,7 +407,9 @@ Explanation Registry::explain(const c10::OperatorHandle& op, const Stack& stack,
   if (!decided) {
     out.kernel = declined;
     out.kernel_detail = declined_detail +
-                        (r.chain.empty() || !r.has_router ? "" : " (no node took the call)");
+                        (r.chain.empty() || !r.has_router || !runtime_nodes.empty()
+                             ? ""
+                             : " (no node took the call)");
   }
   if (!runtime_nodes.empty()) {
     // The first node behind a runtime check takes the call if its runtime is

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 import native_registry
-from native_registry import explain as explain_module
+from native_registry.explain import Kernel
+from native_registry.explain import explain as explain_function
 
 KEY = ("aten", "mul.Tensor", "CPU")
 A, B = torch.tensor([2.0, 3.0]), torch.tensor([4.0, 5.0])
@@ -21,7 +22,7 @@ def seven(a, *rest, **kwargs):
 
 
 def test_explain_is_exported_where_the_registry_functions_are(reg):
-    assert reg.explain is native_registry.explain is explain_module.explain
+    assert reg.explain is native_registry.explain is explain_function
     assert "explain" in reg.__all__
 
 
@@ -38,7 +39,7 @@ def test_the_result_has_fields_and_prints_as_a_table(reg):
     first, second = explained.nodes
     assert (first.dsl_name, first.verdict) == ("first_dsl", "declined")
     assert (second.dsl_name, second.verdict) == ("second_dsl", "accepted")
-    assert explained.kernel == explain_module.Kernel(
+    assert explained.kernel == Kernel(
         "impl", second.node_id, "second_dsl", "the node's impl runs")
     lines = str(explained).splitlines()
     assert lines[0] == "explain aten::mul.Tensor at CPU"
