@@ -25,6 +25,7 @@
 //   install.cpp        routers and `_native` ops into the dispatcher; router queries
 //   snapshot.cpp       snapshot() and restore()
 //   self_check.cpp     check_invariants() and dump_state()
+//   explain.cpp        explain(): what a call would do, read under the lock, asked after it
 //
 // Locking: mutex_ serialises the control plane and is never held while user
 // code runs: a ControlScope holds it and runs log handlers and frees what
