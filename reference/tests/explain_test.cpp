@@ -67,6 +67,28 @@ TEST_F(ExplainTest, ANodeRegisteredAfterTheInstallIsNotPublished) {
   EXPECT_EQ(registry().explain("aten::mul.Tensor", explain_mul_args()).kernel, ExplainKernel::kNodeImpl);
 }
 
+TEST_F(ExplainTest, AReorderNotYetInstalledIsWalkedInTheRoutersOrder) {
+  const NodePtr first =
+      register_override(mul_cpu(), constant_cond(true), forbidden_impl(), {}, "first_dsl");
+  const NodePtr second =
+      register_override(mul_cpu(), constant_cond(true), forbidden_impl(), {}, "second_dsl");
+  registry().install_all();
+  registry().reorder_graphs(
+      [](const std::string&, const std::string&, const Graph& graph) {
+        return Graph(graph.rbegin(), graph.rend());
+      },
+      /*reinstall=*/false);
+  const Explanation e = registry().explain("aten::mul.Tensor", explain_mul_args());
+  ASSERT_EQ(e.nodes.size(), 2u);
+  EXPECT_EQ(e.nodes[0].node_id, first->node_id) << "the router still routes first_dsl first";
+  EXPECT_EQ(e.kernel_node_id, first->node_id);
+  EXPECT_THAT(e.router, HasSubstr("older order"));
+  registry().install_all();
+  const Explanation after = registry().explain("aten::mul.Tensor", explain_mul_args());
+  EXPECT_EQ(after.kernel_node_id, second->node_id);
+  EXPECT_EQ(after.router, "active");
+}
+
 TEST_F(ExplainTest, ADormantRouterSendsTheCallToTheFallback) {
   register_override(mul_cpu(), constant_cond(true), forbidden_impl(), {}, "gone_dsl");
   registry().install_all();
