@@ -4,6 +4,7 @@
 #include "suite.h"
 
 #include <atomic>
+#include <functional>
 #include <thread>
 #include <vector>
 
@@ -17,6 +18,14 @@ float first_value_on_another_thread() {
   float value = 0;
   std::thread([&value] { value = call_mul(tensor({2, 3}), tensor({4, 5}))[0].item<float>(); }).join();
   return value;
+}
+
+// Runs `work` on `count` threads at once and waits for them: calls only, no
+// control-plane change (which feature concurrent-control-plane is about).
+void on_threads(int count, const std::function<void()>& work) {
+  std::vector<std::thread> threads;
+  for (int t = 0; t < count; ++t) threads.emplace_back(work);
+  for (auto& thread : threads) thread.join();
 }
 
 float first_value() { return call_mul(tensor({2, 3}), tensor({4, 5}))[0].item<float>(); }
@@ -145,16 +154,12 @@ TEST_P(Conformance, StatsAreExactUnderManyThreads) {
   auto counting = adapter().collect_stats(true);
   adapter().reset_stats();
   constexpr int kThreads = 8, kCalls = 500;
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([] {
-      for (int i = 0; i < kCalls; ++i) {
-        call_mul(tensor({1, 2}), tensor({1, 2}));
-        call_mul(tensor({1}), tensor({1}));
-      }
-    });
-  }
-  for (auto& thread : threads) thread.join();
+  on_threads(kThreads, [] {
+    for (int i = 0; i < kCalls; ++i) {
+      call_mul(tensor({1, 2}), tensor({1, 2}));
+      call_mul(tensor({1}), tensor({1}));
+    }
+  });
   const uint64_t total = kThreads * kCalls;
   EXPECT_EQ(adapter().node_counts(node), (RegistryAdapter::NodeCounts{total, total, 0, 0}));
   EXPECT_EQ(adapter().graph_counts(mul_key()), (RegistryAdapter::GraphCounts{2 * total, total}));
