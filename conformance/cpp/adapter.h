@@ -196,6 +196,36 @@ class RegistryAdapter {
     (void)enabled;
     throw std::logic_error(name() + " lacks feature aot-coverage");
   }
+  // Feature thread-disables: while the scope lives (it is closed on the
+  // thread that opened it), this thread's calls see the nodes `filter`
+  // names as disabled.
+  virtual std::unique_ptr<Scope> disabled_in_thread(const Filter& filter) {
+    (void)filter;
+    throw std::logic_error(name() + " lacks feature thread-disables");
+  }
+  // Feature routing-stats: counting on or off while the scope lives; a
+  // node's counts, a graph's (zeros for a graph that routed nothing); reset.
+  struct NodeCounts {
+    uint64_t taken = 0, declined = 0, runtime_unavailable = 0, raised = 0;
+    friend bool operator==(const NodeCounts&, const NodeCounts&) = default;
+  };
+  struct GraphCounts {
+    uint64_t calls = 0, fallbacks = 0;
+    friend bool operator==(const GraphCounts&, const GraphCounts&) = default;
+  };
+  virtual std::unique_ptr<Scope> collect_stats(bool collect) {
+    (void)collect;
+    throw std::logic_error(name() + " lacks feature routing-stats");
+  }
+  virtual NodeCounts node_counts(const NodeInfo& node) {
+    (void)node;
+    throw std::logic_error(name() + " lacks feature routing-stats");
+  }
+  virtual GraphCounts graph_counts(const Key& key) {
+    (void)key;
+    throw std::logic_error(name() + " lacks feature routing-stats");
+  }
+  virtual void reset_stats() { throw std::logic_error(name() + " lacks feature routing-stats"); }
 };
 
 struct Implementation {

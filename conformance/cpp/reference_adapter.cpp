@@ -147,6 +147,39 @@ class ReferenceAdapter final : public RegistryAdapter {
     return std::make_unique<Undo>(std::move(undo));
   }
 
+  std::unique_ptr<Scope> disabled_in_thread(const Filter& filter) override {
+    struct Disabled final : Scope {
+      Disabled(const nr::Registry& registry, const nr::Filter& filter) : scope(registry, filter) {}
+      nr::Registry::DisabledInThread scope;
+    };
+    return std::make_unique<Disabled>(
+        registry_, nr::Filter{filter.dsl_names, filter.op_symbols, filter.dispatch_keys});
+  }
+
+  std::unique_ptr<Scope> collect_stats(bool collect) override {
+    auto undo = [this, previous = registry_.collect_stats()] { registry_.set_collect_stats(previous); };
+    registry_.set_collect_stats(collect);
+    return std::make_unique<Undo>(std::move(undo));
+  }
+
+  NodeCounts node_counts(const NodeInfo& node) override {
+    for (const nr::NodeStats& entry : registry_.stats().nodes) {
+      if (entry.node_id == node.node_id) {
+        return {entry.taken, entry.declined, entry.runtime_unavailable, entry.raised};
+      }
+    }
+    throw std::logic_error("no node " + node.node_id + " in the registry's graphs");
+  }
+
+  GraphCounts graph_counts(const Key& key) override {
+    for (const nr::GraphStats& entry : registry_.stats().graphs) {
+      if (entry.key == to_reference(key)) return {entry.calls, entry.fallbacks};
+    }
+    return {};
+  }
+
+  void reset_stats() override { registry_.reset_stats(); }
+
   std::unique_ptr<Scope> aot_enabled(bool enabled) override {
     auto undo = [previous = nr::coverage_checks_enabled()] { nr::set_coverage_checks_enabled(previous); };
     nr::set_coverage_checks_enabled(enabled);

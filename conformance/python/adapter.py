@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
@@ -48,6 +48,12 @@ FEATURES = frozenset({
                                        # node's verdict for a call and the kernel it would run
     "impl-error-fallback",             # impl_error_policy("raise" | "fallback"): an impl's error
                                        # runs the op's own kernel (beyond upstream)
+    "thread-disables",                 # disabled_in_thread(dsl_names=, op_symbols=, dispatch_keys=):
+                                       # this thread's calls skip the named overrides (beyond upstream)
+    "routing-stats",                   # collect_stats(flag), node_stats(node), graph_stats(*key),
+                                       # reset_stats(): per-node and per-graph counts (beyond upstream)
+    "routing-observability",           # profiler ranges and the native_registry.routing
+                                       # logger (beyond upstream)
 })
 
 
@@ -109,6 +115,17 @@ class Adapter(Protocol):
         no runtime check. Verdicts and kernel kinds as the C++ adapter's."""
     def impl_error_policy(self, policy: str) -> AbstractContextManager[None]:
         """Feature impl-error-fallback: "raise" or "fallback" inside."""
+    def disabled_in_thread(self, *, dsl_names: Sequence[str] = (), op_symbols: Sequence[str] = (),
+                           dispatch_keys: Sequence[str] = ()) -> AbstractContextManager[None]:
+        """Feature thread-disables: inside, this thread's calls see the named overrides as disabled."""
+    def collect_stats(self, collect: bool) -> AbstractContextManager[None]:
+        """Feature routing-stats: counting on or off inside."""
+    def node_stats(self, node: Any) -> dict[str, int]:
+        """Feature routing-stats: a node's taken, declined, runtime_unavailable, raised."""
+    def graph_stats(self, lib_symbol: str, op_symbol: str, dispatch_key: str) -> dict[str, int]:
+        """Feature routing-stats: a graph's calls and fallbacks (zeros if it routed none)."""
+    def reset_stats(self) -> None:
+        """Feature routing-stats: every count back to zero."""
 
 
 def load(spec: str | None = None) -> Adapter:

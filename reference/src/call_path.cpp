@@ -1,14 +1,20 @@
 // A call's path through a router, and nothing else: the trace shortcut and
 // its re-entrancy flag, the copy-on-write check, the coverage check and its
 // switch, the impl error policy's fallback, the choice among the
-// chain's nodes (in the host's scope when a node needs it), the decline to
-// the captured kernel, and the boxed and typed kernels that enter it. Reads
-// the router's shared state; never writes it, never takes a lock.
+// chain's nodes (in the host's scope when a node needs it; this thread's
+// disables skipped), the decline to the captured kernel, what a call counts,
+// logs and shows a profiler, and the boxed and typed kernels that enter it.
+// Reads the router's shared state; writes only its counters and its log
+// rate limit; never takes a lock.
 
 #include "router_shared.h"
 #include "tensor_walk.h"
+#include "thread_disables.h"
+
+#include <ATen/record_function.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <mutex>
 #include <optional>
@@ -30,6 +36,7 @@ std::atomic<bool> g_coverage_checks_enabled{coverage_checks_enabled_by_default()
 std::atomic<MustPropagateFn> g_must_propagate{nullptr};
 std::atomic<FallbackNoticeFn> g_fallback_notice{nullptr};
 std::atomic<HostScopeFn> g_host_scope{nullptr};
+std::atomic<RoutingLogFn> g_routing_log{nullptr};
 thread_local bool t_in_diverted_call = false;
 
 // Sets the re-entrancy flag for one diverted call; clears it on every exit,
@@ -72,6 +79,8 @@ void set_fallback_notice(FallbackNoticeFn fn) {
   g_fallback_notice.store(fn, std::memory_order_release);
 }
 
+void set_routing_log(RoutingLogFn fn) { g_routing_log.store(fn, std::memory_order_release); }
+
 namespace detail {
 namespace {
 
@@ -80,7 +89,80 @@ struct Choice {
   bool divert = false;                  // call the op again from the top
   const OverrideNode* node = nullptr;   // else this node's impl, else the fallback
   bool done = false;                    // the node's impl ran already (in the host scope)
+  bool covered = false;                 // the fallback, because the coverage check covered it
+  const OverrideNode* fell_back_from = nullptr;  // the fallback, because this node's impl failed
 };
+
+// ---- what a call counts, logs and shows a profiler ----------------------------
+
+inline void bump(std::atomic<uint64_t>& count) { count.fetch_add(1, std::memory_order_relaxed); }
+
+// Runs `body` inside a profiler range named name() while a profiler (or any
+// observer of user scopes) records; otherwise just runs it. The name is made
+// only then.
+template <class Name, class Body>
+inline auto in_profiler_range(const Name& name, const Body& body) -> decltype(body()) {
+  std::optional<at::StepCallbacks> callbacks =
+      at::getStepCallbacksUnlessEmpty(at::RecordScope::USER_SCOPE);
+  if (C10_LIKELY(!callbacks.has_value())) return body();
+  at::RecordFunction range(std::move(*callbacks));
+  range.before(name());
+  return body();
+}
+
+std::string node_range_name(const OverrideNode& node) {
+  return "native_registry::" + node.dsl_name + "::" + node.key.op_symbol;
+}
+
+std::string fallback_range_name(const Router::Shared& shared) {
+  return "native_registry::fallback::" + shared.key.op_symbol;
+}
+
+// At most this many decisions a second per router reach the routing log; the
+// rest are counted and the count goes with the next one logged.
+constexpr uint32_t kLoggedDecisionsPerSecond = 10;
+
+C10_NOINLINE void log_decision(const Router::Shared& shared, RoutingLogFn log,
+                               RoutingDecision::Kind kind, const OverrideNode* node) {
+  const int64_t second = std::chrono::duration_cast<std::chrono::seconds>(
+                             std::chrono::steady_clock::now().time_since_epoch())
+                             .count();
+  int64_t window = shared.log_window.load(std::memory_order_relaxed);
+  if (window != second &&
+      shared.log_window.compare_exchange_strong(window, second, std::memory_order_relaxed)) {
+    shared.logged_in_window.store(0, std::memory_order_relaxed);
+  }
+  if (shared.logged_in_window.fetch_add(1, std::memory_order_relaxed) >= kLoggedDecisionsPerSecond) {
+    bump(shared.not_logged);
+    return;
+  }
+  const uint64_t not_logged = shared.not_logged.exchange(0, std::memory_order_relaxed);
+  try {
+    log(RoutingDecision{kind, shared.key, node, not_logged});
+  } catch (const std::exception&) {
+    // A log that fails must not fail the call it describes.
+  }
+}
+
+inline void maybe_log(const Router::Shared& shared, RoutingDecision::Kind kind,
+                      const OverrideNode* node) {
+  RoutingLogFn log = g_routing_log.load(std::memory_order_acquire);
+  if (C10_UNLIKELY(log != nullptr)) log_decision(shared, log, kind, node);
+}
+
+// The cond of a counted call: declines and errors counted.
+C10_NOINLINE bool counted_cond(const OverrideNode& node, const c10::OperatorHandle& op,
+                               c10::DispatchKeySet keys, const Stack& stack) {
+  bool accepted = false;
+  try {
+    accepted = node.cond(op, keys, stack);
+  } catch (...) {
+    bump(node.counters->raised);
+    throw;
+  }
+  if (!accepted) bump(node.counters->declined);
+  return accepted;
+}
 
 C10_NOINLINE void raise_op_gone(const Router::Shared& shared);
 
@@ -170,9 +252,9 @@ C10_NOINLINE bool run_impl_falling_back(const OverrideNode& node, const c10::Ope
 // Runs the chosen node's impl; false when its error made the call decline
 // instead (ImplErrorPolicy::kFallback, for an op whose schema writes no
 // argument): the caller then runs the fallback.
-inline bool run_chosen_impl(const Router::Shared& shared, const OverrideNode& node,
-                            const c10::OperatorHandle& op, c10::DispatchKeySet keys,
-                            Stack* stack) {
+inline bool run_impl_as_policy_says(const Router::Shared& shared, const OverrideNode& node,
+                                    const c10::OperatorHandle& op, c10::DispatchKeySet keys,
+                                    Stack* stack) {
   if (C10_LIKELY(shared.impl_errors.load(std::memory_order_relaxed) == ImplErrorPolicy::kRaise) ||
       !shared.schema_writes_nothing) {
     node.run_impl(op, keys, stack);
@@ -181,6 +263,39 @@ inline bool run_chosen_impl(const Router::Shared& shared, const OverrideNode& no
   return run_impl_falling_back(node, op, keys, stack);
 }
 
+C10_NOINLINE bool run_impl_counted(const Router::Shared& shared, const OverrideNode& node,
+                                   const c10::OperatorHandle& op, c10::DispatchKeySet keys,
+                                   Stack* stack) {
+  bool ran = false;
+  try {
+    ran = run_impl_as_policy_says(shared, node, op, keys, stack);
+  } catch (...) {
+    bump(node.counters->raised);
+    throw;
+  }
+  if (!ran) {
+    bump(node.counters->raised);
+    bump(shared.counters->fell_back_after_error);
+  }
+  return ran;
+}
+
+// The chosen node's impl, in its profiler range, counted when `counting`.
+inline bool run_chosen_impl(const Router::Shared& shared, const OverrideNode& node,
+                            const c10::OperatorHandle& op, c10::DispatchKeySet keys, Stack* stack,
+                            bool counting) {
+  return in_profiler_range([&node] { return node_range_name(node); },
+                           [&]() -> bool {
+                             if (C10_UNLIKELY(counting)) {
+                               return run_impl_counted(shared, node, op, keys, stack);
+                             }
+                             return run_impl_as_policy_says(shared, node, op, keys, stack);
+                           });
+}
+
+// The choice; kCounting: the router collects stats, and the choice counts
+// each node's declines, errors, unavailable runtimes and the call it takes.
+template <bool kCounting>
 Choice choose(const Router::Shared& shared, const Chain& chain, const c10::OperatorHandle& op,
               c10::DispatchKeySet keys, const Stack& stack) {
   if (chain.divert_when_tracing && !t_in_diverted_call) {
@@ -193,10 +308,13 @@ Choice choose(const Router::Shared& shared, const Chain& chain, const c10::Opera
   if (C10_UNLIKELY(coverage != nullptr) &&
       g_coverage_checks_enabled.load(std::memory_order_relaxed) &&
       covered(shared, *coverage, op, keys, stack)) {
-    return {};
+    return {.covered = true};
   }
   for (const NodePtr& node : chain.nodes) {
-    const bool accepted = node->cond(op, keys, stack);
+    // Read afresh for each node: a cond may open or close this thread's scopes.
+    if (detail::disabled_in_this_thread(*node)) continue;
+    const bool accepted = kCounting ? counted_cond(*node, op, keys, stack)
+                                    : node->cond(op, keys, stack);
     check_op_still_there(shared);  // the next cond, or the impl, would read its schema
     if (!accepted) continue;
     // Only an accepting cond initialises the runtime, immediately before the
@@ -204,8 +322,12 @@ Choice choose(const Router::Shared& shared, const Chain& chain, const c10::Opera
     if (node->options.try_initialize_runtime) {
       const bool ready = node->ensure_runtime();
       check_op_still_there(shared);
-      if (!ready) continue;
+      if (!ready) {
+        if constexpr (kCounting) bump(node->counters->runtime_unavailable);
+        continue;
+      }
     }
+    if constexpr (kCounting) bump(node->counters->taken);
     return {false, node.get()};
   }
   return {};
@@ -214,30 +336,42 @@ Choice choose(const Router::Shared& shared, const Chain& chain, const c10::Opera
 // choose() inside the host scope, when the chain needs one and a host set it;
 // inside it too, the chosen node's impl when that is the host's own
 // (impl_in_host_scope), and the choice comes back done.
+inline Choice choose_counting_or_not(const Router::Shared& shared, const Chain& chain,
+                                     const c10::OperatorHandle& op, c10::DispatchKeySet keys,
+                                     const Stack& stack, bool counting) {
+  return C10_UNLIKELY(counting) ? choose<true>(shared, chain, op, keys, stack)
+                                : choose<false>(shared, chain, op, keys, stack);
+}
+
 Choice choose_in_scope(const Router::Shared& shared, const Chain& chain,
-                       const c10::OperatorHandle& op, c10::DispatchKeySet keys, Stack* stack) {
+                       const c10::OperatorHandle& op, c10::DispatchKeySet keys, Stack* stack,
+                       bool counting) {
   HostScopeFn scope = chain.needs_host_scope ? g_host_scope.load(std::memory_order_acquire)
                                              : nullptr;
-  if (scope == nullptr) return choose(shared, chain, op, keys, *stack);
+  if (scope == nullptr) return choose_counting_or_not(shared, chain, op, keys, *stack, counting);
   struct Context {
     const Router::Shared& shared;
     const Chain& chain;
     const c10::OperatorHandle& op;
     c10::DispatchKeySet keys;
     Stack* stack;
+    bool counting;
     Choice choice;
-  } context{shared, chain, op, keys, stack, Choice{}};
+  } context{shared, chain, op, keys, stack, counting, Choice{}};
   scope(
       [](void* raw) {
         auto* c = static_cast<Context*>(raw);
-        c->choice = choose(c->shared, c->chain, c->op, c->keys, *c->stack);
+        c->choice = choose_counting_or_not(c->shared, c->chain, c->op, c->keys, *c->stack,
+                                           c->counting);
         if (c->choice.node != nullptr && c->choice.node->options.impl_in_host_scope) {
-          if (run_chosen_impl(c->shared, *c->choice.node, c->op, c->keys, c->stack)) {
+          if (run_chosen_impl(c->shared, *c->choice.node, c->op, c->keys, c->stack,
+                              c->counting)) {
             c->choice.done = true;
           } else {
             // Its error fell back: the fallback runs outside the scope, on
             // the op as the call started (the impl may have removed it).
             check_op_still_there(c->shared);
+            c->choice.fell_back_from = c->choice.node;
             c->choice.node = nullptr;
           }
         }
@@ -262,27 +396,44 @@ void route(const Router::Shared& shared, const c10::OperatorHandle& op,
            c10::DispatchKeySet keys, Stack* stack) {
   check_op_still_there(shared);
   const Chain* chain = shared.chain.load(std::memory_order_acquire);
-  const Choice choice = choose_in_scope(shared, *chain, op, keys, stack);
-  if (choice.done) {
-    // The impl ran in the host scope; its results are the op's as the call
-    // started, which the caller would misread if the op changed meanwhile.
-    check_op_still_there(shared);
-    return;
-  }
-  if (choice.divert) {
+  const bool counting = shared.collect_stats.load(std::memory_order_relaxed);
+  Choice choice = choose_in_scope(shared, *chain, op, keys, stack, counting);
+  if (choice.divert) {  // counted and logged when it comes back in
     DivertedCallScope diverted;
     op.callBoxed(stack);
     return;
   }
+  if (C10_UNLIKELY(counting)) bump(shared.counters->calls);
+  if (choice.done) {
+    // The impl ran in the host scope; its results are the op's as the call
+    // started, which the caller would misread if the op changed meanwhile.
+    check_op_still_there(shared);
+    maybe_log(shared, RoutingDecision::Kind::kTaken, choice.node);
+    return;
+  }
   if (choice.node != nullptr) {
-    const bool ran = run_chosen_impl(shared, *choice.node, op, keys, stack);
+    maybe_log(shared, RoutingDecision::Kind::kTaken, choice.node);
+    const bool ran = run_chosen_impl(shared, *choice.node, op, keys, stack, counting);
     check_op_still_there(shared);  // as above; and a fallback must not run the old op's kernel
     if (ran) return;
+    choice.fell_back_from = choice.node;
   }
+  if (C10_UNLIKELY(counting)) {
+    bump(shared.counters->fallbacks);
+    if (choice.covered) bump(shared.counters->covered);
+  }
+  maybe_log(shared,
+            choice.fell_back_from != nullptr ? RoutingDecision::Kind::kFellBack
+            : choice.covered                 ? RoutingDecision::Kind::kCovered
+                                             : RoutingDecision::Kind::kFallback,
+            choice.fell_back_from);
   if (!shared.fallback) {
     if (shared.fallthrough) {
-      op.redispatchBoxed(
-          keys & c10::DispatchKeySet(c10::DispatchKeySet::FULL_AFTER, shared.dispatch_key()), stack);
+      in_profiler_range([&shared] { return fallback_range_name(shared); }, [&] {
+        op.redispatchBoxed(
+            keys & c10::DispatchKeySet(c10::DispatchKeySet::FULL_AFTER, shared.dispatch_key()),
+            stack);
+      });
       return;
     }
     TORCH_CHECK_NOT_IMPLEMENTED(false, "no override took this call of ",
@@ -292,7 +443,8 @@ void route(const Router::Shared& shared, const c10::OperatorHandle& op,
   // Straight to the captured kernel, not through the dispatcher's entry:
   // this is what keeps autograd formulas that call this op from coming
   // back into the router.
-  shared.fallback->callBoxed(op, keys, stack);
+  in_profiler_range([&shared] { return fallback_range_name(shared); },
+                    [&] { shared.fallback->callBoxed(op, keys, stack); });
 }
 
 // The kernel for every signature: the dispatcher boxes the call for it.

@@ -11,6 +11,7 @@
 #include "names.h"
 #include "registry_impl.h"
 #include "router_shared.h"
+#include "thread_disables.h"
 
 #include <native_registry/explain.h>
 
@@ -363,6 +364,12 @@ Explanation Registry::explain(const c10::OperatorHandle& op, const Stack& stack,
     ExplainedNode entry{node->node_id, node->dsl_name, ExplainVerdict::kNotReached, ""};
     if (decided) {
       entry.detail = stop;
+      walked.push_back(std::move(entry));
+      continue;
+    }
+    if (detail::disabled_in_this_thread(*node)) {  // as choose() skips it
+      entry.verdict = ExplainVerdict::kDisabled;
+      entry.detail = "disabled on this thread (a disabled_in_thread scope names it)";
       walked.push_back(std::move(entry));
       continue;
     }

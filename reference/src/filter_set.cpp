@@ -19,11 +19,12 @@ Filter FilterEntries::as_filter() const {
           {dispatch_keys.begin(), dispatch_keys.end()}};
 }
 
-bool FilterSet::is_enabled(const OverrideNode& node) const {
-  if (!entries_.names(node)) return true;
+bool FilterSet::enabled_under(const FilterEntries& entries, int mask_depth,
+                              const OverrideNode& node) {
+  if (!entries.names(node)) return true;
   // An unconditional override is the op's implementation: a disable leaves
   // it in place unless the mask is also up.
-  return node.options.unconditional_override && mask_depth_ == 0;
+  return node.options.unconditional_override && mask_depth == 0;
 }
 
 void FilterSet::disable(const Filter& filter) {

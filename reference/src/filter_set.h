@@ -37,7 +37,9 @@ struct FilterEntries {
 
 class FilterSet {
  public:
-  bool is_enabled(const OverrideNode& node) const;
+  // The rule: whether `entries` leave `node` enabled with the mask at `mask_depth`.
+  static bool enabled_under(const FilterEntries& entries, int mask_depth, const OverrideNode& node);
+  bool is_enabled(const OverrideNode& node) const { return enabled_under(entries_, mask_depth_, node); }
   // Whether an entry names `node`, enabled or not (the unconditional exemption aside).
   bool names(const OverrideNode& node) const { return entries_.names(node); }
   const FilterEntries& entries() const { return entries_; }

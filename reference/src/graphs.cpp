@@ -81,6 +81,7 @@ NodePtr Registry::register_op_override(const std::string& dsl_name,
   node->options = std::move(options);
   Impl& r = *impl_;
   node->registry_serial = r.serial_;
+  node->counters = std::make_shared<NodeCounters>();
 
   Impl::ControlScope scope(r);
   try {

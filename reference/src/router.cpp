@@ -83,9 +83,11 @@ std::shared_ptr<Router::Shared> make_shared_state(const GraphKey& key,
 }  // namespace
 
 Router::Router(const GraphKey& key, const c10::OperatorHandle& op, const Graph& chain,
-               const RouterSettings& settings)
+               const RouterSettings& settings, std::shared_ptr<GraphCounters> counters)
     : shared_(make_shared_state(key, op)),
       id_(g_next_router_id.fetch_add(1)) {
+  TORCH_INTERNAL_ASSERT(counters != nullptr, "a router of ", key.to_string(), " without counters");
+  shared_->counters = std::move(counters);
   publish(chain);
   apply(settings);
   const c10::DispatchKey dispatch_key = key.parsed_dispatch_key;
@@ -128,6 +130,13 @@ void Router::apply(const RouterSettings& settings) {
   }
   shared_->coverage.store(coverage.get(), std::memory_order_release);
   shared_->impl_errors.store(settings.impl_errors, std::memory_order_relaxed);
+  shared_->collect_stats.store(settings.collect_stats, std::memory_order_relaxed);
+}
+
+const GraphCounters* Router::counters() const { return shared_->counters.get(); }
+
+bool Router::collects_stats() const {
+  return shared_->collect_stats.load(std::memory_order_relaxed);
 }
 
 ImplErrorPolicy Router::impl_error_policy() const {

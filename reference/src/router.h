@@ -24,6 +24,9 @@
 //  * Under ImplErrorPolicy::kFallback a call whose impl threw runs the
 //    fallback with the arguments it came in with, only where the op's
 //    schema (as the router was installed for it) writes no argument.
+//  * While the settings say collect_stats, every call counts into its
+//    nodes' NodeCounters and the graph's GraphCounters; otherwise it pays
+//    one relaxed load for it and counts nothing.
 //  * publish() and destruction are called under the registry's lock; the
 //    call path takes no lock and allocates nothing of its own.
 //  * Where the op's C++ signature is one of a few common ones (see
@@ -46,6 +49,7 @@
 #include <native_registry/router_kind.h>
 #include <torch/library.h>
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -57,6 +61,17 @@ namespace native_registry::detail {
 struct RouterSettings {
   std::shared_ptr<const CoverageCheck> coverage;  // null: none
   ImplErrorPolicy impl_errors = ImplErrorPolicy::kRaise;
+  bool collect_stats = false;  // count calls (NodeCounters, GraphCounters)
+};
+
+// What the router of one graph counts while its registry collects stats.
+// Owned by the registry's RouterTable per graph key, so the counts outlive
+// a router rebuilt at that key; relaxed atomics, as NodeCounters.
+struct GraphCounters {
+  std::atomic<uint64_t> calls{0};
+  std::atomic<uint64_t> fallbacks{0};
+  std::atomic<uint64_t> covered{0};
+  std::atomic<uint64_t> fell_back_after_error{0};
 };
 
 struct Chain {
@@ -68,9 +83,10 @@ struct Chain {
 class Router {
  public:
   // Captures the kernel live at `key`'s dispatch key of `op`, then installs
-  // the router there, routing through `chain` as `settings` say.
+  // the router there, routing through `chain` as `settings` say and counting
+  // into `counters` while they say so.
   Router(const GraphKey& key, const c10::OperatorHandle& op, const Graph& chain,
-         const RouterSettings& settings);
+         const RouterSettings& settings, std::shared_ptr<GraphCounters> counters);
   ~Router();  // removes the router's kernel from the dispatcher
   Router(const Router&) = delete;
   Router& operator=(const Router&) = delete;
@@ -81,6 +97,8 @@ class Router {
   void apply(const RouterSettings& settings);
   const CoverageCheck* coverage() const;
   ImplErrorPolicy impl_error_policy() const;
+  bool collects_stats() const;
+  const GraphCounters* counters() const;
   Graph published() const;
   // Whether the op's schema has left the dispatcher since the router was
   // installed (see Shared::watch in router.cpp); such a router must be

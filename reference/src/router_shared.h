@@ -49,6 +49,13 @@ struct Router::Shared {
   // kept as the chains are.
   std::atomic<const CoverageCheck*> coverage{nullptr};
   std::atomic<ImplErrorPolicy> impl_errors{ImplErrorPolicy::kRaise};
+  std::atomic<bool> collect_stats{false};
+  std::shared_ptr<GraphCounters> counters;  // never null
+  // The routing log's rate limit (call_path.cpp): the second being counted,
+  // the decisions logged in it, those dropped since the last one logged.
+  mutable std::atomic<int64_t> log_window{0};
+  mutable std::atomic<uint32_t> logged_in_window{0};
+  mutable std::atomic<uint64_t> not_logged{0};
   // The op's schema writes none of its arguments (no in-place, no out=):
   // only then may an impl's error fall back (see ImplErrorPolicy). Read at
   // install; a schema that changes since marks the router's op gone.

@@ -42,7 +42,9 @@ void RouterTable::publish_in_place(const GraphKey& key, const Graph& chain) {
 void RouterTable::install(const GraphKey& key, const c10::OperatorHandle& op, const Graph& chain,
                           Released& released) {
   remove(key, released);
-  routers_[key] = std::make_unique<Router>(key, op, chain, settings_);
+  std::shared_ptr<GraphCounters>& counters = counters_[key];
+  if (!counters) counters = std::make_shared<GraphCounters>();
+  routers_[key] = std::make_unique<Router>(key, op, chain, settings_, counters);
 }
 
 void RouterTable::set_coverage(std::shared_ptr<const CoverageCheck> coverage,
@@ -57,6 +59,21 @@ void RouterTable::set_coverage(std::shared_ptr<const CoverageCheck> coverage,
 void RouterTable::set_impl_error_policy(ImplErrorPolicy policy) {
   settings_.impl_errors = policy;
   for (auto& entry : routers_) entry.second->apply(settings_);
+}
+
+void RouterTable::set_collect_stats(bool collect) {
+  settings_.collect_stats = collect;
+  for (auto& entry : routers_) entry.second->apply(settings_);
+}
+
+void RouterTable::reset_counters() {
+  for (auto& entry : counters_) {
+    GraphCounters& counters = *entry.second;
+    counters.calls.store(0, std::memory_order_relaxed);
+    counters.fallbacks.store(0, std::memory_order_relaxed);
+    counters.covered.store(0, std::memory_order_relaxed);
+    counters.fell_back_after_error.store(0, std::memory_order_relaxed);
+  }
 }
 
 void RouterTable::remove(const GraphKey& key, Released& released) {
@@ -83,8 +100,13 @@ void RouterTable::check(uint64_t registry_serial) const {
     admitted(key);
     if (!installed_.count(key)) fail("router of " + key.to_string() + " for a graph never installed");
     if (router->coverage() != settings_.coverage.get() ||
-        router->impl_error_policy() != settings_.impl_errors) {
+        router->impl_error_policy() != settings_.impl_errors ||
+        router->collects_stats() != settings_.collect_stats) {
       fail("router of " + key.to_string() + " follows settings other than the registry's");
+    }
+    const auto counted = counters_.find(key);
+    if (counted == counters_.end() || router->counters() != counted->second.get()) {
+      fail("router of " + key.to_string() + " counts elsewhere than its key's counters");
     }
     // The published chain may lag the graph (registration and a reorder
     // without reinstall publish nothing), but it holds only this key's nodes

@@ -10,7 +10,8 @@
 //  * every key it holds was admitted (its dispatch key parsed once);
 //  * a router exists only for an installed key;
 //  * every router follows the table's settings (its coverage check, or
-//    none, and its impl error policy);
+//    none, its impl error policy, whether it counts);
+//  * every router counts into its key's entry of counters();
 //  * a router's published chain holds only nodes of its key and of this
 //    registry. (Each of them has its `_native` op active: an invariant
 //    across this table and the NativeOpTable, which Registry::check_invariants checks.)
@@ -67,6 +68,11 @@ class RouterTable {
   const RouterSettings& settings() const { return settings_; }
   void set_coverage(std::shared_ptr<const CoverageCheck> coverage, Released& released);
   void set_impl_error_policy(ImplErrorPolicy policy);
+  void set_collect_stats(bool collect);
+  // The counters of each graph a router has served, by key: kept across
+  // routers rebuilt at a key, zeroed by reset_counters().
+  const std::map<GraphKey, std::shared_ptr<GraphCounters>>& counters() const { return counters_; }
+  void reset_counters();
 
   EmptyChainPolicy empty_chain_policy() const { return policy_; }
   void set_empty_chain_policy(EmptyChainPolicy policy) { policy_ = policy; }
@@ -78,6 +84,7 @@ class RouterTable {
   std::set<GraphKey> installed_;
   EmptyChainPolicy policy_ = EmptyChainPolicy::kKeepDormantRouter;
   RouterSettings settings_;
+  std::map<GraphKey, std::shared_ptr<GraphCounters>> counters_;
 };
 
 }  // namespace native_registry::detail

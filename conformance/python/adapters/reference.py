@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 import native_registry
@@ -20,7 +22,8 @@ class ReferenceAdapter(UpstreamShapedAdapter):
         "namespaces", "runtime-init", "unconditional-survives-disable", "unconditional-hatch",
         "dynamo-shortcut", "native-op-meta", "concurrent-control-plane", "reentrant-control-plane",
         "variants", "resolve-overload", "declared-overrides", "native-predicates",
-        "aot-coverage", "explain", "impl-error-fallback",
+        "aot-coverage", "explain", "impl-error-fallback", "thread-disables", "routing-stats",
+        "routing-observability",
     })
 
     def __init__(self) -> None:
@@ -87,6 +90,33 @@ class ReferenceAdapter(UpstreamShapedAdapter):
 
     def explain(self, op, *args, dispatch_key=None, **kwargs):
         return registry.explain(op, *args, dispatch_key=dispatch_key, **kwargs)
+
+    def disabled_in_thread(self, *, dsl_names=(), op_symbols=(), dispatch_keys=()):
+        return registry.disabled_in_thread(dsl_names=list(dsl_names), op_symbols=list(op_symbols),
+                                           dispatch_keys=list(dispatch_keys))
+
+    @contextlib.contextmanager
+    def collect_stats(self, collect):
+        previous = registry.collect_stats(collect)
+        try:
+            yield
+        finally:
+            registry.collect_stats(previous)
+
+    def node_stats(self, node):
+        entry = registry.stats().node(node.node_id)
+        return {"taken": entry.taken, "declined": entry.declined,
+                "runtime_unavailable": entry.runtime_unavailable, "raised": entry.raised}
+
+    def graph_stats(self, lib_symbol, op_symbol, dispatch_key):
+        try:
+            entry = registry.stats().graph(op_symbol, dispatch_key, lib_symbol)
+        except KeyError:
+            return {"calls": 0, "fallbacks": 0}
+        return {"calls": entry.calls, "fallbacks": entry.fallbacks}
+
+    def reset_stats(self):
+        registry.reset_stats()
 
     def unconditional_masked(self):
         return native_registry._unconditional_masked()

@@ -74,6 +74,30 @@ using FallbackNoticeFn = void (*)(const OverrideNode& node, const c10::OperatorH
                                   const std::exception& error);
 void set_fallback_notice(FallbackNoticeFn fn);
 
+// ---- the routing log --------------------------------------------------------------
+//
+// What a router decided for one call, for a host's log (the binding's
+// `native_registry.routing` logger at DEBUG). At most ten decisions a second
+// per router are passed on; `not_logged` counts those dropped at that router
+// since the last one passed. Called on the calling thread, with no lock held;
+// an exception it throws is dropped (a log must not fail the call). A
+// diverted call is logged when it comes back in.
+struct RoutingDecision {
+  enum class Kind {
+    kTaken,     // `node` takes the call (logged before its impl runs, or after
+                // when the impl ran in the host scope)
+    kFallback,  // no node took it: the op's own kernel runs
+    kCovered,   // the coverage check covered it: the op's own kernel runs
+    kFellBack,  // `node`'s impl failed under ImplErrorPolicy::kFallback: the op's own kernel runs
+  };
+  Kind kind;
+  const GraphKey& graph;
+  const OverrideNode* node;  // kTaken, kFellBack; else null
+  uint64_t not_logged;
+};
+using RoutingLogFn = void (*)(const RoutingDecision& decision);
+void set_routing_log(RoutingLogFn fn);  // nullptr (the default): a call pays one atomic load
+
 // ---- ops leaving the dispatcher -------------------------------------------------
 //
 // How many op schemas the dispatcher has removed (an op's last definition

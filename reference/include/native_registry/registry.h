@@ -315,6 +315,46 @@ class Registry {
   // it at once, on the thread of the operation, after the lock.
   void set_release_sink(ReleaseSink sink);
 
+  // ---- per-thread disables -----------------------------------------------
+
+  // While alive, this thread's calls see the nodes of this registry that
+  // `filter` names as disabled (an unconditional node stays enabled, as under
+  // deregister_op_overrides with no mask up); other threads are unaffected,
+  // and so is the registry's state: nothing is republished, the dispatcher is
+  // not touched. Scopes nest. Must be destroyed on the thread that made it.
+  // Throws InvalidArgumentError for a blank entry. A call pays one
+  // thread-local load per node it considers for this feature.
+  class DisabledInThread {
+   public:
+    DisabledInThread(const Registry& registry, const Filter& filter);
+    ~DisabledInThread();
+    DisabledInThread(const DisabledInThread&) = delete;
+    DisabledInThread& operator=(const DisabledInThread&) = delete;
+
+   private:
+    uint64_t token_;
+  };
+  // The same as a token: opens a scope on this thread, closed by
+  // close_disabled_in_thread(token) on this thread (false, closing nothing,
+  // if this thread has no such scope); scopes may close in any order.
+  // Not for adopters: the binding's scopes, which a host may end out of order.
+  uint64_t open_disabled_in_thread(const Filter& filter) const;
+  static bool close_disabled_in_thread(uint64_t token);
+  // Whether this thread's open scopes disable `node` (a compile router asks
+  // it when it traces).
+  static bool is_disabled_in_this_thread(const OverrideNode& node);
+
+  // ---- stats ---------------------------------------------------------------
+
+  // Off by default. On, every router of this registry counts each call into
+  // its nodes' counters and its graph's (see RoutingStats); off, a call pays
+  // one relaxed atomic load for it. Counts are exact under any number of
+  // threads. Takes effect at once; a setting, not part of a snapshot.
+  void set_collect_stats(bool collect);
+  bool collect_stats() const;
+  RoutingStats stats() const;
+  void reset_stats();  // zeroes every count; collection stays as it was
+
   // ---- self-checks -------------------------------------------------------
 
   // Throws std::logic_error naming the first broken invariant of the

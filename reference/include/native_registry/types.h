@@ -93,7 +93,19 @@ struct OverrideOptions {
   bool impl_in_host_scope = false;
 };
 
-// One registered override. Immutable once registered: reordering, disabling
+// What a router counts of one node's calls while its registry collects
+// stats (Registry::set_collect_stats). Relaxed atomics: exact totals under
+// any number of threads, no order between counters. Shared by a node and the
+// copies replace_node_callables makes of it (one override, one record).
+struct NodeCounters {
+  std::atomic<uint64_t> taken{0};                // its impl was chosen (ran, or raised)
+  std::atomic<uint64_t> declined{0};             // its cond said no
+  std::atomic<uint64_t> runtime_unavailable{0};  // cond said yes, the runtime check no
+  std::atomic<uint64_t> raised{0};               // its cond or its impl raised
+};
+
+// One registered override. Immutable once registered (but for the counts
+// behind `counters`): reordering, disabling
 // and re-enabling never change a node, they change which graph or chain
 // holds it, so a node can be shared by a running call and a new chain.
 struct OverrideNode {
@@ -109,6 +121,8 @@ struct OverrideNode {
   // unique for the life of the process), so that a registry can tell its own
   // nodes without keeping a record of each.
   uint64_t registry_serial = 0;
+  // Never null for a node a registry made.
+  std::shared_ptr<NodeCounters> counters;
 
   // Whether the runtime is usable: true without try_initialize_runtime;
   // otherwise asks it, on every call that reaches it, as upstream does (the
@@ -171,6 +185,26 @@ enum class ImplErrorPolicy {
   // so those still raise. An error a host marks as one that must propagate
   // (set_must_propagate: Python's KeyboardInterrupt, SystemExit) always does.
   kFallback,
+};
+
+// Registry::stats(): the counts of each node of the registry's graphs, and
+// of each graph's router, since collection began or the last reset_stats().
+struct NodeStats {
+  std::string node_id;
+  std::string dsl_name;
+  GraphKey key;
+  uint64_t taken = 0, declined = 0, runtime_unavailable = 0, raised = 0;
+};
+struct GraphStats {
+  GraphKey key;
+  uint64_t calls = 0;      // calls that reached the router
+  uint64_t fallbacks = 0;  // of those, calls that ran the op's own kernel:
+  uint64_t covered = 0;    //   because the coverage check covered them,
+  uint64_t fell_back_after_error = 0;  // or an impl's error fell back
+};
+struct RoutingStats {
+  std::vector<NodeStats> nodes;    // in graph key order, each graph's nodes in order
+  std::vector<GraphStats> graphs;  // in graph key order, graphs a router has served
 };
 
 enum class LogLevel { kInfo, kWarning };

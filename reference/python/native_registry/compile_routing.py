@@ -103,8 +103,8 @@ def _make_compile_router(chain: list[_C.Node], overload: torch._ops.OpOverload) 
     Built from the chain the eager router routes through now, so both take
     the same callables (a node given a new one since takes it at its next
     install in both)."""
-    entries = [(_compile_cond(handle, overload), getattr(torch.ops._native, handle.node_id).default)
-               for handle in chain]
+    entries = [(handle, _compile_cond(handle, overload),
+                getattr(torch.ops._native, handle.node_id).default) for handle in chain]
     op_symbol, dispatch_key = chain[0].op_symbol, chain[0].dispatch_key
 
     def compile_router(*args: Any, **kwargs: Any) -> Any:
@@ -112,7 +112,9 @@ def _make_compile_router(chain: list[_C.Node], overload: torch._ops.OpOverload) 
             return NotImplemented
         if _covered(op_symbol, dispatch_key, overload, args, kwargs):
             return NotImplemented
-        for cond, native_op in entries:
+        for handle, cond, native_op in entries:
+            if _C.is_disabled_in_this_thread(handle):  # as the eager router, at trace time
+                continue
             try:
                 matched = cond(*args, **kwargs)
             except Exception:

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from . import _C
+from . import _C, observe
 from .compile_routing import (
     _resolve_overload,
     compile_backend,
@@ -61,6 +61,10 @@ __all__ = [
     "set_impl_error_policy",
     "impl_error_policy",
     "explain",
+    "collect_stats",
+    "stats",
+    "reset_stats",
+    "disabled_in_thread",
 ]
 
 # The names beyond __all__ that upstream's module has and this one carries
@@ -442,3 +446,42 @@ def set_impl_error_policy(policy: str) -> None:
 def impl_error_policy() -> str:
     """``"raise"`` or ``"fallback"`` (see :func:`set_impl_error_policy`)."""
     return _C.impl_error_policy()
+
+
+def collect_stats(collect: bool) -> bool:
+    """Count routed calls from now on (True) or stop (False; the default):
+    per override, calls taken, declined, skipped for an unavailable runtime
+    and raised; per graph, calls and fallbacks (see :func:`stats`). Exact
+    under any number of threads; off, a call pays one atomic load for it.
+    Returns the previous setting, for the caller to restore."""
+    if not isinstance(collect, bool):
+        raise TypeError(f"collect_stats takes a bool, got {type(collect).__name__}: {collect!r}")
+    return _C.set_collect_stats(collect)
+
+
+def stats() -> observe.RoutingStats:
+    """The counts since collection began or :func:`reset_stats`: ``.nodes``,
+    ``.graphs``, ``.node(node_id)``, ``.graph(op_symbol, dispatch_key)``;
+    printed, a table."""
+    return observe.stats()
+
+
+def reset_stats() -> None:
+    """Zero every count; collection stays on or off as it was."""
+    _C.reset_stats()
+
+
+def disabled_in_thread(
+    *,
+    dsl_names: str | list[str] | None = None,
+    op_symbols: str | list[str] | None = None,
+    dispatch_keys: str | list[str] | None = None,
+) -> observe.DisabledInThread:
+    """A context manager (or decorator): while entered, this thread's calls
+    see the overrides named (by dsl name, bare op symbol or dispatch key, as
+    :func:`deregister_op_overrides` names them) as disabled; other threads
+    are unaffected, nothing is republished and the dispatcher is not touched.
+    Unconditional overrides stay enabled. Scopes nest and restore; a
+    compiled or exported program sees the thread's scopes when it traces."""
+    return observe.DisabledInThread(_resolve_iterable(dsl_names), _resolve_iterable(op_symbols),
+                                    _resolve_iterable(dispatch_keys))

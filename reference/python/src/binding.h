@@ -280,5 +280,6 @@ void capture_dynamo_flag();                   // trace_shortcut.cpp
 void bind_trace_shortcut(py::module_& m);     // trace_shortcut.cpp
 void bind_predicates(py::module_& m);         // predicates_py.cpp
 void bind_explain(py::module_& m);            // explain_py.cpp: registry.explain
+void bind_observation(py::module_& m);        // observe_py.cpp: stats, routing log, thread disables
 
 }  // namespace native_registry::python

@@ -31,6 +31,7 @@ PYBIND11_MODULE(_C, m) {
   nrp::bind_graph_control(m);
   nrp::bind_queries(m);
   nrp::bind_settings(m);
+  nrp::bind_observation(m);
 
   nrp::capture_dynamo_flag();
   native_registry::watch_schema_removals();  // retires the argument plans (argument_plan.h)

@@ -1,0 +1,169 @@
+// Per-thread disables (feature thread-disables) and routing stats (feature
+// routing-stats) through the adapter; both beyond upstream.
+
+#include "suite.h"
+
+#include <atomic>
+#include <functional>
+#include <thread>
+#include <vector>
+
+namespace conformance {
+namespace {
+
+using namespace native_registry::fixtures;
+
+// Calls mul on a new thread and returns the first value of the result.
+float first_value_on_another_thread() {
+  float value = 0;
+  std::thread([&value] { value = call_mul(tensor({2, 3}), tensor({4, 5}))[0].item<float>(); }).join();
+  return value;
+}
+
+// Runs `work` on `count` threads at once and waits for them: calls only, no
+// control-plane change (which feature concurrent-control-plane is about).
+void on_threads(int count, const std::function<void()>& work) {
+  std::vector<std::thread> threads;
+  for (int t = 0; t < count; ++t) threads.emplace_back(work);
+  for (auto& thread : threads) thread.join();
+}
+
+float first_value() { return call_mul(tensor({2, 3}), tensor({4, 5}))[0].item<float>(); }
+
+// A cond that takes two-element calls only.
+CondFn takes_pairs() {
+  return [](const c10::OperatorHandle&, c10::DispatchKeySet, const Stack& stack) {
+    return stack[stack.size() - 2].toTensor().numel() == 2;
+  };
+}
+
+TEST_P(Conformance, APerThreadDisableSkipsTheOverrideOnThisThreadOnly) {
+  BEHAVIOUR("thread.disable-on-this-thread-only");
+  REQUIRE_FEATURE("thread-disables");
+  add(mul_key(), constant_cond(true), fill_impl(7), "dsl_a");
+  add(mul_key(), constant_cond(true), fill_impl(9), "dsl_b");
+  adapter().install(mul_key());
+  EXPECT_EQ(first_value(), 7);
+  {
+    auto scope = adapter().disabled_in_thread({{"dsl_a"}, {}, {}});
+    EXPECT_EQ(first_value(), 9) << "the next override takes the call";
+    EXPECT_EQ(first_value_on_another_thread(), 7) << "another thread routes as before";
+    auto inner = adapter().disabled_in_thread({{}, {"mul.Tensor"}, {}});
+    EXPECT_EQ(first_value(), 8) << "no override left: the op's own kernel";
+  }
+  EXPECT_EQ(first_value(), 7);
+  {
+    auto scope = adapter().disabled_in_thread({{}, {}, {"CPU"}});
+    EXPECT_EQ(first_value(), 8);
+  }
+  EXPECT_EQ(first_value(), 7);
+}
+
+TEST_P(Conformance, PerThreadDisablesNestAndClosingTheInnerRestoresTheOuter) {
+  BEHAVIOUR("thread.disables-nest-and-restore");
+  REQUIRE_FEATURE("thread-disables");
+  add(mul_key(), constant_cond(true), fill_impl(7), "dsl_a");
+  add(mul_key(), constant_cond(true), fill_impl(9), "dsl_b");
+  adapter().install(mul_key());
+  {
+    auto outer = adapter().disabled_in_thread({{"dsl_b"}, {}, {}});
+    EXPECT_EQ(first_value(), 7);
+    {
+      auto inner = adapter().disabled_in_thread({{"dsl_a"}, {}, {}});
+      EXPECT_EQ(first_value(), 8) << "both named: the union";
+    }
+    EXPECT_EQ(first_value(), 7) << "the outer scope's disable is still in force";
+    { auto same = adapter().disabled_in_thread({{"dsl_b"}, {}, {}}); }
+    EXPECT_EQ(first_value(), 7) << "an inner scope naming the same dsl leaves it disabled";
+  }
+  auto other = adapter().disabled_in_thread({{"dsl_a"}, {}, {}});
+  EXPECT_EQ(first_value(), 9) << "the outer scope is gone";
+}
+
+TEST_P(Conformance, APerThreadDisableLeavesFiltersGraphsAndTheDispatcherAlone) {
+  BEHAVIOUR("thread.disable-leaves-the-registry-alone");
+  REQUIRE_FEATURE("thread-disables");
+  REQUIRE_FEATURE("unconditional-survives-disable");
+  add(mul_key(), constant_cond(true), fill_impl(7), "dsl_a");
+  add(mul_key(), {}, fill_impl(9), "hatch", {}, /*unconditional=*/true);
+  adapter().install(mul_key());
+  const auto before = fingerprint();
+  const size_t graph_size = adapter().graph(mul_key()).size();
+  {
+    auto scope = adapter().disabled_in_thread({{"dsl_a", "hatch"}, {}, {}});
+    EXPECT_EQ(fingerprint().difference(before), "");
+    EXPECT_EQ(adapter().graph(mul_key()).size(), graph_size);
+    EXPECT_EQ(first_value(), 9) << "the unconditional override stays enabled";
+    EXPECT_EQ(first_value_on_another_thread(), 7);
+  }
+  EXPECT_EQ(fingerprint().difference(before), "");
+  EXPECT_EQ(first_value(), 7);
+}
+
+TEST_P(Conformance, StatsCountEachNodesOutcomesAndEachGraphsFallbacks) {
+  BEHAVIOUR("stats.counts-each-outcome");
+  REQUIRE_FEATURE("routing-stats");
+  REQUIRE_FEATURE("runtime-init");
+  add(mul_key(), takes_pairs(), fill_impl(7), "choosy");
+  add(mul_key(), constant_cond(true), fill_impl(9), "needs_runtime", [] { return false; });
+  add(mul_key(), [](const c10::OperatorHandle&, c10::DispatchKeySet, const Stack& stack) -> bool {
+        if (stack[stack.size() - 2].toTensor().numel() == 3) throw std::runtime_error("bad cond");
+        return false;
+      }, fill_impl(5), "raising");
+  adapter().install(mul_key());
+  const std::vector<NodeInfo> graph = adapter().graph(mul_key());
+  ASSERT_EQ(graph.size(), 3u);
+  auto counting = adapter().collect_stats(true);
+  adapter().reset_stats();
+  call_mul(tensor({1, 2}), tensor({1, 2}));                                       // choosy takes it
+  EXPECT_THROW(call_mul(tensor({1, 2, 3}), tensor({1, 2, 3})), std::exception);  // raising raises
+  call_mul(tensor({1}), tensor({1}));                                             // all decline
+  using Node = RegistryAdapter::NodeCounts;
+  using GraphC = RegistryAdapter::GraphCounts;
+  EXPECT_EQ(adapter().node_counts(graph[0]), (Node{1, 2, 0, 0}));
+  EXPECT_EQ(adapter().node_counts(graph[1]), (Node{0, 0, 2, 0}));
+  EXPECT_EQ(adapter().node_counts(graph[2]), (Node{0, 1, 0, 1}));
+  EXPECT_EQ(adapter().graph_counts(mul_key()), (GraphC{2, 1})) << "a call whose cond raised is decided by none";
+  adapter().reset_stats();
+  EXPECT_EQ(adapter().node_counts(graph[0]), Node{});
+  EXPECT_EQ(adapter().graph_counts(mul_key()), GraphC{});
+}
+
+TEST_P(Conformance, WithStatsOffNothingIsCounted) {
+  BEHAVIOUR("stats.off-counts-nothing");
+  REQUIRE_FEATURE("routing-stats");
+  add(mul_key(), takes_pairs(), fill_impl(7), "choosy");
+  adapter().install(mul_key());
+  const NodeInfo node = adapter().graph(mul_key()).at(0);
+  adapter().reset_stats();
+  call_mul(tensor({1, 2}), tensor({1, 2}));
+  call_mul(tensor({1}), tensor({1}));
+  EXPECT_EQ(adapter().node_counts(node), RegistryAdapter::NodeCounts{}) << "off by default";
+  { auto counting = adapter().collect_stats(true); call_mul(tensor({1, 2}), tensor({1, 2})); }
+  call_mul(tensor({1, 2}), tensor({1, 2}));
+  EXPECT_EQ(adapter().node_counts(node).taken, 1u) << "switched off, the counts stay as they were";
+  EXPECT_EQ(adapter().graph_counts(mul_key()), (RegistryAdapter::GraphCounts{1, 0}));
+}
+
+TEST_P(Conformance, StatsAreExactUnderManyThreads) {
+  BEHAVIOUR("stats.exact-under-threads");
+  REQUIRE_FEATURE("routing-stats");
+  add(mul_key(), takes_pairs(), fill_impl(7), "choosy");
+  adapter().install(mul_key());
+  const NodeInfo node = adapter().graph(mul_key()).at(0);
+  auto counting = adapter().collect_stats(true);
+  adapter().reset_stats();
+  constexpr int kThreads = 8, kCalls = 500;
+  on_threads(kThreads, [] {
+    for (int i = 0; i < kCalls; ++i) {
+      call_mul(tensor({1, 2}), tensor({1, 2}));
+      call_mul(tensor({1}), tensor({1}));
+    }
+  });
+  const uint64_t total = kThreads * kCalls;
+  EXPECT_EQ(adapter().node_counts(node), (RegistryAdapter::NodeCounts{total, total, 0, 0}));
+  EXPECT_EQ(adapter().graph_counts(mul_key()), (RegistryAdapter::GraphCounts{2 * total, total}));
+}
+
+}  // namespace
+}  // namespace conformance

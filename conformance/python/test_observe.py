@@ -1,0 +1,291 @@
+"""Seeing and steering routing beyond upstream (issue 30, items 2, 3, 5):
+per-thread disables (feature `thread-disables`), per-node and per-graph
+counts (feature `routing-stats`), profiler ranges and the routing log
+(feature `routing-observability`). Level `recommended` throughout."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import pytest
+import torch
+from functorch.compile import make_boxed_func
+from torch._dynamo.backends.common import aot_autograd
+
+from conftest import behaviour
+
+from fixtures.python.torch_fixtures import A, B, STOCK, mul
+from fixtures.python.torch_fixtures import MUL_CPU as KEY
+
+SEVENS = torch.full((2,), 7.0)
+NINES = torch.full((2,), 9.0)
+
+
+def always(*_args, **_kwargs):
+    return True
+
+
+def returning(value):
+    return lambda a, b: value.clone()
+
+
+def on_another_thread(work):
+    result = {}
+
+    def run():
+        result["value"] = work()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(timeout=60)
+    assert not thread.is_alive(), "the other thread's call hung"
+    return result["value"]
+
+
+# ---- per-thread disables ---------------------------------------------------------
+
+
+@behaviour("thread.disable-on-this-thread-only")
+def test_a_per_thread_disable_skips_the_override_on_this_thread_only(impl):
+    impl.register("dsl_a", *KEY, always, returning(SEVENS))
+    impl.register("dsl_b", *KEY, always, returning(NINES))
+    impl.install(*KEY)
+    assert torch.equal(mul(), SEVENS)
+    with impl.disabled_in_thread(dsl_names=["dsl_a"]):
+        assert torch.equal(mul(), NINES), "the next override takes the call"
+        assert torch.equal(on_another_thread(mul), SEVENS), "another thread routes as before"
+        with impl.disabled_in_thread(op_symbols=["mul.Tensor"]):
+            assert torch.equal(mul(), STOCK), "no override left: the op's own kernel"
+    assert torch.equal(mul(), SEVENS)
+    with impl.disabled_in_thread(dispatch_keys=["CPU"]):
+        assert torch.equal(mul(), STOCK)
+    assert torch.equal(mul(), SEVENS)
+
+
+@behaviour("thread.disables-nest-and-restore")
+def test_per_thread_disables_nest_and_closing_the_inner_restores_the_outer(impl):
+    impl.register("dsl_a", *KEY, always, returning(SEVENS))
+    impl.register("dsl_b", *KEY, always, returning(NINES))
+    impl.install(*KEY)
+    with impl.disabled_in_thread(dsl_names=["dsl_b"]):
+        assert torch.equal(mul(), SEVENS)
+        with impl.disabled_in_thread(dsl_names=["dsl_a"]):
+            assert torch.equal(mul(), STOCK), "both named: the union"
+        assert torch.equal(mul(), SEVENS), "the outer scope's disable is still in force"
+        with impl.disabled_in_thread(dsl_names=["dsl_b"]):
+            pass
+        assert torch.equal(mul(), SEVENS), "an inner scope naming the same dsl leaves it disabled"
+    assert torch.equal(mul(), SEVENS)
+    with impl.disabled_in_thread(dsl_names=["dsl_a"]):
+        assert torch.equal(mul(), NINES), "the outer scope is gone"
+
+
+@behaviour("thread.disable-leaves-the-registry-alone")
+def test_a_per_thread_disable_leaves_filters_graphs_and_dispatcher_alone(impl):
+    from fixtures.python.torch_fixtures import dispatcher_state
+
+    impl.register("dsl_a", *KEY, always, returning(SEVENS))
+    impl.register("hatch", *KEY, None, returning(NINES), unconditional_override=True)
+    impl.install(*KEY)
+    before = dispatcher_state()
+    graph_before = [node.node_id for node in impl.graph(*KEY)]
+    with impl.disabled_in_thread(dsl_names=["dsl_a", "hatch"]):
+        assert dispatcher_state() == before
+        assert [node.node_id for node in impl.graph(*KEY)] == graph_before
+        assert torch.equal(mul(), NINES), "the unconditional override stays enabled"
+        assert torch.equal(on_another_thread(mul), SEVENS)
+    assert dispatcher_state() == before
+    assert torch.equal(mul(), SEVENS)
+
+
+@behaviour("thread.disable-seen-when-tracing")
+def test_a_program_traced_inside_a_per_thread_disable_leaves_the_override_out(impl):
+    calls = []
+
+    def impl_fn(a, b):
+        calls.append(1)
+        return SEVENS.clone()
+
+    impl.register("dsl_a", *KEY, always, impl_fn)
+    impl.install(*KEY)
+
+    def compiled():
+        torch._dynamo.reset()
+        backend = aot_autograd(fw_compiler=lambda gm, _: make_boxed_func(gm.forward),
+                               decompositions=impl.decomp_table())
+        return torch.compile(lambda a, b: a * b, backend=backend, fullgraph=True)
+
+    with impl.disabled_in_thread(dsl_names=["dsl_a"]):
+        assert torch.equal(compiled()(A, B), STOCK)
+    assert calls == [], "traced and run inside the scope, the program does not call the override"
+    assert torch.equal(compiled()(A, B), SEVENS)
+    assert calls, "traced outside any scope, it does"
+    torch._dynamo.reset()
+
+
+# ---- stats -------------------------------------------------------------------------
+
+
+@behaviour("stats.counts-each-outcome")
+def test_stats_count_each_nodes_outcomes_and_each_graphs_fallbacks(impl):
+    state = {"ready": False}
+    impl.register("choosy", *KEY, lambda a, b: a.numel() == 2, returning(SEVENS))
+    impl.register("needs_runtime", *KEY, lambda a, b: a.numel() == 3, returning(NINES),
+                  try_initialize_runtime=lambda: state["ready"])
+    impl.register("raising", *KEY, lambda a, b: a.numel() == 4 or 1 / 0, returning(NINES))
+    impl.install(*KEY)
+    choosy, runtime, raising = impl.graph(*KEY)
+    three, four = torch.ones(3), torch.ones(4)
+    with impl.collect_stats(True):
+        impl.reset_stats()
+        mul()                      # choosy takes it
+        for _ in range(2):         # choosy declines; the runtime says no; raising's cond raises
+            with pytest.raises(ZeroDivisionError):
+                mul(three, three)
+        assert torch.equal(mul(four, four), NINES)  # choosy and needs_runtime decline; raising takes it
+    assert impl.node_stats(choosy) == {"taken": 1, "declined": 3, "runtime_unavailable": 0, "raised": 0}
+    assert impl.node_stats(runtime) == {"taken": 0, "declined": 1, "runtime_unavailable": 2, "raised": 0}
+    assert impl.node_stats(raising) == {"taken": 1, "declined": 0, "runtime_unavailable": 0, "raised": 2}
+    assert impl.graph_stats(*KEY) == {"calls": 2, "fallbacks": 0}, "a call whose cond raised routed nothing"
+
+
+@behaviour("stats.counts-each-outcome")
+def test_a_fallback_is_counted_per_graph_and_reset_zeroes_everything(impl):
+    impl.register("choosy", *KEY, lambda a, b: a.numel() == 2, returning(SEVENS))
+    impl.install(*KEY)
+    (choosy,) = impl.graph(*KEY)
+    one = torch.ones(1)
+    with impl.collect_stats(True):
+        impl.reset_stats()
+        mul(); mul(one, one); mul(one, one)
+        assert impl.graph_stats(*KEY) == {"calls": 3, "fallbacks": 2}
+        assert impl.node_stats(choosy) == {"taken": 1, "declined": 2, "runtime_unavailable": 0,
+                                           "raised": 0}
+        impl.reset_stats()
+        assert impl.graph_stats(*KEY) == {"calls": 0, "fallbacks": 0}
+        assert impl.node_stats(choosy) == {"taken": 0, "declined": 0, "runtime_unavailable": 0,
+                                           "raised": 0}
+
+
+@behaviour("stats.off-counts-nothing")
+def test_with_stats_off_nothing_is_counted_and_switching_off_keeps_the_counts(impl):
+    impl.register("choosy", *KEY, lambda a, b: a.numel() == 2, returning(SEVENS))
+    impl.install(*KEY)
+    (choosy,) = impl.graph(*KEY)
+    impl.reset_stats()
+    mul(); mul(torch.ones(1), torch.ones(1))
+    assert impl.node_stats(choosy) == {"taken": 0, "declined": 0, "runtime_unavailable": 0, "raised": 0}
+    assert impl.graph_stats(*KEY)["calls"] == 0
+    with impl.collect_stats(True):
+        mul()
+    mul(); mul()
+    assert impl.node_stats(choosy)["taken"] == 1
+    assert impl.graph_stats(*KEY) == {"calls": 1, "fallbacks": 0}
+
+
+@behaviour("stats.exact-under-threads")
+def test_stats_are_exact_under_many_threads(impl):
+    impl.register("choosy", *KEY, lambda a, b: a.numel() == 2, returning(SEVENS))
+    impl.install(*KEY)
+    (choosy,) = impl.graph(*KEY)
+    threads, calls = 8, 200
+    one = torch.ones(1)
+
+    def work():
+        for _ in range(calls):
+            mul()
+            mul(one, one)
+
+    with impl.collect_stats(True):
+        impl.reset_stats()
+        workers = [threading.Thread(target=work) for _ in range(threads)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join(timeout=120)
+        assert not any(worker.is_alive() for worker in workers)
+    total = threads * calls
+    assert impl.node_stats(choosy) == {"taken": total, "declined": total, "runtime_unavailable": 0,
+                                       "raised": 0}
+    assert impl.graph_stats(*KEY) == {"calls": 2 * total, "fallbacks": total}
+
+
+# ---- profiler ranges and the routing log ------------------------------------------
+
+
+@behaviour("observe.profiler-ranges")
+def test_under_the_profiler_a_routed_call_is_a_range_named_for_its_override(impl):
+    impl.register("range_dsl", *KEY, lambda a, b: a.numel() == 2, returning(SEVENS))
+    impl.install(*KEY)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        mul()
+        mul(torch.ones(1), torch.ones(1))
+    names = [event.name for event in prof.events()]
+    assert names.count("native_registry::range_dsl::mul.Tensor") == 1, names
+    assert names.count("native_registry::fallback::mul.Tensor") == 1, names
+    mul()  # no profiler: nothing recorded, nothing breaks
+
+
+def _routing_records(caplog):
+    return [r for r in caplog.records if r.name == "native_registry.routing"]
+
+
+@behaviour("observe.routing-log")
+def test_the_routing_logger_at_debug_logs_each_decision_and_nothing_otherwise(impl, caplog):
+    impl.register("log_dsl", *KEY, lambda a, b: a.numel() == 2, returning(SEVENS))
+    impl.install(*KEY)
+    (node,) = impl.graph(*KEY)
+    with caplog.at_level(logging.INFO, logger="native_registry.routing"):
+        mul()
+        _flush_log()
+    assert _routing_records(caplog) == []
+    caplog.clear()
+    with caplog.at_level(logging.DEBUG, logger="native_registry.routing"):
+        mul()
+        mul(torch.ones(1), torch.ones(1))
+        _flush_log()
+    messages = [r.getMessage() for r in _routing_records(caplog)]
+    assert len(messages) == 2, messages
+    assert node.node_id in messages[0] and "mul.Tensor" in messages[0], messages
+    assert node.node_id not in messages[1] and "own kernel" in messages[1], messages
+    caplog.clear()
+    mul()
+    _flush_log()
+    assert _routing_records(caplog) == [], "the level is back: nothing logged"
+
+
+@behaviour("observe.routing-log")
+def test_a_burst_of_calls_logs_fewer_records_than_calls_and_says_how_many_it_dropped(impl, caplog):
+    impl.register("log_dsl", *KEY, always, returning(SEVENS))
+    impl.install(*KEY)
+    with caplog.at_level(logging.DEBUG, logger="native_registry.routing"):
+        for _ in range(300):
+            mul()
+        _flush_log()
+        import time
+        time.sleep(1.1)
+        mul()
+        _flush_log()
+    messages = [r.getMessage() for r in _routing_records(caplog)]
+    assert 1 <= len(messages) < 300, len(messages)
+    assert "not logged" in messages[-1], messages[-1]
+
+
+def _flush_log():
+    """Records of calls made without the GIL reach Python as soon as the
+    interpreter runs its pending calls: a few bytecodes."""
+    for _ in range(1000):
+        pass
+
+
+@behaviour("thread.disable-on-this-thread-only")
+def test_explain_on_this_thread_reports_a_per_thread_disable(impl):
+    if "explain" not in impl.features:
+        pytest.skip(f"{impl.name} lacks feature explain")
+    impl.register("dsl_a", *KEY, always, returning(SEVENS))
+    impl.register("dsl_b", *KEY, always, returning(NINES))
+    impl.install(*KEY)
+    with impl.disabled_in_thread(dsl_names=["dsl_a"]):
+        report = impl.explain(torch.ops.aten.mul.Tensor, A, B)
+    assert [entry.verdict for entry in report.nodes] == ["disabled", "accepted"], str(report)
