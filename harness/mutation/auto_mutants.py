@@ -17,7 +17,9 @@ data: the kill rate is given with and without them.
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
+import hashlib
 import json
 import os
 import pathlib
@@ -27,6 +29,7 @@ import time
 
 from . import mutagen
 from . import mutant_runner
+from . import mutation_report
 from . import mutants
 from .. import staging, with_root_on_path
 from .mutant_records import (EQUIVALENTS, TARGET_KILL_RATE, Outcome, figures, load_equivalents,  # noqa: F401
@@ -169,6 +172,11 @@ def run(args) -> int:
         if missing:
             print(f"  --only: {len(missing)} not among the candidates (their line changed or was removed, "
                   f"or a part left out holds it): {', '.join(sorted(missing))}", flush=True)
+    sampled = len(chosen)
+    if getattr(args, "shard", None):
+        chosen = in_shard(chosen, *args.shard)
+        print(f"  --shard {args.shard[0]}/{args.shard[1]}: {len(chosen)} of the {sampled} chosen mutants",
+              flush=True)
     print(f"== mutants of {target.layer} ({', '.join(target.files)}): {len(candidates)} candidates, "
           f"{len(chosen)} sampled (seed {args.seed}), {len(spaces)} at a time", flush=True)
     for rel, why in target.left_out.items():
@@ -183,17 +191,34 @@ def run(args) -> int:
     if baseline is None:
         return 1
     records = out / f"auto-{target.layer}.jsonl"
+    digests = digests_of(chosen, target)
+    reused = {}
+    if getattr(args, "incremental", None) is not None:
+        reused = reusable(mutation_report.load(args.incremental), digests, args.own_tests)
+        print(f"  --incremental: {len(reused)} of the {len(chosen)} mutants keep their verdict of "
+              f"{args.incremental} (their line and their tests' sources unchanged)", flush=True)
     outcomes = mutant_runner.run_all(chosen, equivalents, records, baseline, args.resume, args.own_tests,
                                      [(ws, t, out if ws == FIRST else out / ws.root.name)
-                                      for ws, t in zip(spaces, targets)])
+                                      for ws, t in zip(spaces, targets)], digests=digests, reused=reused)
     stats = figures(outcomes, equivalents)
     stats.update(candidates=len(candidates), chosen=len(chosen), seed=args.seed, requested=args.sample,
                  files=target.files, not_mutated=target.left_out, impl=target.impl, jobs=len(spaces),
                  parts_not_mutated={part: {"candidates": n, "why": why} for part, (n, why) in parts_left_out.items()},
                  seconds_total=time.monotonic() - begin, seconds_per_mutant=per_mutant(outcomes))
     write_report(out / f"auto-{target.layer}", stats, outcomes, equivalents)
+    document = mutation_report.report(
+        outcomes, equivalents, {rel: target.place[rel].read_text() for rel in target.files},
+        config={"layer": target.layer, "impl": target.impl, "seed": args.seed, "sample": args.sample,
+                "shard": "/".join(map(str, args.shard)) if getattr(args, "shard", None) else "1/1",
+                "candidates": len(candidates), "chosen": len(chosen), "sampled": sampled,
+                "commit": mutant_runner.tree_commit(), "seconds_total": round(stats["seconds_total"], 1)},
+        tests=baseline.get("tests", []))
+    report_path = out / f"auto-{target.layer}.mutation.json"
+    mutation_report.write(document, report_path)
+    mutation_report.write_html(document, out / f"auto-{target.layer}-html")
     print(summary(stats))
-    print(f"  report: {out / f'auto-{target.layer}.md'} (and .json)")
+    print(f"  report: {out / f'auto-{target.layer}.md'} (and .json); records: {report_path} "
+          f"(mutation-testing-report-schema), a page per file in {out / f'auto-{target.layer}-html'}/")
     for o in outcomes:
         if o.verdict == "survived" and o.key not in equivalents:
             print(f"  survived: {o.where} {o.kind}: {o.change}\n      {o.original}\n   -> {o.mutated}")
@@ -201,6 +226,41 @@ def run(args) -> int:
         mutant_runner.build_all(built_spaces, jobs_each)
     rate = stats["kill_rate_without_equivalents"]
     return 0 if rate is not None and rate >= TARGET_KILL_RATE else 1
+
+
+def in_shard(chosen: list[mutagen.Mutant], k: int, n: int) -> list[mutagen.Mutant]:
+    """The mutants of shard k of n: a hash of the key, not the order, decides,
+    so every machine given the same candidates splits them the same way."""
+    return [m for m in chosen if int(hashlib.sha1(m.key.encode()).hexdigest()[:12], 16) % n == k - 1]
+
+
+# The tests a verdict depends on, where no coverage narrows them: the whole
+# conformance suites (their tests, adapters and catalogue).
+SUITE_SOURCES = ("conformance/",)
+
+
+def suite_files() -> list[pathlib.Path]:
+    return [ROOT / rel for rel in mutants.tree_files() if rel.startswith(SUITE_SOURCES)]
+
+
+def digests_of(chosen: list[mutagen.Mutant], target: Target) -> dict[str, tuple[str, str]]:
+    """Per mutant key: a digest of its line (indentation included: in Python
+    it is syntax) and of the sources of the tests its verdict depends on."""
+    suites = mutation_report.tests_digest(suite_files())
+    return {m.key: (mutation_report.digest(m.original), suites) for m in chosen}
+
+
+def reusable(earlier: list[Outcome], digests: dict[str, tuple[str, str]], own_tests: bool) -> dict[str, Outcome]:
+    """The earlier verdicts the incremental mode keeps: of a mutant chosen now,
+    with the same line and tests digests, and a verdict (with the own tests'
+    where --own-tests asks for it)."""
+    kept = {}
+    for o in earlier:
+        if (o.key in digests and (o.line_digest, o.tests_digest) == digests[o.key]
+                and o.verdict in ("killed", "survived", "stillborn", "nocoverage")
+                and not (own_tests and o.verdict == "survived" and not o.own_tests)):
+            kept[o.key] = dataclasses.replace(o, reused=o.reused or o.commit)
+    return kept
 
 
 def chosen_only(spec: str) -> set[str]:

@@ -22,8 +22,8 @@ leaves unrun are reported, not failed: a slow machine is no loss of power.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
-import json
 import os
 import pathlib
 import signal
@@ -31,7 +31,7 @@ import subprocess
 import sys
 
 from .. import ROOT, with_root_on_path
-from . import mutant_records
+from . import mutant_records, mutation_report
 KILLED = ROOT / "fixtures" / "faults" / "killed_mutants.txt"
 
 
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
            "--mutate", "python", "--sample", str(args.sample), "--seed", str(seed), "--results", str(results)]
     if args.baseline_from is not None:
         cmd += ["--baseline-from", str(args.baseline_from)]
-    report = results / "mutants" / "auto-python.json"
+    report = results / "mutants" / "auto-python.mutation.json"
     report.unlink(missing_ok=True)  # a report of an earlier run judges nothing
     # SIGTERM at the budget: the runner kills its suites, restores the
     # mutated file and reports the mutants run so far.
@@ -91,11 +91,14 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         print(f"ci mutants: FAILED: the run ended (exit {status}) without a report: the baseline crashed")
         return 1
-    data = json.loads(report.read_text())
-    regressions, unreviewed = judge(data["mutants"], killed_before(), set(mutant_records.load_equivalents()))
-    f = data["figures"]
-    print(f"ci mutants: {f['sampled']} of {f['chosen']} run: {f['killed']} killed, {f['survived']} survived, "
-          f"{f['stillborn']} stillborn")
+    # The run's records (a mutation-testing report, validated as it is read).
+    document = mutation_report.load_document(report)
+    outcomes = [dataclasses.asdict(o) for o in mutation_report.outcomes_of(document)]
+    regressions, unreviewed = judge(outcomes, killed_before(), set(mutant_records.load_equivalents()))
+    verdicts = [o["verdict"] for o in outcomes]
+    print(f"ci mutants: {len(outcomes)} of {document['config'].get('chosen', '?')} run: "
+          f"{verdicts.count('killed')} killed, {verdicts.count('survived')} survived, "
+          f"{verdicts.count('stillborn')} stillborn, {verdicts.count('nocoverage')} not covered")
     for o in unreviewed:
         print(f"  unreviewed survivor (no record knows it; not a failure): {o['where']} {o['kind']}: "
               f"{o['change']}\n      {o['original']}\n   -> {o['mutated']}")

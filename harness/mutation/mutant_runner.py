@@ -82,10 +82,13 @@ def evaluate(mutant: mutagen.Mutant, target: Target, ws: Workspace, out: pathlib
         except SyntaxError as exc:
             outcome.verdict, outcome.output_tail = "stillborn", str(exc)
             return outcome
+    outcome.tests_completed = 0
     for name, spent, suite in suites_for(mutant, target, ws, out, timeouts, baseline):
         began = time.monotonic()
         failed, output = suite()
         outcome.seconds[spent] = time.monotonic() - began
+        outcome.tests_completed += mutants.tests_in(out / ("conformance.xml" if name.startswith("c++")
+                                                           else "python.xml"))
         failed = [t for t in failed if t not in baseline.get(name, [])]
         outcome.output_tail = tail(output)
         if failed:
@@ -223,6 +226,9 @@ def measure_baseline(target: Target, out: pathlib.Path, own_tests: bool = False,
         if failed:
             print(f"  note: {name} fails before any mutant, so these kill nothing: {failed}")
         baseline[name] = failed
+        # Every test the baseline ran: the report's testFiles.
+        baseline.setdefault("tests", []).extend(mutants.test_ids(
+            out / ("conformance.xml" if name == "c++ conformance" else "python.xml")) if name != "own tests" else [])
         if name == "python conformance":
             baseline["deselect"] = mutants.baseline_deselect(out)
             baseline["behaviour_seconds"] = mutants.behaviour_seconds(out)
@@ -250,26 +256,29 @@ def baseline_from_results(results: pathlib.Path, stem: str) -> dict | None:
     limit = max(60.0, 3 * took + 30)
     print(f"== baseline: the conformance run's results in {results} ({len(rows)} rows, "
           f"{len(failing)} failing; a mutant's run is killed after {duration(limit)})", flush=True)
-    return {"python conformance": sorted({r["test"] for r in failing}),
+    return {"python conformance": sorted({r["test"] for r in failing}), "tests": mutants.test_ids(xml),
             "deselect": sorted({r["nodeid"] for r in failing if "nodeid" in r}),
             "timeouts": {"build": 900.0, "python": limit}}
 
 
 def run_all(chosen: list, equivalents: dict[str, str], records: pathlib.Path, baseline: dict, resume: bool,
-            own_tests: bool, places: list[tuple[Workspace, Target, pathlib.Path]]) -> list[Outcome]:
+            own_tests: bool, places: list[tuple[Workspace, Target, pathlib.Path]],
+            digests: dict[str, tuple[str, str]] | None = None,
+            reused: dict[str, Outcome] | None = None) -> list[Outcome]:
     """Runs `chosen` over the workspaces, recording each outcome in `records`
     (keeping, with `resume`, the verdicts recorded there of this tree's source);
     the outcomes in order. Ctrl-C or a SIGTERM stops it: the mutated files
     are restored and the outcomes so far returned."""
     signal.signal(signal.SIGTERM, interrupt)
     commit, source = tree_commit(), tree_source()
-    done = resumed(records, chosen, source, own_tests) if resume else {}
+    done = {**(reused or {}), **(resumed(records, chosen, source, own_tests) if resume else {})}
     if resume:
         print(f"  --resume: {len(done)} of the {len(chosen)} mutants have a verdict of this tree "
               f"({commit}, source {source}) in {records}", flush=True)
     records.write_text("".join(json.dumps(asdict(o)) + "\n" for o in done.values()))
     runner = Runner(chosen, equivalents, records, baseline["timeouts"], baseline, done, (commit, source),
                     own_tests)
+    runner.digests = digests or {}
     try:
         runner.run(places)
     except KeyboardInterrupt:
@@ -359,7 +368,10 @@ class Runner:
             self.errors.append(exc)
             self.stop.set()
 
+    digests: dict[str, tuple[str, str]] = {}
+
     def record(self, index: int, mutant: mutagen.Mutant, outcome: Outcome) -> None:
+        outcome.line_digest, outcome.tests_digest = self.digests.get(mutant.key, ("", ""))
         with self.lock:
             self.outcomes.append((index, outcome))
             done = len(self.outcomes)

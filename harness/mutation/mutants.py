@@ -188,6 +188,23 @@ def kill_live() -> None:
                 pass
 
 
+def tests_in(xml: pathlib.Path) -> int:
+    """How many tests a JUnit XML report (GoogleTest's or pytest's) holds; 0
+    when there is none (a suite that crashed before writing it)."""
+    try:
+        return sum(1 for _ in ET.parse(xml).getroot().iter("testcase"))
+    except (OSError, ET.ParseError):
+        return 0
+
+
+def test_ids(xml: pathlib.Path) -> list[str]:
+    """The tests of a JUnit XML report, named as failing_gtests names them."""
+    try:
+        return [f"{c.get('classname')}.{c.get('name')}" for c in ET.parse(xml).getroot().iter("testcase")]
+    except (OSError, ET.ParseError):
+        return []
+
+
 def failing_gtests(xml: pathlib.Path) -> list[str]:
     if not xml.exists():
         return []
