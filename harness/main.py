@@ -98,6 +98,8 @@ def resolve_paths(args) -> None:
         raise UsageError("--sample, --seed, --mutate, --resume and --own-tests go with --mutants auto")
     if args.mutants != "auto" and (args.shard is not None or args.incremental is not None):
         raise UsageError("--shard and --incremental go with --mutants auto")
+    if args.tests_by_coverage and (args.mutants != "auto" or args.mutate != "python"):
+        raise UsageError("--tests-by-coverage goes with --mutants auto --mutate python")
     if args.shard is not None:
         args.shard = parse_shard(args.shard)
     if args.incremental is not None and not args.incremental.is_file():
@@ -274,6 +276,12 @@ def parser() -> argparse.ArgumentParser:
                    help="with --mutants auto: run only the K-th of N shards of the chosen mutants (a mutant's "
                         "shard: a hash of its key mod N, so N machines or CI jobs split a run deterministically); "
                         "merge their reports with python -m harness.mutation.mutation_report merge")
+    p.add_argument("--tests-by-coverage", action="store_true",
+                   help="with --mutants auto --mutate python: run the pristine Python suite once under "
+                        "coverage.py, per test (child interpreters included); a mutant then meets only the tests "
+                        "executing its line, cheapest first, stopping at the first failure, and one no test "
+                        "executes is NoCoverage, not run (the map is kept in results/mutants/coverage-python.json "
+                        "while the tree's source is unchanged)")
     p.add_argument("--incremental", type=pathlib.Path, default=None, metavar="REPORT",
                    help="with --mutants auto: take over the verdicts of an earlier run's report "
                         "(results/mutants/auto-<layer>.mutation.json) for the mutants whose line and whose "

@@ -27,6 +27,7 @@ import subprocess
 import sys
 import time
 
+from . import coverage_map
 from . import mutagen
 from . import mutant_runner
 from . import mutation_report
@@ -190,8 +191,15 @@ def run(args) -> int:
         baseline = mutant_runner.measure_baseline(target, out, args.own_tests)
     if baseline is None:
         return 1
+    coverage = None
+    if getattr(args, "tests_by_coverage", False):
+        coverage = coverage_of(target, spaces[0], out, baseline)
+        if coverage is None:
+            return 1
+        for t in targets:
+            t.coverage, t.pristine = coverage, {rel: t.place[rel].read_text() for rel in t.files}
     records = out / f"auto-{target.layer}.jsonl"
-    digests = digests_of(chosen, target)
+    digests = digests_of(chosen, target, coverage)
     reused = {}
     if getattr(args, "incremental", None) is not None:
         reused = reusable(mutation_report.load(args.incremental), digests, args.own_tests)
@@ -243,11 +251,53 @@ def suite_files() -> list[pathlib.Path]:
     return [ROOT / rel for rel in mutants.tree_files() if rel.startswith(SUITE_SOURCES)]
 
 
-def digests_of(chosen: list[mutagen.Mutant], target: Target) -> dict[str, tuple[str, str]]:
+def digests_of(chosen: list[mutagen.Mutant], target: Target, coverage: coverage_map.CoverageMap | None = None
+               ) -> dict[str, tuple[str, str]]:
     """Per mutant key: a digest of its line (indentation included: in Python
-    it is syntax) and of the sources of the tests its verdict depends on."""
+    it is syntax) and of the sources of the tests its verdict depends on: the
+    files of the tests covering it where coverage chose them, else the whole
+    conformance suites'."""
     suites = mutation_report.tests_digest(suite_files())
-    return {m.key: (mutation_report.digest(m.original), suites) for m in chosen}
+    found = {}
+    for m in chosen:
+        tests = (coverage.tests_for(m.file, m.line, target.pristine[m.file])
+                 if coverage is not None and m.file in target.pristine else None)
+        digest = suites if tests is None else mutation_report.tests_digest(
+            [ROOT / f for f in sorted({t.split("::", 1)[0] for t in tests})])
+        found[m.key] = (mutation_report.digest(m.original), digest)
+    return found
+
+
+def coverage_of(target: Target, ws: Workspace, out: pathlib.Path, baseline: dict) -> coverage_map.CoverageMap | None:
+    """The per-test coverage of the target's files under the pristine Python
+    suite: kept in out/coverage-<layer>.json and measured again only when
+    the tree's source changed (None when the measuring run crashes)."""
+    kept = out / f"coverage-{target.layer}.json"
+    source = mutant_runner.tree_source()
+    if kept.exists():
+        found = coverage_map.CoverageMap.load(kept)
+        if found.source == source:
+            print(f"  tests by coverage: the map of this tree in {kept}", flush=True)
+            return found
+    env = target.env if target.env is not None else mutants.package_env(ws, out)
+    print("== tests by coverage: the pristine Python suite once under coverage.py, per test "
+          "(child interpreters included)", flush=True)
+    began = time.monotonic()
+    try:
+        found = coverage_map.measure(
+            {rel: target.place[rel] for rel in target.files},
+            ["conformance/python", f"--impl={target.impl}",
+             *(f"--deselect={nodeid}" for nodeid in baseline.get("deselect", []))],
+            out / "coverage-run", env, target.suites_from or ws.src,
+            3 * baseline["timeouts"].get("python", mutants.TIMEOUT_S), source)
+    except RuntimeError as exc:
+        print(f"tests by coverage: {exc}")
+        return None
+    found.save(kept)
+    covered = sum(len(lines) for lines in found.tests.values())
+    print(f"  {len(found.durations)} tests, {covered} lines executed by a test, in "
+          f"{time.monotonic() - began:.0f} s; kept in {kept}", flush=True)
+    return found
 
 
 def reusable(earlier: list[Outcome], digests: dict[str, tuple[str, str]], own_tests: bool) -> dict[str, Outcome]:

@@ -33,6 +33,10 @@ class Target:
     needs_build: bool = True
     suites_from: pathlib.Path | None = None  # the tree whose conformance suites run; None: the workspace's
     left_out: dict[str, str] = field(default_factory=dict)
+    # Tests chosen by coverage (--tests-by-coverage): the pristine run's map
+    # and the pristine texts of the files it maps; None: the whole suites.
+    coverage: object | None = None
+    pristine: dict[str, str] = field(default_factory=dict)
 
 
 # What the copy's build of the core and the extension is made of; the layers
@@ -83,7 +87,20 @@ def evaluate(mutant: mutagen.Mutant, target: Target, ws: Workspace, out: pathlib
             outcome.verdict, outcome.output_tail = "stillborn", str(exc)
             return outcome
     outcome.tests_completed = 0
-    for name, spent, suite in suites_for(mutant, target, ws, out, timeouts, baseline):
+    suites = suites_for(mutant, target, ws, out, timeouts, baseline)
+    if target.coverage is not None and mutant.file in target.pristine:
+        chosen = target.coverage.tests_for(mutant.file, mutant.line, target.pristine[mutant.file])
+        if chosen == []:  # no test executes its line: nothing can kill it
+            outcome.verdict, outcome.tests_completed = "nocoverage", 0
+            outcome.seconds["total"] = time.monotonic() - start
+            return outcome
+        if chosen is not None:
+            outcome.covered_by = chosen
+            suites = [suite for suite in suites if suite[0] != "python conformance"] + [
+                ("python conformance", "python-covering", lambda: mutants.python_tests(
+                    out, covering_timeout(target.coverage.seconds_of(chosen), timeouts["python"]),
+                    target.impl, target.env, target.suites_from, ws, chosen))]
+    for name, spent, suite in suites:
         began = time.monotonic()
         failed, output = suite()
         outcome.seconds[spent] = time.monotonic() - began
@@ -105,6 +122,13 @@ def evaluate(mutant: mutagen.Mutant, target: Target, ws: Workspace, out: pathlib
                 outcome.output_tail = tail(output)
     outcome.seconds["total"] = time.monotonic() - start
     return outcome
+
+
+def covering_timeout(seconds: float, whole_suite: float) -> float:
+    """The time limit of a mutant's covering tests: three times their
+    pristine time, pytest's start-up included, as a whole suite's; never
+    more than the whole suite's limit."""
+    return min(whole_suite, max(60.0, 3 * (seconds + 10) + 20))
 
 
 def suites_for(mutant: mutagen.Mutant, target: Target, ws: Workspace, out: pathlib.Path,

@@ -308,6 +308,14 @@ def python_suite(out: pathlib.Path, timeout: float = TIMEOUT_S, impl: str = "ada
                       conformance_report=True)
 
 
+def python_tests(out: pathlib.Path, timeout: float, impl: str, env: dict | None, tree: pathlib.Path | None,
+                 ws: Workspace, nodeids: list[str]) -> tuple[list[str], str]:
+    """These tests of the Python conformance suite (node ids), in this order,
+    stopping at the first failure of any level."""
+    return pytest_run([[*nodeids, f"--impl={impl}"]], out, timeout, env, tree, ws, fail_fast=True,
+                      conformance_report=True)
+
+
 @functools.cache
 def _python_references() -> dict[str, list[str]]:
     return catalogue.python_references(catalogue.CONFORMANCE / "python")
