@@ -98,8 +98,9 @@ def resolve_paths(args) -> None:
         raise UsageError("--sample, --seed, --mutate, --resume and --own-tests go with --mutants auto")
     if args.mutants != "auto" and (args.shard is not None or args.incremental is not None):
         raise UsageError("--shard and --incremental go with --mutants auto")
-    if args.tests_by_coverage and (args.mutants != "auto" or args.mutate != "python"):
-        raise UsageError("--tests-by-coverage goes with --mutants auto --mutate python")
+    for option, given in (("--tests-by-coverage", args.tests_by_coverage), ("--switch", args.switch)):
+        if given and (args.mutants != "auto" or args.mutate != "python"):
+            raise UsageError(f"{option} goes with --mutants auto --mutate python")
     if args.shard is not None:
         args.shard = parse_shard(args.shard)
     if args.incremental is not None and not args.incremental.is_file():
@@ -282,6 +283,11 @@ def parser() -> argparse.ArgumentParser:
                         "executing its line, cheapest first, stopping at the first failure, and one no test "
                         "executes is NoCoverage, not run (the map is kept in results/mutants/coverage-python.json "
                         "while the tree's source is unchanged)")
+    p.add_argument("--switch", action="store_true",
+                   help="with --mutants auto --mutate python: switch the mutants instead of rewriting a file for "
+                        "each: one instrumented copy of each module holds every function with mutants once per "
+                        "mutant, chosen at import by NR_MUTANT (mutant schemata); a mutant outside a function is "
+                        "rewritten as without it")
     p.add_argument("--incremental", type=pathlib.Path, default=None, metavar="REPORT",
                    help="with --mutants auto: take over the verdicts of an earlier run's report "
                         "(results/mutants/auto-<layer>.mutation.json) for the mutants whose line and whose "

@@ -30,6 +30,7 @@ import time
 from . import coverage_map
 from . import mutagen
 from . import mutant_runner
+from . import mutant_switches
 from . import mutation_report
 from . import mutants
 from .. import staging, with_root_on_path
@@ -198,6 +199,8 @@ def run(args) -> int:
             return 1
         for t in targets:
             t.coverage, t.pristine = coverage, {rel: t.place[rel].read_text() for rel in t.files}
+    if getattr(args, "switch", False):
+        switch_all(targets, chosen)
     records = out / f"auto-{target.layer}.jsonl"
     digests = digests_of(chosen, target, coverage)
     reused = {}
@@ -215,7 +218,7 @@ def run(args) -> int:
                  seconds_total=time.monotonic() - begin, seconds_per_mutant=per_mutant(outcomes))
     write_report(out / f"auto-{target.layer}", stats, outcomes, equivalents)
     document = mutation_report.report(
-        outcomes, equivalents, {rel: target.place[rel].read_text() for rel in target.files},
+        outcomes, equivalents, {rel: target.pristine.get(rel) or target.place[rel].read_text() for rel in target.files},
         config={"layer": target.layer, "impl": target.impl, "seed": args.seed, "sample": args.sample,
                 "shard": "/".join(map(str, args.shard)) if getattr(args, "shard", None) else "1/1",
                 "candidates": len(candidates), "chosen": len(chosen), "sampled": sampled,
@@ -234,6 +237,25 @@ def run(args) -> int:
         mutant_runner.build_all(built_spaces, jobs_each)
     rate = stats["kill_rate_without_equivalents"]
     return 0 if rate is not None and rate >= TARGET_KILL_RATE else 1
+
+
+def switch_all(targets: list[Target], chosen: list[mutagen.Mutant]) -> None:
+    """--switch: each target's mutated files replaced by their instrumented
+    copies, holding the chosen mutants that can be switched (the others are
+    rewritten there, mutant by mutant, as without --switch)."""
+    began = time.monotonic()
+    for t in targets:
+        if t.needs_build:
+            raise SystemExit("harness/run: error: --switch switches Python-layer mutants only")
+        t.pristine = t.pristine or {rel: t.place[rel].read_text() for rel in t.files}
+        for rel in t.files:
+            mine = [m for m in chosen if m.file == rel]
+            if mine:
+                t.switched[rel] = mutant_switches.instrument(rel, t.pristine[rel], mine)
+                t.place[rel].write_text(t.switched[rel].text)
+    count = sum(len(s.keys) for s in targets[0].switched.values())
+    print(f"  --switch: {count} of the {len(chosen)} mutants switched by NR_MUTANT in instrumented copies "
+          f"({time.monotonic() - began:.1f} s); the others rewritten one by one", flush=True)
 
 
 def in_shard(chosen: list[mutagen.Mutant], k: int, n: int) -> list[mutagen.Mutant]:

@@ -8,6 +8,7 @@ Shared by --mutants (seeded faults) and --mutants auto.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import pathlib
 import signal
@@ -37,6 +38,9 @@ class Target:
     # and the pristine texts of the files it maps; None: the whole suites.
     coverage: object | None = None
     pristine: dict[str, str] = field(default_factory=dict)
+    # Mutants switched, not rewritten (--switch): per file, its instrumented
+    # copy (mutant_switches.Switched), which `place` holds for the whole run.
+    switched: dict[str, object] = field(default_factory=dict)
 
 
 # What the copy's build of the core and the extension is made of; the layers
@@ -378,13 +382,19 @@ class Runner:
                     return
                 index, mutant = taken
                 path = target.place[mutant.file]
-                pristine = path.read_text()
-                try:
-                    path.write_text(mutant.apply(pristine))
-                    outcome = evaluate(mutant, target, ws, out, self.timeouts, self.baseline, self.commit,
-                                       self.own_tests)
-                finally:
-                    path.write_text(pristine)
+                switched = target.switched.get(mutant.file)
+                if switched is not None and mutant.key in switched.keys:
+                    # The instrumented copy is in place: the suites' processes select it.
+                    outcome = evaluate(mutant, dataclasses.replace(target, env={**target.env, "NR_MUTANT": mutant.key}),
+                                       ws, out, self.timeouts, self.baseline, self.commit, self.own_tests)
+                else:
+                    pristine = path.read_text()
+                    try:
+                        path.write_text((switched.rewritable(mutant) if switched is not None else mutant).apply(pristine))
+                        outcome = evaluate(mutant, target, ws, out, self.timeouts, self.baseline, self.commit,
+                                           self.own_tests)
+                    finally:
+                        path.write_text(pristine)
                 if self.stop.is_set():
                     return  # its suites were killed by the interrupt: no verdict
                 self.record(index, mutant, outcome)
