@@ -186,17 +186,21 @@ def run(args) -> int:
     for part, (count, why) in parts_left_out.items():
         print(f"  not mutated: {part} ({count} candidates): {why}")
 
+    coverage = None
     if args.baseline_from is not None:
         baseline = mutant_runner.baseline_from_results(args.baseline_from, args.implementations[0].file_stem)
+    elif getattr(args, "tests_by_coverage", False) and not args.own_tests:
+        baseline = {"timeouts": {"build": 900.0}}  # the coverage run stands for it
     else:
         baseline = mutant_runner.measure_baseline(target, out, args.own_tests)
     if baseline is None:
         return 1
-    coverage = None
     if getattr(args, "tests_by_coverage", False):
         coverage = coverage_of(target, spaces[0], out, baseline)
         if coverage is None:
             return 1
+        if "python" not in baseline["timeouts"]:
+            baseline = baseline_of(coverage)
         for t in targets:
             t.coverage, t.pristine = coverage, {rel: t.place[rel].read_text() for rel in t.files}
     if getattr(args, "switch", False):
@@ -290,6 +294,21 @@ def digests_of(chosen: list[mutagen.Mutant], target: Target, coverage: coverage_
     return found
 
 
+def baseline_of(coverage: coverage_map.CoverageMap) -> dict:
+    """The baseline a coverage run gives (it ran the whole pristine suite):
+    its failures kill nothing and are deselected; the whole suite's limit
+    derives from its time (coverage.py's overhead included) as
+    measure_baseline's does."""
+    return {"python conformance": list(coverage.failing_names), "deselect": list(coverage.failing),
+            "tests": sorted(coverage.durations),
+            "timeouts": {"build": 900.0, "python": max(60.0, 3 * coverage.seconds + 30)}}
+
+
+# How long the coverage run may take where no baseline measured the suite:
+# the whole suite under coverage.py, one process, on a slow machine.
+COVERAGE_RUN_LIMIT_S = 3 * 3600
+
+
 def coverage_of(target: Target, ws: Workspace, out: pathlib.Path, baseline: dict) -> coverage_map.CoverageMap | None:
     """The per-test coverage of the target's files under the pristine Python
     suite: kept in out/coverage-<layer>.json and measured again only when
@@ -311,7 +330,7 @@ def coverage_of(target: Target, ws: Workspace, out: pathlib.Path, baseline: dict
             ["conformance/python", f"--impl={target.impl}",
              *(f"--deselect={nodeid}" for nodeid in baseline.get("deselect", []))],
             out / "coverage-run", env, target.suites_from or ws.src,
-            3 * baseline["timeouts"].get("python", mutants.TIMEOUT_S), source)
+            3 * baseline["timeouts"]["python"] if "python" in baseline["timeouts"] else COVERAGE_RUN_LIMIT_S, source)
     except RuntimeError as exc:
         print(f"tests by coverage: {exc}")
         return None

@@ -39,6 +39,7 @@ class CoverageMap:
     source: str = ""                          # the tree it was measured at (tree_source)
     seconds: float = 0.0                      # what measuring it took
     failing: list[str] = field(default_factory=list)  # tests failing in the pristine run: they kill nothing
+    failing_names: list[str] = field(default_factory=list)  # the same as a suite run names them (JUnit's)
 
     def save(self, path: pathlib.Path) -> None:
         path.write_text(json.dumps(asdict(self), indent=0, sort_keys=True))
@@ -132,7 +133,7 @@ def measure(files: dict[str, pathlib.Path], pytest_args: list[str], out: pathlib
         tests.setdefault(rel, {})
     return CoverageMap(tests, {rel: sorted(lines) for rel, lines in outside.items()},
                        json.loads(durations.read_text()), source, round(took, 1),
-                       failing_nodeids(xml, cwd))
+                       failing_nodeids(xml, cwd), mutants.failing_gtests(xml))
 
 
 def failing_nodeids(xml: pathlib.Path, cwd: pathlib.Path) -> list[str]:

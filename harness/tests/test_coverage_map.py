@@ -89,6 +89,16 @@ def test_each_line_maps_to_the_tests_executing_it_cheapest_first(measured):
     assert at("return 0") == ["tests/test_toy.py::test_slow_negative"]
     assert found.durations["tests/test_toy.py::test_slow_negative"] >= 0.3
     assert found.failing == ["tests/test_toy.py::test_fails_before_any_mutant"]
+    assert found.failing_names == ["tests.test_toy.test_fails_before_any_mutant"]
+
+
+def test_the_coverage_run_stands_for_the_baseline(measured):
+    from harness.mutation import auto_mutants
+    _, found = measured
+    baseline = auto_mutants.baseline_of(found)
+    assert baseline["python conformance"] == found.failing_names and baseline["deselect"] == found.failing
+    assert baseline["timeouts"]["python"] >= max(60.0, 3 * found.seconds)
+    assert "tests/test_toy.py::test_positive" in baseline["tests"]
 
 
 def test_a_child_interpreter_s_lines_count_for_the_test_that_started_it(measured):
