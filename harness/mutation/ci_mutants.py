@@ -7,7 +7,11 @@ a loss of the suite's power shows on every CI run without the GPU machine.
 
 The Python layer because its mutants need no build (they run against the
 extension of --build); the core's and the binding's each cost a rebuild,
-which the population runs on the GPU machine measure instead.
+which the population runs on the GPU machine measure instead. Its mutants
+are switched (--switch: one instrumented copy, NR_MUTANT selects) and its
+records are a mutation-testing report, validated as it is read. Tests are
+not chosen by coverage here: the coverage run would add a whole suite to
+CI's time, which --baseline-from saves.
 
 It fails only on a regression, never on chance: a sampled mutant that
 survives although fixtures/faults/killed_mutants.txt (the keys the runs'
@@ -66,7 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     results = args.results or args.build / "ci-mutants"
     print(f"ci mutants: {args.sample} Python-layer mutants, seed {seed}, budget {args.budget} s", flush=True)
     cmd = [sys.executable, "-m", "harness", "--build", str(args.build), "--mutants", "auto",
-           "--mutate", "python", "--sample", str(args.sample), "--seed", str(seed), "--results", str(results)]
+           "--mutate", "python", "--sample", str(args.sample), "--seed", str(seed), "--results", str(results),
+           "--switch"]
     if args.baseline_from is not None:
         cmd += ["--baseline-from", str(args.baseline_from)]
     report = results / "mutants" / "auto-python.mutation.json"

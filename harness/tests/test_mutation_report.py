@@ -234,3 +234,32 @@ def test_shard_and_incremental_go_with_auto_mode_and_a_well_formed_shard(tmp_pat
         assert main.main(["--check-args", "--mutants", "auto", "--shard", bad]) == 2
     assert main.main(["--check-args", "--shard", "1/2"]) == 2
     assert main.main(["--check-args", "--mutants", "auto", "--incremental", str(tmp_path / "none.json")]) == 2
+
+
+def test_ci_s_sample_is_judged_from_the_report_and_runs_switched(tmp_path, monkeypatch, capsys):
+    from harness.mutation import ci_mutants
+    outcomes = outcomes_of_source()
+    survivor = next(o for o in outcomes if o.verdict == "survived")
+    started = []
+
+    class Run:  # the harness run ci_mutants starts: it writes the report
+        def __init__(self, cmd, **kwargs):
+            started.append(cmd)
+            results = pathlib.Path(cmd[cmd.index("--results") + 1])
+            mutation_report.write(mutation_report.report(outcomes, {}, {REL: SOURCE}, {"chosen": 9}),
+                                  results / "mutants" / "auto-python.mutation.json")
+
+        def wait(self, timeout=None):
+            return 1
+
+    monkeypatch.setattr(ci_mutants.subprocess, "Popen", Run)
+    monkeypatch.setattr(ci_mutants, "killed_before", lambda: set())
+    assert ci_mutants.main(["--build", str(tmp_path), "--results", str(tmp_path / "r")]) == 0
+    assert "--switch" in started[0]
+    said = capsys.readouterr().out
+    verdicts = [o.verdict for o in outcomes]
+    assert (f"{len(outcomes)} of 9 run: {verdicts.count('killed')} killed, {verdicts.count('survived')} survived"
+            in said and "unreviewed survivor" in said)
+    monkeypatch.setattr(ci_mutants, "killed_before", lambda: {survivor.key})
+    assert ci_mutants.main(["--build", str(tmp_path), "--results", str(tmp_path / "r")]) == 1
+    assert "REGRESSION" in capsys.readouterr().out
