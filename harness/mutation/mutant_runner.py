@@ -111,6 +111,9 @@ def evaluate(mutant: mutagen.Mutant, target: Target, ws: Workspace, out: pathlib
         outcome.tests_completed += mutants.tests_in(out / ("conformance.xml" if name.startswith("c++")
                                                            else "python.xml"))
         failed = [t for t in failed if t not in baseline.get(name, [])]
+        if outcome.covered_by:  # the failing tests by their node ids, as coverage names them
+            ids = {junit_name(n): n for n in outcome.covered_by}
+            failed = [ids.get(t, t) for t in failed]
         outcome.output_tail = tail(output)
         if failed:
             outcome.verdict, outcome.killed_by, outcome.failing = "killed", name, failed
@@ -126,6 +129,14 @@ def evaluate(mutant: mutagen.Mutant, target: Target, ws: Workspace, out: pathlib
                 outcome.output_tail = tail(output)
     outcome.seconds["total"] = time.monotonic() - start
     return outcome
+
+
+def junit_name(nodeid: str) -> str:
+    """A pytest node id as its JUnit report (and so a suite run) names the
+    test: conformance/python/test_a.py::Case::test_b[x] -> conformance.python.test_a.Case.test_b[x]."""
+    path, _, rest = nodeid.partition("::")
+    name, bracket, params = rest.partition("[")  # a parameter id may hold "::"
+    return ".".join([path.removesuffix(".py").replace("/", "."), *name.split("::")]) + bracket + params
 
 
 def covering_timeout(seconds: float, whole_suite: float) -> float:

@@ -135,7 +135,7 @@ def test_a_mutant_meets_only_its_covering_tests_in_order_and_an_uncovered_one_no
     ran = []
     monkeypatch.setattr(mutants, "python_tests",
                         lambda out, timeout, impl, env, where, ws, nodeids: ran.append(nodeids) or (
-                            [nodeids[0]], "failed"))
+                            [mutant_runner.junit_name(nodeids[0])], "failed"))
     whole = []
     monkeypatch.setattr(mutants, "python_suite", lambda *a, **k: whole.append(1) or ([], "passed"))
     target = mutant_runner.Target("python", ["pkg/toy.py"], {"pkg/toy.py": tree / "pkg" / "toy.py"},
@@ -147,6 +147,7 @@ def test_a_mutant_meets_only_its_covering_tests_in_order_and_an_uncovered_one_no
     outcome = mutant_runner.evaluate(covered, target, mutants.FIRST, tree / "out", timeouts, {})
     assert ran == [["tests/test_toy.py::test_positive", "tests/test_toy.py::test_slow_negative"]]
     assert outcome.verdict == "killed" and outcome.covered_by == ran[0] and not whole
+    assert outcome.failing == ["tests/test_toy.py::test_positive"]  # by its node id, as coverage names it
     uncovered = candidates[line_of(MODULE, "return 3")]
     outcome = mutant_runner.evaluate(uncovered, target, mutants.FIRST, tree / "out", timeouts, {})
     assert outcome.verdict == "nocoverage" and len(ran) == 1 and not whole
