@@ -161,7 +161,7 @@ def summary(stats: dict) -> str:
     run = (f"{stats['sampled']} sampled (seed {stats['seed']})" if stats["sampled"] == stats["chosen"] else
            f"{stats['sampled']} run of {stats['chosen']} sampled (seed {stats['seed']}; interrupted)")
     return (f"\n{stats['candidates']} candidates, {run}: "
-            f"{stats['stillborn']} stillborn, {stats['killed']} killed ({stats['killed_by_cpp']} by the C++ "
+            f"{stats['stillborn']} stillborn, {stats.get('no_coverage', 0)} no coverage, {stats['killed']} killed ({stats['killed_by_cpp']} by the C++ "
             f"suite, {stats['killed_by_python']} by the Python suite; {stats['killed_by_crash_or_timeout']} "
             f"by a crash or timeout), {stats['survived']} survived ({stats['equivalent']} reviewed "
             f"equivalent)\nkill rate {percent(stats['kill_rate'])}; without equivalents "
