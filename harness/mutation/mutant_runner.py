@@ -84,7 +84,7 @@ def evaluate(mutant: mutagen.Mutant, target: Target, ws: Workspace, out: pathlib
         if not built:
             outcome.verdict = "stillborn"
             return outcome
-    else:
+    elif mutant.key not in getattr(target.switched.get(mutant.file), "keys", ()):  # a switched one compiles
         try:
             compile(path.read_text(), str(path), "exec")
         except SyntaxError as exc:
