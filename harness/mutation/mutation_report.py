@@ -108,6 +108,14 @@ VERDICTS = {"Killed": "killed", "Timeout": "killed", "Survived": "survived", "Ig
             "CompileError": "stillborn", "NoCoverage": "nocoverage", "RuntimeError": "error", "Pending": ""}
 
 
+def killed_by(failing: list[str]) -> list[str]:
+    """The failing tests, once each: a suite run names a test both fully (its
+    JUnit report) and by its function alone (the conformance report's rows);
+    the bare name goes where the full one is there."""
+    return [t for t in failing if not any(o != t and (o.endswith("." + t) or o.endswith("::" + t))
+                                          for o in failing)]
+
+
 def mutant_result(o: Outcome, equivalents: dict[str, str], source_line: str | None) -> dict:
     """The schema's MutantResult of an outcome. Its columns are those of
     `source_line` (the file's line as the report holds it) when that line is
@@ -127,7 +135,7 @@ def mutant_result(o: Outcome, equivalents: dict[str, str], source_line: str | No
     if reason:
         result["statusReason"] = reason
     if o.verdict == "killed":
-        result["killedBy"] = list(o.failing)
+        result["killedBy"] = killed_by(o.failing)
     if o.covered_by:
         result["coveredBy"] = list(o.covered_by)
     if o.tests_completed >= 0:

@@ -78,6 +78,15 @@ def test_a_run_s_records_are_a_valid_report_that_gives_back_every_outcome():
     assert mutation_report.equivalents_of(doc) == {survivor.key: "changes nothing a caller sees"}
 
 
+def test_a_test_named_twice_by_a_suite_run_is_killed_by_once():
+    o = Outcome("k", f"{REL}:2", "relational", "== -> !=", "if a == b:", "if a != b:", verdict="killed",
+                killed_by="python conformance",
+                failing=["conformance.python.test_v.test_refused", "test_refused", "other.test_b"])
+    m = mutation_report.mutant_result(o, {}, "    if a == b:")
+    assert m["killedBy"] == ["conformance.python.test_v.test_refused", "other.test_b"]
+    assert mutation_report.killed_by(["<timeout>"]) == ["<timeout>"]
+
+
 def test_a_location_is_the_changed_token_at_its_line_and_column():
     doc = document()
     lines = SOURCE.split("\n")
