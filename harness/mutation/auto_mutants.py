@@ -164,6 +164,8 @@ def run(args) -> int:
         return 1
     targets = [choose_target(args, ws) for ws in spaces]
     target = targets[0]
+    if reference and args.mutate == "python":
+        check_imports_staged(target)
 
     candidates, parts_left_out = generate(target)
     chosen = mutagen.sample(candidates, args.sample, args.seed)
@@ -241,6 +243,20 @@ def run(args) -> int:
         mutant_runner.build_all(built_spaces, jobs_each)
     rate = stats["kill_rate_without_equivalents"]
     return 0 if rate is not None and rate >= TARGET_KILL_RATE else 1
+
+
+def check_imports_staged(target: Target) -> None:
+    """The suites must import the package staged for mutation, not an
+    installed one (an editable install's finder comes before PYTHONPATH):
+    else every mutant would survive, silently."""
+    staged = next(iter(target.place.values())).parent
+    found = subprocess.run([sys.executable, "-c", "import native_registry; print(native_registry.__file__)"],
+                           cwd=target.suites_from, env=target.env, capture_output=True, text=True)
+    where = pathlib.Path(found.stdout.strip() or "?").parent
+    if found.returncode != 0 or where.resolve() != staged.resolve():
+        raise SystemExit(f"harness/run: error: the suites would import native_registry from {where}, not from "
+                         f"the package staged for mutation ({staged}): no mutant would be seen\n"
+                         f"{found.stderr[-2000:]}")
 
 
 def switch_all(targets: list[Target], chosen: list[mutagen.Mutant]) -> None:
