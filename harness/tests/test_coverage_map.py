@@ -173,3 +173,21 @@ def test_tests_by_coverage_goes_with_the_python_layer():
     assert main.main(["--check-args", "--mutants", "auto", "--mutate", "python", "--tests-by-coverage"]) == 0
     assert main.main(["--check-args", "--mutants", "auto", "--tests-by-coverage"]) == 2
     assert main.main(["--check-args", "--tests-by-coverage"]) == 2
+
+
+def test_the_staged_package_wins_over_any_editable_install(monkeypatch, tmp_path):
+    """A worktree's harness must skip an editable install of another checkout
+    too (its build is not this ROOT/build), else the suites import that
+    package and every mutant survives unseen."""
+    from harness import staging
+
+    class MesonpyMetaFinder:  # meson-python's finder, as the .pth installs it
+        _build_path = "/elsewhere/build"
+
+        def find_spec(self, *args):
+            return None
+
+    monkeypatch.setattr(sys, "meta_path", [MesonpyMetaFinder(), *sys.meta_path])
+    env = staging.environment_for(tmp_path)
+    assert "/elsewhere/build" in env["MESONPY_EDITABLE_SKIP"].split(os.pathsep)
+    assert env["PYTHONPATH"].split(os.pathsep)[0] == str(tmp_path)
