@@ -67,6 +67,10 @@ examples:
                                                    100 of the reference's Python layer
   ./harness/run --mutants auto --mutate python --impl upstream --sample 50
                                                    50 of upstream's torch/_native/registry.py
+  ./harness/run --mutants auto --mutate python --shard 2/4
+                                                   the second of four shards (merge: mutation_report)
+  ./harness/run --mutants auto --mutate python --incremental OLD.mutation.json
+                                                   only mutants whose line or tests changed since
   ./harness/run --upstream-tests ../shared/spec/test_registry.py
                                                    an upstream test file: installed torch vs reference
 
@@ -80,7 +84,7 @@ def resolve_paths(args) -> None:
     """Every path option against the caller's directory (./harness/run runs
     this in the directory it was called from), absolute from here on: the
     suites run in subprocesses with other working directories."""
-    for option in ("build", "results", "spec", "upstream_tests", "baseline_from"):
+    for option in ("build", "results", "spec", "upstream_tests", "baseline_from", "incremental"):
         value = getattr(args, option)
         if value is not None:
             setattr(args, option, value.expanduser().resolve())
@@ -92,6 +96,15 @@ def resolve_paths(args) -> None:
     if args.mutants != "auto" and (args.sample is not None or args.mutate != "cpp" or args.seed != 1
                                    or args.resume or args.own_tests):
         raise UsageError("--sample, --seed, --mutate, --resume and --own-tests go with --mutants auto")
+    if args.mutants != "auto" and (args.shard is not None or args.incremental is not None):
+        raise UsageError("--shard and --incremental go with --mutants auto")
+    for option, given in (("--tests-by-coverage", args.tests_by_coverage), ("--switch", args.switch)):
+        if given and (args.mutants != "auto" or args.mutate != "python"):
+            raise UsageError(f"{option} goes with --mutants auto --mutate python")
+    if args.shard is not None:
+        args.shard = parse_shard(args.shard)
+    if args.incremental is not None and not args.incremental.is_file():
+        raise UsageError(f"--incremental {args.incremental}: no such report")
     if args.baseline_from is not None and (args.mutants != "auto" or args.mutate != "python"):
         raise UsageError("--baseline-from goes with --mutants auto --mutate python")
     if args.jobs < 1:
@@ -100,6 +113,14 @@ def resolve_paths(args) -> None:
         raise UsageError("--mutants auto mutates one implementation: give one --impl")
     if args.sample is not None and args.sample < 1:
         raise UsageError(f"--sample {args.sample}: give a positive number of mutants")
+
+
+def parse_shard(spec: str) -> tuple[int, int]:
+    """--shard K/N as (K, N), 1 <= K <= N."""
+    k, _, n = spec.partition("/")
+    if not (k.isdigit() and n.isdigit() and 1 <= int(k) <= int(n)):
+        raise UsageError(f"--shard {spec}: give K/N with 1 <= K <= N, such as 2/4")
+    return int(k), int(n)
 
 
 def suite_modules(args) -> dict[str, str]:
@@ -252,6 +273,25 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true",
                    help="with --mutants auto: keep the verdicts an interrupted run of the same sample recorded "
                         "(results/mutants/auto-<layer>.jsonl) and run only the mutants it did not reach")
+    p.add_argument("--shard", default=None, metavar="K/N",
+                   help="with --mutants auto: run only the K-th of N shards of the chosen mutants (a mutant's "
+                        "shard: a hash of its key mod N, so N machines or CI jobs split a run deterministically); "
+                        "merge their reports with python -m harness.mutation.mutation_report merge")
+    p.add_argument("--tests-by-coverage", action="store_true",
+                   help="with --mutants auto --mutate python: run the pristine Python suite once under "
+                        "coverage.py, per test (child interpreters included); a mutant then meets only the tests "
+                        "executing its line, cheapest first, stopping at the first failure, and one no test "
+                        "executes is NoCoverage, not run (the map is kept in results/mutants/coverage-python.json "
+                        "while the tree's source is unchanged)")
+    p.add_argument("--switch", action="store_true",
+                   help="with --mutants auto --mutate python: switch the mutants instead of rewriting a file for "
+                        "each: one instrumented copy of each module holds every function with mutants once per "
+                        "mutant, chosen at import by NR_MUTANT (mutant schemata); a mutant outside a function is "
+                        "rewritten as without it")
+    p.add_argument("--incremental", type=pathlib.Path, default=None, metavar="REPORT",
+                   help="with --mutants auto: take over the verdicts of an earlier run's report "
+                        "(results/mutants/auto-<layer>.mutation.json) for the mutants whose line and whose "
+                        "tests' sources are unchanged, and run only the others")
     p.add_argument("--baseline-from", type=pathlib.Path, metavar="DIR",
                    help="with --mutants auto --mutate python: the Python suite's results of a conformance run "
                         "of the reference on the same build (its --results DIR) stand for the baseline run, "

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import pathlib
 import shutil
+import sys
 
 # Imports nothing of the harness: the lifecycle runner (reference/python/tests/
 # lifecycle/run.py) loads this file by its path.
@@ -38,10 +39,18 @@ def stage_package(build_dir: pathlib.Path, out_dir: pathlib.Path,
     return out_dir
 
 
+def editable_builds() -> list[str]:
+    """The build folders of the editable installs this interpreter has
+    (meson-python's finders on sys.meta_path): a worktree's harness must skip
+    the install of another checkout too, whose build is not its ROOT/build."""
+    return [str(f._build_path) for f in sys.meta_path
+            if type(f).__name__ == "MesonpyMetaFinder" and isinstance(getattr(f, "_build_path", None), str)]
+
+
 def environment_for(staged: pathlib.Path) -> dict[str, str]:
-    """os.environ with the editable finder off and the staged package first."""
+    """os.environ with the editable finders off and the staged package first."""
     env = dict(os.environ)
     env["MESONPY_EDITABLE_SKIP"] = os.pathsep.join(
-        filter(None, [env.get("MESONPY_EDITABLE_SKIP"), str(ROOT / "build")]))
+        filter(None, [env.get("MESONPY_EDITABLE_SKIP"), str(ROOT / "build"), *editable_builds()]))
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(staged), env.get("PYTHONPATH")]))
     return env

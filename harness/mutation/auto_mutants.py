@@ -17,7 +17,9 @@ data: the kill rate is given with and without them.
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
+import hashlib
 import json
 import os
 import pathlib
@@ -25,8 +27,11 @@ import subprocess
 import sys
 import time
 
+from . import coverage_map
 from . import mutagen
 from . import mutant_runner
+from . import mutant_switches
+from . import mutation_report
 from . import mutants
 from .. import staging, with_root_on_path
 from .mutant_records import (EQUIVALENTS, TARGET_KILL_RATE, Outcome, figures, load_equivalents,  # noqa: F401
@@ -159,6 +164,8 @@ def run(args) -> int:
         return 1
     targets = [choose_target(args, ws) for ws in spaces]
     target = targets[0]
+    if reference and args.mutate == "python":
+        check_imports_staged(target)
 
     candidates, parts_left_out = generate(target)
     chosen = mutagen.sample(candidates, args.sample, args.seed)
@@ -169,6 +176,11 @@ def run(args) -> int:
         if missing:
             print(f"  --only: {len(missing)} not among the candidates (their line changed or was removed, "
                   f"or a part left out holds it): {', '.join(sorted(missing))}", flush=True)
+    sampled = len(chosen)
+    if getattr(args, "shard", None):
+        chosen = in_shard(chosen, *args.shard)
+        print(f"  --shard {args.shard[0]}/{args.shard[1]}: {len(chosen)} of the {sampled} chosen mutants",
+              flush=True)
     print(f"== mutants of {target.layer} ({', '.join(target.files)}): {len(candidates)} candidates, "
           f"{len(chosen)} sampled (seed {args.seed}), {len(spaces)} at a time", flush=True)
     for rel, why in target.left_out.items():
@@ -176,24 +188,54 @@ def run(args) -> int:
     for part, (count, why) in parts_left_out.items():
         print(f"  not mutated: {part} ({count} candidates): {why}")
 
+    coverage = None
     if args.baseline_from is not None:
         baseline = mutant_runner.baseline_from_results(args.baseline_from, args.implementations[0].file_stem)
+    elif getattr(args, "tests_by_coverage", False) and not args.own_tests:
+        baseline = {"timeouts": {"build": 900.0}}  # the coverage run stands for it
     else:
         baseline = mutant_runner.measure_baseline(target, out, args.own_tests)
     if baseline is None:
         return 1
+    if getattr(args, "tests_by_coverage", False):
+        coverage = coverage_of(target, spaces[0], out, baseline)
+        if coverage is None:
+            return 1
+        if "python" not in baseline["timeouts"]:
+            baseline = baseline_of(coverage)
+        for t in targets:
+            t.coverage, t.pristine = coverage, {rel: t.place[rel].read_text() for rel in t.files}
+    if getattr(args, "switch", False):
+        switch_all(targets, chosen)
     records = out / f"auto-{target.layer}.jsonl"
+    digests = digests_of(chosen, target, coverage)
+    reused = {}
+    if getattr(args, "incremental", None) is not None:
+        reused = reusable(mutation_report.load(args.incremental), digests, args.own_tests)
+        print(f"  --incremental: {len(reused)} of the {len(chosen)} mutants keep their verdict of "
+              f"{args.incremental} (their line and their tests' sources unchanged)", flush=True)
     outcomes = mutant_runner.run_all(chosen, equivalents, records, baseline, args.resume, args.own_tests,
                                      [(ws, t, out if ws == FIRST else out / ws.root.name)
-                                      for ws, t in zip(spaces, targets)])
+                                      for ws, t in zip(spaces, targets)], digests=digests, reused=reused)
     stats = figures(outcomes, equivalents)
     stats.update(candidates=len(candidates), chosen=len(chosen), seed=args.seed, requested=args.sample,
                  files=target.files, not_mutated=target.left_out, impl=target.impl, jobs=len(spaces),
                  parts_not_mutated={part: {"candidates": n, "why": why} for part, (n, why) in parts_left_out.items()},
                  seconds_total=time.monotonic() - begin, seconds_per_mutant=per_mutant(outcomes))
     write_report(out / f"auto-{target.layer}", stats, outcomes, equivalents)
+    document = mutation_report.report(
+        outcomes, equivalents, {rel: target.pristine.get(rel) or target.place[rel].read_text() for rel in target.files},
+        config={"layer": target.layer, "impl": target.impl, "seed": args.seed, "sample": args.sample,
+                "shard": "/".join(map(str, args.shard)) if getattr(args, "shard", None) else "1/1",
+                "candidates": len(candidates), "chosen": len(chosen), "sampled": sampled,
+                "commit": mutant_runner.tree_commit(), "seconds_total": round(stats["seconds_total"], 1)},
+        tests=baseline.get("tests", []))
+    report_path = out / f"auto-{target.layer}.mutation.json"
+    mutation_report.write(document, report_path)
+    mutation_report.write_html(document, out / f"auto-{target.layer}-html")
     print(summary(stats))
-    print(f"  report: {out / f'auto-{target.layer}.md'} (and .json)")
+    print(f"  report: {out / f'auto-{target.layer}.md'} (and .json); records: {report_path} "
+          f"(mutation-testing-report-schema), a page per file in {out / f'auto-{target.layer}-html'}/")
     for o in outcomes:
         if o.verdict == "survived" and o.key not in equivalents:
             print(f"  survived: {o.where} {o.kind}: {o.change}\n      {o.original}\n   -> {o.mutated}")
@@ -201,6 +243,131 @@ def run(args) -> int:
         mutant_runner.build_all(built_spaces, jobs_each)
     rate = stats["kill_rate_without_equivalents"]
     return 0 if rate is not None and rate >= TARGET_KILL_RATE else 1
+
+
+def check_imports_staged(target: Target) -> None:
+    """The suites must import the package staged for mutation, not an
+    installed one (an editable install's finder comes before PYTHONPATH):
+    else every mutant would survive, silently."""
+    staged = next(iter(target.place.values())).parent
+    found = subprocess.run([sys.executable, "-c", "import native_registry; print(native_registry.__file__)"],
+                           cwd=target.suites_from, env=target.env, capture_output=True, text=True)
+    where = pathlib.Path(found.stdout.strip() or "?").parent
+    if found.returncode != 0 or where.resolve() != staged.resolve():
+        raise SystemExit(f"harness/run: error: the suites would import native_registry from {where}, not from "
+                         f"the package staged for mutation ({staged}): no mutant would be seen\n"
+                         f"{found.stderr[-2000:]}")
+
+
+def switch_all(targets: list[Target], chosen: list[mutagen.Mutant]) -> None:
+    """--switch: each target's mutated files replaced by their instrumented
+    copies, holding the chosen mutants that can be switched (the others are
+    rewritten there, mutant by mutant, as without --switch)."""
+    began = time.monotonic()
+    for t in targets:
+        if t.needs_build:
+            raise SystemExit("harness/run: error: --switch switches Python-layer mutants only")
+        t.pristine = t.pristine or {rel: t.place[rel].read_text() for rel in t.files}
+        for rel in t.files:
+            mine = [m for m in chosen if m.file == rel]
+            if mine:
+                t.switched[rel] = mutant_switches.instrument(rel, t.pristine[rel], mine)
+                t.place[rel].write_text(t.switched[rel].text)
+    count = sum(len(s.keys) for s in targets[0].switched.values())
+    print(f"  --switch: {count} of the {len(chosen)} mutants switched by NR_MUTANT in instrumented copies "
+          f"({time.monotonic() - began:.1f} s); the others rewritten one by one", flush=True)
+
+
+def in_shard(chosen: list[mutagen.Mutant], k: int, n: int) -> list[mutagen.Mutant]:
+    """The mutants of shard k of n: a hash of the key, not the order, decides,
+    so every machine given the same candidates splits them the same way."""
+    return [m for m in chosen if int(hashlib.sha1(m.key.encode()).hexdigest()[:12], 16) % n == k - 1]
+
+
+# The tests a verdict depends on, where no coverage narrows them: the whole
+# conformance suites (their tests, adapters and catalogue).
+SUITE_SOURCES = ("conformance/",)
+
+
+def suite_files() -> list[pathlib.Path]:
+    return [ROOT / rel for rel in mutants.tree_files() if rel.startswith(SUITE_SOURCES)]
+
+
+def digests_of(chosen: list[mutagen.Mutant], target: Target, coverage: coverage_map.CoverageMap | None = None
+               ) -> dict[str, tuple[str, str]]:
+    """Per mutant key: a digest of its line (indentation included: in Python
+    it is syntax) and of the sources of the tests its verdict depends on: the
+    files of the tests covering it where coverage chose them, else the whole
+    conformance suites'."""
+    suites = mutation_report.tests_digest(suite_files())
+    found = {}
+    for m in chosen:
+        tests = (coverage.tests_for(m.file, m.line, target.pristine[m.file])
+                 if coverage is not None and m.file in target.pristine else None)
+        digest = suites if tests is None else mutation_report.tests_digest(
+            [ROOT / f for f in sorted({t.split("::", 1)[0] for t in tests})])
+        found[m.key] = (mutation_report.digest(m.original), digest)
+    return found
+
+
+def baseline_of(coverage: coverage_map.CoverageMap) -> dict:
+    """The baseline a coverage run gives (it ran the whole pristine suite):
+    its failures kill nothing and are deselected; the whole suite's limit
+    derives from its time (coverage.py's overhead included) as
+    measure_baseline's does."""
+    return {"python conformance": list(coverage.failing_names), "deselect": list(coverage.failing),
+            "tests": sorted(coverage.durations),
+            "timeouts": {"build": 900.0, "python": max(60.0, 3 * coverage.seconds + 30)}}
+
+
+# How long the coverage run may take where no baseline measured the suite:
+# the whole suite under coverage.py, one process, on a slow machine.
+COVERAGE_RUN_LIMIT_S = 3 * 3600
+
+
+def coverage_of(target: Target, ws: Workspace, out: pathlib.Path, baseline: dict) -> coverage_map.CoverageMap | None:
+    """The per-test coverage of the target's files under the pristine Python
+    suite: kept in out/coverage-<layer>.json and measured again only when
+    the tree's source changed (None when the measuring run crashes)."""
+    kept = out / f"coverage-{target.layer}.json"
+    source = mutant_runner.tree_source()
+    if kept.exists():
+        found = coverage_map.CoverageMap.load(kept)
+        if found.source == source:
+            print(f"  tests by coverage: the map of this tree in {kept}", flush=True)
+            return found
+    env = target.env if target.env is not None else mutants.package_env(ws, out)
+    print("== tests by coverage: the pristine Python suite once under coverage.py, per test "
+          "(child interpreters included)", flush=True)
+    began = time.monotonic()
+    try:
+        found = coverage_map.measure(
+            {rel: target.place[rel] for rel in target.files},
+            ["conformance/python", f"--impl={target.impl}",
+             *(f"--deselect={nodeid}" for nodeid in baseline.get("deselect", []))],
+            out / "coverage-run", env, target.suites_from or ws.src,
+            3 * baseline["timeouts"]["python"] if "python" in baseline["timeouts"] else COVERAGE_RUN_LIMIT_S, source)
+    except RuntimeError as exc:
+        print(f"tests by coverage: {exc}")
+        return None
+    found.save(kept)
+    covered = sum(len(lines) for lines in found.tests.values())
+    print(f"  {len(found.durations)} tests, {covered} lines executed by a test, in "
+          f"{time.monotonic() - began:.0f} s; kept in {kept}", flush=True)
+    return found
+
+
+def reusable(earlier: list[Outcome], digests: dict[str, tuple[str, str]], own_tests: bool) -> dict[str, Outcome]:
+    """The earlier verdicts the incremental mode keeps: of a mutant chosen now,
+    with the same line and tests digests, and a verdict (with the own tests'
+    where --own-tests asks for it)."""
+    kept = {}
+    for o in earlier:
+        if (o.key in digests and (o.line_digest, o.tests_digest) == digests[o.key]
+                and o.verdict in ("killed", "survived", "stillborn", "nocoverage")
+                and not (own_tests and o.verdict == "survived" and not o.own_tests)):
+            kept[o.key] = dataclasses.replace(o, reused=o.reused or o.commit)
+    return kept
 
 
 def chosen_only(spec: str) -> set[str]:

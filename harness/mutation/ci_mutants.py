@@ -7,7 +7,11 @@ a loss of the suite's power shows on every CI run without the GPU machine.
 
 The Python layer because its mutants need no build (they run against the
 extension of --build); the core's and the binding's each cost a rebuild,
-which the population runs on the GPU machine measure instead.
+which the population runs on the GPU machine measure instead. Its mutants
+are switched (--switch: one instrumented copy, NR_MUTANT selects) and its
+records are a mutation-testing report, validated as it is read. Tests are
+not chosen by coverage here: the coverage run would add a whole suite to
+CI's time, which --baseline-from saves.
 
 It fails only on a regression, never on chance: a sampled mutant that
 survives although fixtures/faults/killed_mutants.txt (the keys the runs'
@@ -22,8 +26,8 @@ leaves unrun are reported, not failed: a slow machine is no loss of power.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
-import json
 import os
 import pathlib
 import signal
@@ -31,7 +35,7 @@ import subprocess
 import sys
 
 from .. import ROOT, with_root_on_path
-from . import mutant_records
+from . import mutant_records, mutation_report
 KILLED = ROOT / "fixtures" / "faults" / "killed_mutants.txt"
 
 
@@ -66,10 +70,11 @@ def main(argv: list[str] | None = None) -> int:
     results = args.results or args.build / "ci-mutants"
     print(f"ci mutants: {args.sample} Python-layer mutants, seed {seed}, budget {args.budget} s", flush=True)
     cmd = [sys.executable, "-m", "harness", "--build", str(args.build), "--mutants", "auto",
-           "--mutate", "python", "--sample", str(args.sample), "--seed", str(seed), "--results", str(results)]
+           "--mutate", "python", "--sample", str(args.sample), "--seed", str(seed), "--results", str(results),
+           "--switch"]
     if args.baseline_from is not None:
         cmd += ["--baseline-from", str(args.baseline_from)]
-    report = results / "mutants" / "auto-python.json"
+    report = results / "mutants" / "auto-python.mutation.json"
     report.unlink(missing_ok=True)  # a report of an earlier run judges nothing
     # SIGTERM at the budget: the runner kills its suites, restores the
     # mutated file and reports the mutants run so far.
@@ -91,11 +96,14 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         print(f"ci mutants: FAILED: the run ended (exit {status}) without a report: the baseline crashed")
         return 1
-    data = json.loads(report.read_text())
-    regressions, unreviewed = judge(data["mutants"], killed_before(), set(mutant_records.load_equivalents()))
-    f = data["figures"]
-    print(f"ci mutants: {f['sampled']} of {f['chosen']} run: {f['killed']} killed, {f['survived']} survived, "
-          f"{f['stillborn']} stillborn")
+    # The run's records (a mutation-testing report, validated as it is read).
+    document = mutation_report.load_document(report)
+    outcomes = [dataclasses.asdict(o) for o in mutation_report.outcomes_of(document)]
+    regressions, unreviewed = judge(outcomes, killed_before(), set(mutant_records.load_equivalents()))
+    verdicts = [o["verdict"] for o in outcomes]
+    print(f"ci mutants: {len(outcomes)} of {document['config'].get('chosen', '?')} run: "
+          f"{verdicts.count('killed')} killed, {verdicts.count('survived')} survived, "
+          f"{verdicts.count('stillborn')} stillborn, {verdicts.count('nocoverage')} not covered")
     for o in unreviewed:
         print(f"  unreviewed survivor (no record knows it; not a failure): {o['where']} {o['kind']}: "
               f"{o['change']}\n      {o['original']}\n   -> {o['mutated']}")

@@ -2,12 +2,16 @@
 summaries kept in doc/.
 
     python3 -m harness.mutation.mutant_figures                  each layer's population, from its record
+    python3 -m harness.mutation.mutant_figures --report R ...   per file and in all, of these records alone
+                                                       (reports, shards merged, or older .jsonl)
     python3 -m harness.mutation.mutant_figures --samples        the samples of 2026-12-01, from their summary
     python3 -m harness.mutation.mutant_figures --record-killed  adds the Python-layer mutants the records
                                                        say were killed to fixtures/faults/killed_mutants.txt
 
 Records stay out of the source tree, under results/mutant-runs/ (ignored):
-population-<layer>.jsonl (layer cpp, binding, python) is what `bash
+population-<layer>.mutation.json (a mutation-testing report,
+harness/mutation/mutation_report.py) or, older, population-<layer>.jsonl
+(layer cpp, binding, python) is what `bash
 harness/gpu/mutants-on-device <layer> all ...` (--mutants auto --mutate
 <layer> --own-tests over every candidate) brings back, one JSON line per
 mutant with the commit and the source digest it ran at. Per file: the
@@ -32,7 +36,7 @@ import pathlib
 import sys
 
 from .. import ROOT
-from . import auto_mutants, mutagen
+from . import auto_mutants, mutagen, mutation_report
 
 RECORDS = ROOT / "results" / "mutant-runs"
 SAMPLES = ROOT / "doc" / "mutant-samples-2026-12-01.json"
@@ -46,7 +50,24 @@ KILLED_HEAD = """\
 
 
 def outcomes(path: pathlib.Path) -> list[auto_mutants.Outcome]:
-    return [auto_mutants.Outcome(**json.loads(line)) for line in path.read_text().splitlines()]
+    """A record's outcomes: a mutation-testing report or the older JSON lines."""
+    return mutation_report.load(path)
+
+
+def record_of(layer: str) -> pathlib.Path | None:
+    """A layer's population record: the report, else the older JSON lines."""
+    for name in (f"population-{layer}.mutation.json", f"population-{layer}.jsonl"):
+        if (RECORDS / name).exists():
+            return RECORDS / name
+    return None
+
+
+def equivalents_with(path: pathlib.Path) -> dict[str, str]:
+    """The reviewed equivalents: the record's own (a report's Ignored
+    mutants) and fixtures/faults/equivalent_mutants.toml's, which may have
+    reviewed more since."""
+    document = mutation_report.load_document(path)
+    return {**(mutation_report.equivalents_of(document) if document else {}), **auto_mutants.load_equivalents()}
 
 
 # ---- the samples, from their summary ------------------------------------------------
@@ -120,16 +141,38 @@ def population_rows(layer: str, records: list[auto_mutants.Outcome], equivalents
     return rows, total
 
 
+def report_figures(paths: list[pathlib.Path]) -> int:
+    """Per file and in all, the counts and rates of the given records (reports
+    or older JSON lines, merged) alone: no candidates are generated, so a
+    record of another tree or a shard reads as it is."""
+    records, equivalents = [], {}
+    for path in paths:
+        records += outcomes(path)
+        equivalents.update(equivalents_with(path))
+    by_file: dict[str, list[auto_mutants.Outcome]] = {}
+    for o in records:
+        by_file.setdefault(o.where.rsplit(":", 1)[0], []).append(o)
+    rows = [counts(rel, len(found), found, equivalents) for rel, found in sorted(by_file.items())]
+    total = counts("(all)", len(records), records, equivalents)
+    columns = list(total)
+    print(" | ".join(columns))
+    for row in rows + [total]:
+        print(" | ".join(str(row[c]) for c in columns))
+    return 0
+
+
 def counts(name: str, candidates: int, outcomes: list[auto_mutants.Outcome], equivalents: dict[str, str]) -> dict:
     killed = sum(o.verdict == "killed" for o in outcomes)
     survivors = [o for o in outcomes if o.verdict == "survived"]
     equivalent = sum(o.key in equivalents for o in survivors)
     own = sum(o.own_tests == "killed" for o in survivors if o.key not in equivalents)
+    uncovered = sum(o.verdict == "nocoverage" for o in outcomes)
     left = len(survivors) - equivalent - own
-    real = killed + own + left
+    real = killed + own + left + uncovered  # a mutant no test executes is not killed
     rate = lambda k, n: f"{100 * k / n:.1f} %" if n else "n/a"  # noqa: E731
     return {"file": name, "candidates": candidates, "verdicts": len(outcomes),
-            "stillborn": sum(o.verdict == "stillborn" for o in outcomes), "killed": killed,
+            "stillborn": sum(o.verdict == "stillborn" for o in outcomes),
+            "no coverage": sum(o.verdict == "nocoverage" for o in outcomes), "killed": killed,
             "killed by own tests": own, "equivalent": equivalent, "survived": left,
             "conformance": rate(killed, real), "conformance (equivalents as survivors)": rate(killed, real + equivalent),
             "with own tests": rate(killed + own, real),
@@ -137,14 +180,14 @@ def counts(name: str, candidates: int, outcomes: list[auto_mutants.Outcome], equ
 
 
 def populations() -> None:
-    equivalents = auto_mutants.load_equivalents()
     found = False
     for layer in auto_mutants.LAYERS:
-        path = RECORDS / f"population-{layer}.jsonl"
-        if not path.exists():
+        path = record_of(layer)
+        if path is None:
             continue
         found = True
         records = outcomes(path)
+        equivalents = equivalents_with(path)
         sources = sorted({(o.commit, o.source) for o in records})
         print(f"\n{layer}: {path.relative_to(ROOT)}, at " + ", ".join(f"{c} (source {s})" for c, s in sources)
               + ("  MIXED: verdicts of different trees" if len({s for _, s in sources}) > 1 else ""))
@@ -154,7 +197,8 @@ def populations() -> None:
         for row in rows + [total]:
             print(" | ".join(str(row[c]) for c in columns))
     if not found:
-        print(f"no population record in {RECORDS.relative_to(ROOT)}/ (population-<layer>.jsonl, "
+        print(f"no population record in {RECORDS.relative_to(ROOT)}/ (population-<layer>.mutation.json "
+              f"or .jsonl, "
               f"from harness/gpu/mutants-on-device); --samples gives the samples' figures")
 
 
@@ -171,11 +215,10 @@ def record_killed() -> int:
     layer = auto_mutants.LAYERS["python"].rsplit("/", 1)[0] + "/"
     keys = killed_keys()
     before = len(keys)
-    for path in sorted(RECORDS.glob("**/*.jsonl")):
-        for line in path.read_text().splitlines():
-            record = json.loads(line)
-            if record.get("verdict") == "killed" and record.get("key", "").startswith(layer):
-                keys.add(record["key"])
+    for path in sorted([*RECORDS.glob("**/*.jsonl"), *RECORDS.glob("**/*.mutation.json")]):
+        for record in outcomes(path):
+            if record.verdict == "killed" and record.key.startswith(layer):
+                keys.add(record.key)
     KILLED.write_text(KILLED_HEAD + "".join(f"{key}\n" for key in sorted(keys)))
     print(f"{KILLED.relative_to(ROOT)}: {len(keys)} keys ({len(keys) - before} new from {RECORDS.relative_to(ROOT)})")
     return 0
@@ -186,6 +229,8 @@ if __name__ == "__main__":
         print(__doc__)
     elif "--record-killed" in sys.argv[1:]:
         sys.exit(record_killed())
+    elif sys.argv[1:2] == ["--report"] and sys.argv[2:]:
+        sys.exit(report_figures([pathlib.Path(p) for p in sys.argv[2:]]))
     elif "--samples" in sys.argv[1:]:
         samples()
     else:

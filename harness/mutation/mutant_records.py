@@ -35,7 +35,7 @@ class Outcome:
     change: str
     original: str
     mutated: str
-    verdict: str = ""            # killed, survived, stillborn (by the conformance suites)
+    verdict: str = ""            # killed, survived, stillborn, nocoverage (by the conformance suites)
     killed_by: str = ""          # c++ conformance / python conformance
     failing: list[str] = field(default_factory=list)
     output_tail: str = ""
@@ -46,6 +46,17 @@ class Outcome:
     # tests too: killed or survived ("" when not run).
     own_tests: str = ""
     own_failing: list[str] = field(default_factory=list)
+    # Tests chosen by coverage: the tests that execute the mutant's line in
+    # the pristine run ([] where no coverage was measured), and how many tests
+    # ran before the verdict (-1: not counted).
+    covered_by: list[str] = field(default_factory=list)
+    tests_completed: int = -1
+    # The incremental mode's keys: digests of the mutant's line and of the
+    # sources of the tests its verdict depends on; `reused`: the commit a
+    # verdict was taken over from instead of run again ("" when run).
+    line_digest: str = ""
+    tests_digest: str = ""
+    reused: str = ""
 
 
 def load_equivalents(path: pathlib.Path = EQUIVALENTS) -> dict[str, str]:
@@ -70,12 +81,14 @@ def figures(outcomes: list[Outcome], equivalents: dict[str, str]) -> dict:
     killed = [o for o in outcomes if o.verdict == "killed"]
     survived = [o for o in outcomes if o.verdict == "survived"]
     stillborn = [o for o in outcomes if o.verdict == "stillborn"]
+    uncovered = [o for o in outcomes if o.verdict == "nocoverage"]
     equivalent = [o for o in survived if o.key in equivalents]
-    viable = len(killed) + len(survived)
+    # A mutant no test executes is not killed: it counts as a survivor would.
+    viable = len(killed) + len(survived) + len(uncovered)
     real = viable - len(equivalent)
     return {
         "sampled": len(outcomes), "stillborn": len(stillborn), "killed": len(killed),
-        "survived": len(survived), "equivalent": len(equivalent),
+        "survived": len(survived), "equivalent": len(equivalent), "no_coverage": len(uncovered),
         "killed_by_cpp": sum(o.killed_by == "c++ conformance" for o in killed),
         "killed_by_python": sum(o.killed_by == "python conformance" for o in killed),
         "killed_by_crash_or_timeout": sum(any(t.startswith("<") for t in o.failing) for o in killed),
@@ -148,7 +161,7 @@ def summary(stats: dict) -> str:
     run = (f"{stats['sampled']} sampled (seed {stats['seed']})" if stats["sampled"] == stats["chosen"] else
            f"{stats['sampled']} run of {stats['chosen']} sampled (seed {stats['seed']}; interrupted)")
     return (f"\n{stats['candidates']} candidates, {run}: "
-            f"{stats['stillborn']} stillborn, {stats['killed']} killed ({stats['killed_by_cpp']} by the C++ "
+            f"{stats['stillborn']} stillborn, {stats.get('no_coverage', 0)} no coverage, {stats['killed']} killed ({stats['killed_by_cpp']} by the C++ "
             f"suite, {stats['killed_by_python']} by the Python suite; {stats['killed_by_crash_or_timeout']} "
             f"by a crash or timeout), {stats['survived']} survived ({stats['equivalent']} reviewed "
             f"equivalent)\nkill rate {percent(stats['kill_rate'])}; without equivalents "

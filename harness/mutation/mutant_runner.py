@@ -8,6 +8,7 @@ Shared by --mutants (seeded faults) and --mutants auto.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import pathlib
 import signal
@@ -33,6 +34,13 @@ class Target:
     needs_build: bool = True
     suites_from: pathlib.Path | None = None  # the tree whose conformance suites run; None: the workspace's
     left_out: dict[str, str] = field(default_factory=dict)
+    # Tests chosen by coverage (--tests-by-coverage): the pristine run's map
+    # and the pristine texts of the files it maps; None: the whole suites.
+    coverage: object | None = None
+    pristine: dict[str, str] = field(default_factory=dict)
+    # Mutants switched, not rewritten (--switch): per file, its instrumented
+    # copy (mutant_switches.Switched), which `place` holds for the whole run.
+    switched: dict[str, object] = field(default_factory=dict)
 
 
 # What the copy's build of the core and the extension is made of; the layers
@@ -76,17 +84,36 @@ def evaluate(mutant: mutagen.Mutant, target: Target, ws: Workspace, out: pathlib
         if not built:
             outcome.verdict = "stillborn"
             return outcome
-    else:
+    elif mutant.key not in getattr(target.switched.get(mutant.file), "keys", ()):  # a switched one compiles
         try:
             compile(path.read_text(), str(path), "exec")
         except SyntaxError as exc:
             outcome.verdict, outcome.output_tail = "stillborn", str(exc)
             return outcome
-    for name, spent, suite in suites_for(mutant, target, ws, out, timeouts, baseline):
+    outcome.tests_completed = 0
+    suites = suites_for(mutant, target, ws, out, timeouts, baseline)
+    if target.coverage is not None and mutant.file in target.pristine:
+        chosen = target.coverage.tests_for(mutant.file, mutant.line, target.pristine[mutant.file])
+        if chosen == []:  # no test executes its line: nothing can kill it
+            outcome.verdict, outcome.tests_completed = "nocoverage", 0
+            outcome.seconds["total"] = time.monotonic() - start
+            return outcome
+        if chosen is not None:
+            outcome.covered_by = chosen
+            suites = [suite for suite in suites if suite[0] != "python conformance"] + [
+                ("python conformance", "python-covering", lambda: mutants.python_tests(
+                    out, covering_timeout(target.coverage.seconds_of(chosen), timeouts["python"]),
+                    target.impl, target.env, target.suites_from, ws, chosen))]
+    for name, spent, suite in suites:
         began = time.monotonic()
         failed, output = suite()
         outcome.seconds[spent] = time.monotonic() - began
+        outcome.tests_completed += mutants.tests_in(out / ("conformance.xml" if name.startswith("c++")
+                                                           else "python.xml"))
         failed = [t for t in failed if t not in baseline.get(name, [])]
+        if outcome.covered_by:  # the failing tests by their node ids, as coverage names them
+            ids = {junit_name(n): n for n in outcome.covered_by}
+            failed = [ids.get(t, t) for t in failed]
         outcome.output_tail = tail(output)
         if failed:
             outcome.verdict, outcome.killed_by, outcome.failing = "killed", name, failed
@@ -102,6 +129,21 @@ def evaluate(mutant: mutagen.Mutant, target: Target, ws: Workspace, out: pathlib
                 outcome.output_tail = tail(output)
     outcome.seconds["total"] = time.monotonic() - start
     return outcome
+
+
+def junit_name(nodeid: str) -> str:
+    """A pytest node id as its JUnit report (and so a suite run) names the
+    test: conformance/python/test_a.py::Case::test_b[x] -> conformance.python.test_a.Case.test_b[x]."""
+    path, _, rest = nodeid.partition("::")
+    name, bracket, params = rest.partition("[")  # a parameter id may hold "::"
+    return ".".join([path.removesuffix(".py").replace("/", "."), *name.split("::")]) + bracket + params
+
+
+def covering_timeout(seconds: float, whole_suite: float) -> float:
+    """The time limit of a mutant's covering tests: three times their
+    pristine time, pytest's start-up included, as a whole suite's; never
+    more than the whole suite's limit."""
+    return min(whole_suite, max(60.0, 3 * (seconds + 10) + 20))
 
 
 def suites_for(mutant: mutagen.Mutant, target: Target, ws: Workspace, out: pathlib.Path,
@@ -223,6 +265,9 @@ def measure_baseline(target: Target, out: pathlib.Path, own_tests: bool = False,
         if failed:
             print(f"  note: {name} fails before any mutant, so these kill nothing: {failed}")
         baseline[name] = failed
+        # Every test the baseline ran: the report's testFiles.
+        baseline.setdefault("tests", []).extend(mutants.test_ids(
+            out / ("conformance.xml" if name == "c++ conformance" else "python.xml")) if name != "own tests" else [])
         if name == "python conformance":
             baseline["deselect"] = mutants.baseline_deselect(out)
             baseline["behaviour_seconds"] = mutants.behaviour_seconds(out)
@@ -250,26 +295,29 @@ def baseline_from_results(results: pathlib.Path, stem: str) -> dict | None:
     limit = max(60.0, 3 * took + 30)
     print(f"== baseline: the conformance run's results in {results} ({len(rows)} rows, "
           f"{len(failing)} failing; a mutant's run is killed after {duration(limit)})", flush=True)
-    return {"python conformance": sorted({r["test"] for r in failing}),
+    return {"python conformance": sorted({r["test"] for r in failing}), "tests": mutants.test_ids(xml),
             "deselect": sorted({r["nodeid"] for r in failing if "nodeid" in r}),
             "timeouts": {"build": 900.0, "python": limit}}
 
 
 def run_all(chosen: list, equivalents: dict[str, str], records: pathlib.Path, baseline: dict, resume: bool,
-            own_tests: bool, places: list[tuple[Workspace, Target, pathlib.Path]]) -> list[Outcome]:
+            own_tests: bool, places: list[tuple[Workspace, Target, pathlib.Path]],
+            digests: dict[str, tuple[str, str]] | None = None,
+            reused: dict[str, Outcome] | None = None) -> list[Outcome]:
     """Runs `chosen` over the workspaces, recording each outcome in `records`
     (keeping, with `resume`, the verdicts recorded there of this tree's source);
     the outcomes in order. Ctrl-C or a SIGTERM stops it: the mutated files
     are restored and the outcomes so far returned."""
     signal.signal(signal.SIGTERM, interrupt)
     commit, source = tree_commit(), tree_source()
-    done = resumed(records, chosen, source, own_tests) if resume else {}
+    done = {**(reused or {}), **(resumed(records, chosen, source, own_tests) if resume else {})}
     if resume:
         print(f"  --resume: {len(done)} of the {len(chosen)} mutants have a verdict of this tree "
               f"({commit}, source {source}) in {records}", flush=True)
     records.write_text("".join(json.dumps(asdict(o)) + "\n" for o in done.values()))
     runner = Runner(chosen, equivalents, records, baseline["timeouts"], baseline, done, (commit, source),
                     own_tests)
+    runner.digests = digests or {}
     try:
         runner.run(places)
     except KeyboardInterrupt:
@@ -345,13 +393,19 @@ class Runner:
                     return
                 index, mutant = taken
                 path = target.place[mutant.file]
-                pristine = path.read_text()
-                try:
-                    path.write_text(mutant.apply(pristine))
-                    outcome = evaluate(mutant, target, ws, out, self.timeouts, self.baseline, self.commit,
-                                       self.own_tests)
-                finally:
-                    path.write_text(pristine)
+                switched = target.switched.get(mutant.file)
+                if switched is not None and mutant.key in switched.keys:
+                    # The instrumented copy is in place: the suites' processes select it.
+                    outcome = evaluate(mutant, dataclasses.replace(target, env={**target.env, "NR_MUTANT": mutant.key}),
+                                       ws, out, self.timeouts, self.baseline, self.commit, self.own_tests)
+                else:
+                    pristine = path.read_text()
+                    try:
+                        path.write_text((switched.rewritable(mutant) if switched is not None else mutant).apply(pristine))
+                        outcome = evaluate(mutant, target, ws, out, self.timeouts, self.baseline, self.commit,
+                                           self.own_tests)
+                    finally:
+                        path.write_text(pristine)
                 if self.stop.is_set():
                     return  # its suites were killed by the interrupt: no verdict
                 self.record(index, mutant, outcome)
@@ -359,7 +413,10 @@ class Runner:
             self.errors.append(exc)
             self.stop.set()
 
+    digests: dict[str, tuple[str, str]] = {}
+
     def record(self, index: int, mutant: mutagen.Mutant, outcome: Outcome) -> None:
+        outcome.line_digest, outcome.tests_digest = self.digests.get(mutant.key, ("", ""))
         with self.lock:
             self.outcomes.append((index, outcome))
             done = len(self.outcomes)

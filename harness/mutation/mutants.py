@@ -188,6 +188,23 @@ def kill_live() -> None:
                 pass
 
 
+def tests_in(xml: pathlib.Path) -> int:
+    """How many tests a JUnit XML report (GoogleTest's or pytest's) holds; 0
+    when there is none (a suite that crashed before writing it)."""
+    try:
+        return sum(1 for _ in ET.parse(xml).getroot().iter("testcase"))
+    except (OSError, ET.ParseError):
+        return 0
+
+
+def test_ids(xml: pathlib.Path) -> list[str]:
+    """The tests of a JUnit XML report, named as failing_gtests names them."""
+    try:
+        return [f"{c.get('classname')}.{c.get('name')}" for c in ET.parse(xml).getroot().iter("testcase")]
+    except (OSError, ET.ParseError):
+        return []
+
+
 def failing_gtests(xml: pathlib.Path) -> list[str]:
     if not xml.exists():
         return []
@@ -288,6 +305,14 @@ def python_suite(out: pathlib.Path, timeout: float = TIMEOUT_S, impl: str = "ada
         parts = suite_parts.python_shards("cpu")
     options = [f"--impl={impl}", *(f"--deselect={nodeid}" for nodeid in deselect)]
     return pytest_run([[*part, *options] for part in parts], out, timeout, env, tree, ws, fail_fast,
+                      conformance_report=True)
+
+
+def python_tests(out: pathlib.Path, timeout: float, impl: str, env: dict | None, tree: pathlib.Path | None,
+                 ws: Workspace, nodeids: list[str]) -> tuple[list[str], str]:
+    """These tests of the Python conformance suite (node ids), in this order,
+    stopping at the first failure of any level."""
+    return pytest_run([[*nodeids, f"--impl={impl}"]], out, timeout, env, tree, ws, fail_fast=True,
                       conformance_report=True)
 
 

@@ -1,0 +1,154 @@
+"""Tests chosen by coverage, for the Python layer's mutants: one run of the
+pristine suite under coverage.py records which tests execute each line of
+the mutated files (per test, child interpreters included: the
+coverage_contexts plugin), and each test's time. A mutant then meets only
+the tests that execute its line, cheapest first, stopping at the first
+failure; a line no test executes gives "no coverage" without a run.
+
+A line run outside any test (a module's top level, at import or collection)
+is run by every test that imports the module: its mutants meet the whole
+suite, as without coverage. A line of a statement that spans several lines
+counts as the statement's first line (the one coverage.py records).
+
+The map is kept (coverage-python.json beside the run's records) with the
+digest of the tree it was measured at (mutant_records.tree_source) and is
+measured again only when that changes.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import pathlib
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+
+from . import mutants
+from .mutants import ROOT
+
+PLUGIN = "harness.mutation.coverage_contexts"
+
+
+@dataclass
+class CoverageMap:
+    tests: dict[str, dict[str, list[str]]]    # file -> line (str: JSON) -> the tests executing it
+    outside: dict[str, list[int]]             # file -> lines run outside any test (top level)
+    durations: dict[str, float]               # test -> seconds in the pristine run
+    source: str = ""                          # the tree it was measured at (tree_source)
+    seconds: float = 0.0                      # what measuring it took
+    failing: list[str] = field(default_factory=list)  # tests failing in the pristine run: they kill nothing
+    failing_names: list[str] = field(default_factory=list)  # the same as a suite run names them (JUnit's)
+
+    def save(self, path: pathlib.Path) -> None:
+        path.write_text(json.dumps(asdict(self), indent=0, sort_keys=True))
+
+    @classmethod
+    def load(cls, path: pathlib.Path) -> CoverageMap:
+        return cls(**json.loads(path.read_text()))
+
+    def tests_for(self, rel: str, line: int, text: str) -> list[str] | None:
+        """The tests that execute `line` of `rel` (its text `text`), cheapest
+        first; None where the whole suite must run (the line runs outside any
+        test, or the file was not measured); [] where no test executes it."""
+        if rel not in self.tests:
+            return None
+        first = statement_lines(text).get(line)
+        if first is None or first in self.outside.get(rel, []):
+            return None
+        found = [t for t in self.tests[rel].get(str(first), []) if t not in self.failing]
+        return sorted(found, key=lambda t: (self.durations.get(t, 0.0), t))
+
+    def seconds_of(self, tests: list[str]) -> float:
+        return sum(self.durations.get(t, 0.0) for t in tests)
+
+
+def statement_lines(text: str) -> dict[int, int]:
+    """Each line of a Python source -> the first line of the innermost
+    statement spanning it (lines of no statement: absent)."""
+    spans = []
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.stmt):
+            spans.append((node.end_lineno - node.lineno, node.lineno, node.end_lineno))
+    first: dict[int, int] = {}
+    for _, start, end in sorted(spans, reverse=True):  # widest first: inner statements overwrite
+        for line in range(start, end + 1):
+            first[line] = start
+    return first
+
+
+def measure(files: dict[str, pathlib.Path], pytest_args: list[str], out: pathlib.Path, env: dict,
+            cwd: pathlib.Path, timeout: float, source: str = "") -> CoverageMap:
+    """Runs the suite (`pytest_args`, in `cwd`) once under coverage.py with
+    per-test contexts, measuring `files` (reported name -> the module the
+    suite imports), and maps their lines to tests. Raises RuntimeError when
+    the run crashes or measures none of the files."""
+    import coverage
+
+    out.mkdir(parents=True, exist_ok=True)
+    for old in out.glob(".coverage*"):
+        old.unlink()
+    rc, durations = out / "coveragerc", out / "durations.json"
+    rc.write_text("[run]\n"
+                  f"data_file = {out / '.coverage'}\n"
+                  "parallel = true\n"
+                  "patch = subprocess\n"
+                  "include =\n" + "".join(f"    {p}\n" for p in files.values()))
+    durations.unlink(missing_ok=True)
+    xml = out / "coverage-run.xml"
+    cmd = [sys.executable, "-m", "coverage", "run", f"--rcfile={rc}", "-m", "pytest", *pytest_args,
+           "-q", "-p", "no:cacheprovider", "-p", PLUGIN, f"--junitxml={xml}"]
+    root_first = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    began = time.monotonic()
+    status, output = mutants.run_killable(
+        cmd, timeout, cwd=cwd, env={**env, **mutants.ANY_FAILURE_FAILS, "PYTHONPATH": root_first,
+                                     "NR_TEST_DURATIONS": str(durations)})
+    took = time.monotonic() - began
+    if status is None or not durations.exists():
+        raise RuntimeError(f"the coverage run of the pristine suite "
+                           f"{'ran past its time limit' if status is None else f'crashed (exit {status})'}:\n"
+                           + "\n".join(output.splitlines()[-30:]))
+    cov = coverage.Coverage(config_file=str(rc))
+    cov.combine(strict=False)
+    data = cov.get_data()
+    by_path = {str(p.resolve()): rel for rel, p in files.items()}
+    tests: dict[str, dict[str, list[str]]] = {}
+    outside: dict[str, list[int]] = {}
+    for measured in data.measured_files():
+        rel = by_path.get(str(pathlib.Path(measured).resolve()))
+        if rel is None:
+            continue
+        lines = tests.setdefault(rel, {})
+        for line, contexts in data.contexts_by_lineno(measured).items():
+            named = sorted({c for c in contexts if c})
+            if named:
+                lines[str(line)] = named
+            if "" in contexts:
+                outside.setdefault(rel, []).append(line)
+    if not tests:
+        raise RuntimeError(f"the coverage run measured none of {', '.join(files)}:\n"
+                           + "\n".join(output.splitlines()[-30:]))
+    for rel in files:  # a file no test imported: every line uncovered, none outside
+        tests.setdefault(rel, {})
+    return CoverageMap(tests, {rel: sorted(lines) for rel, lines in outside.items()},
+                       json.loads(durations.read_text()), source, round(took, 1),
+                       failing_nodeids(xml, cwd), mutants.failing_gtests(xml))
+
+
+def failing_nodeids(xml: pathlib.Path, cwd: pathlib.Path) -> list[str]:
+    """The node ids of the tests a pytest JUnit report says failed (its
+    classname and name turned back into a node id)."""
+    import xml.etree.ElementTree as ET
+
+    found = []
+    for case in ET.parse(xml).getroot().iter("testcase"):
+        if case.find("failure") is not None or case.find("error") is not None:
+            parts = case.get("classname", "").split(".")
+            # classname is the module's dotted path, then any classes.
+            for cut in range(len(parts), 0, -1):
+                path = "/".join(parts[:cut]) + ".py"
+                if (cwd / path).is_file() or cut == 1:
+                    found.append("::".join([path, *parts[cut:], case.get("name", "")]))
+                    break
+    return found

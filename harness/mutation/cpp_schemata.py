@@ -1,0 +1,337 @@
+"""C++ mutants switched at run time (mutant schemata), the first part of a
+schemata build: one copy of a source file holding each of its line mutants
+behind `nr_mutant_is(ID)`, which reads $NR_MUTANT_ID once per process.
+
+A line that is a whole statement (it ends in `;`, its brackets balance, it
+declares nothing and opens or closes no block) is switched whole, so a
+mutant runs exactly the rewritten line:
+
+    if (nr_mutant_is(3)) { <mutated line> } else if (...) { ... } else { <line> }
+
+(a deleted statement: `if (!nr_mutant_is(3)) { <line> }`). Any other line
+(an `if (...) {` header, a declaration, a line of a longer expression) is
+switched on the smallest span in parentheses that covers what the mutant
+changes, one argument of a call where the parentheses hold several:
+
+    if ((nr_mutant_is(4) ? (a != b) : (a == b))) {
+
+and a declaration on its initializer. A mutant none of these fit is left out
+(it is rebuilt as without schemata). Every switch stays on its line, so
+__LINE__ and the line numbers in messages are the file's.
+
+Whether each switched form compiles is found by compiling (compile_check):
+the mutants of a line the compiler rejects are taken out, and reported, and
+the rest compiled again, so one bad form stops none of the others.
+
+Left to do (harness/mutation/README.md): the meson option that builds the
+core and the extension from these copies (a build type of its own, never an
+adopter's), and the runner's use of it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import re
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+
+from . import mutagen_cpp
+from .mutagen_core import Mutant
+from .mutagen_cpp import _DECLARATION, _KEYWORD_START, _mask_cpp
+from .mutation_report import span
+
+# The switch's definition, included first by every switched file.
+HEADER_NAME = "nr_mutant_switch.h"
+HEADER = """\
+// Mutant schemata: which generated mutant this process runs (harness/mutation/cpp_schemata.py).
+// A schemata build only; $NR_MUTANT_ID is read once.
+#pragma once
+#include <cstdlib>
+
+namespace nr_schemata {
+inline long chosen_mutant() {
+  static const long id = [] {
+    const char* value = std::getenv("NR_MUTANT_ID");
+    return value != nullptr ? std::strtol(value, nullptr, 10) : -1L;
+  }();
+  return id;
+}
+}  // namespace nr_schemata
+
+#define nr_mutant_is(id) (::nr_schemata::chosen_mutant() == (id))
+"""
+
+_CALLEE = re.compile(r"[A-Za-z_][\w:.]*(?:->[A-Za-z_]\w*)*$")
+_CONTROL = ("if", "while", "for", "switch", "catch", "return", "sizeof", "decltype", "alignof")
+
+
+@dataclass
+class Schemata:
+    text: str
+    ids: dict[str, int] = field(default_factory=dict)      # key -> its NR_MUTANT_ID
+    left_out: dict[str, str] = field(default_factory=dict)  # key -> why it is not switched
+
+
+def comment_at(masked: str, line: str) -> int:
+    """Where a line's trailing // comment starts (len(line) for none)."""
+    for i in range(len(line)):
+        if line.startswith("//", i) and masked[i:i + 2] == "  ":
+            return i
+    return len(line)
+
+
+def groups(masked: str) -> list[tuple[int, int]]:
+    """The parenthesized groups of a masked line: (index of '(', index of its ')')."""
+    found, stack = [], []
+    for i, c in enumerate(masked):
+        if c == "(":
+            stack.append(i)
+        elif c == ")" and stack:
+            found.append((stack.pop(), i))
+    return found
+
+
+def top_level_commas(masked: str, start: int, end: int) -> list[int]:
+    depth, found = 0, []
+    for i in range(start, end):
+        c = masked[i]
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+        elif c == "," and depth == 0:
+            found.append(i)
+    return found
+
+
+def whole_statement(code: str) -> bool:
+    """A line that is one whole statement, switchable as a block."""
+    s = code.strip()
+    # `return x;`, `break;` and a one-line `if (c) x;` are statements too
+    # (an `else` on the next line makes the copy fail to compile: found then).
+    keyword = _KEYWORD_START.match(s)
+    return (s.endswith(";") and s.count("(") == s.count(")") and s.count("{") == s.count("}")
+            and s.count("[") == s.count("]")
+            and (keyword is None and not _DECLARATION.match(s)
+                 or keyword is not None and keyword.group(1) in ("return", "break", "continue", "if", "throw"))
+            and not s.startswith(("}", "{", ")", "#", "else")) and not s.endswith(("= default;", "= delete;")))
+
+
+def expression_region(masked: str, start: int, end: int) -> tuple[int, int] | None:
+    """The smallest region of the line around [start, end) that is a whole
+    expression: the content of the innermost parentheses covering it (one
+    argument of several, or the whole call where the change spans
+    arguments), or a declaration's initializer; None when none is."""
+    covering = [(o, c) for o, c in groups(masked) if o < start and end <= c]
+    if covering:
+        o, c = max(covering)
+        commas = top_level_commas(masked, o + 1, c)
+        if ";" in masked[o + 1:c]:
+            return None  # a for header
+        if not commas:
+            return o + 1, c
+        bounds = [o] + commas + [c]
+        for a, b in zip(bounds, bounds[1:]):
+            if a < start and end <= b:
+                return a + 1, b  # one argument
+        callee = _CALLEE.search(masked[:o].rstrip())
+        if callee is None or callee.group(0) in _CONTROL or masked[:o].rstrip().endswith(">"):
+            return None
+        return callee.start(), c + 1  # the whole call: f(b, a) for f(a, b)
+    eq = re.search(r"(?<![=!<>])=(?!=)", masked)
+    code_end = masked.rstrip().rstrip(";")
+    if eq and eq.end() <= start and end <= len(code_end) and masked.rstrip().endswith(";") \
+            and masked.count("(") == masked.count(")"):
+        return eq.end(), len(code_end)
+    return None
+
+
+def switch_line(line: str, masked: str, alternatives: list[tuple[int, str]]) -> tuple[str, list[int]]:
+    """The line with its mutants switched: (text, the ids left out)."""
+    cut = comment_at(masked, line)
+    code, comment = line[:cut].rstrip(), line[cut:]
+    indent = code[:len(code) - len(code.lstrip())]
+    if whole_statement(masked[:cut]):
+        branches = []
+        for mutant_id, mutated in alternatives:
+            mcut = comment_at(_mask_cpp(mutated)[0], mutated)
+            body = mutated[:mcut].strip()
+            branches.append((mutant_id, body if body != ";" else ""))
+        if len(branches) == 1 and not branches[0][1]:
+            return f"{indent}if (!nr_mutant_is({branches[0][0]})) {{ {code.strip()} }}" + \
+                (f"  {comment}" if comment else ""), []
+        chain = " else ".join(f"if (nr_mutant_is({i})) {{ {body} }}" for i, body in branches)
+        return f"{indent}{chain} else {{ {code.strip()} }}" + (f"  {comment}" if comment else ""), []
+    regions: list[tuple[int, int, int, str]] = []  # start, end, id, the region's mutated text
+    left_out = []
+    for mutant_id, mutated in alternatives:
+        start, end, replacement = span(code, mutated[:comment_at(_mask_cpp(mutated)[0], mutated)].rstrip())
+        region = expression_region(masked[:cut], start, max(end, start + 1) if end == start else end)
+        if region is None:
+            left_out.append(mutant_id)
+            continue
+        a, b = region
+        a += len(code[a:b]) - len(code[a:b].lstrip())  # `x = (...)`, not `x =( ...)`
+        regions.append((a, b, mutant_id, code[a:start] + replacement + code[end:b]))
+    # Regions that overlap are switched together, on the widest of them.
+    regions.sort()
+    clusters: list[list] = []
+    for r in regions:
+        if clusters and r[0] < clusters[-1][1]:
+            cluster = clusters[-1]
+            cluster[1] = max(cluster[1], r[1])
+            cluster[2].append(r)
+        else:
+            clusters.append([r[0], r[1], [r]])
+    text = code
+    for a, b, members in reversed(clusters):
+        chain = ""
+        for ra, rb, mutant_id, alt in members:
+            widened = code[a:ra] + alt + code[rb:b]
+            chain += f"nr_mutant_is({mutant_id}) ? ({widened}) : "
+        text = text[:a] + f"({chain}({code[a:b]}))" + text[b:]
+    return text + (f"  {comment}" if comment else ""), left_out
+
+
+def schemata(rel: str, text: str, mutants: list[Mutant], first_id: int = 0) -> Schemata:
+    """The switched copy of `text` (the file `rel`) holding `mutants`, their
+    ids numbered from `first_id` in key order."""
+    lines = text.split("\n")
+    masked = _mask_cpp(text)
+    ids = {m.key: first_id + i for i, m in enumerate(sorted(mutants, key=lambda m: m.key))}
+    by_line: dict[int, list[Mutant]] = {}
+    for m in mutants:
+        by_line.setdefault(m.line, []).append(m)
+    out = list(lines)
+    left_out: dict[str, str] = {}
+    for number, found in sorted(by_line.items()):
+        if lines[number - 1] != found[0].original:
+            raise ValueError(f"{rel}:{number} is no longer {found[0].original.strip()!r}")
+        switched, dropped = switch_line(lines[number - 1], masked[number - 1],
+                                        [(ids[m.key], m.mutated) for m in found])
+        out[number - 1] = switched
+        for m in found:
+            if ids[m.key] in dropped:
+                left_out[m.key] = "no expression or whole statement of its line covers its change"
+    for key in left_out:
+        del ids[key]
+    include = f'#include "{HEADER_NAME}"  // mutant schemata'
+    return Schemata(_header_line(include, out), ids, left_out)
+
+
+def _header_line(include: str, out: list[str]) -> str:
+    # A blank first line takes the include; otherwise it goes in front,
+    # and a #line directive keeps every later line's number.
+    if not out[0].strip():
+        return "\n".join([include] + out[1:])
+    return "\n".join([include, "#line 1", *out])
+
+
+NEAR = 3  # lines after a switched line an error it causes may be reported at
+_ERROR = re.compile(r"^(?P<file>[^:\n]+):(?P<line>\d+):(?P<col>\d+): error:", re.M)
+
+
+def compile_check(rel: str, text: str, mutants: list[Mutant], command: list[str], source_name: str,
+                  first_id: int = 0, rounds: int = 20, cwd: pathlib.Path | None = None) -> Schemata:
+    """The schemata of `mutants` whose switched forms compile: `command`
+    (a compiler and its flags, reading the source from stdin with -x c++ -)
+    checks the copy; the mutants of each line it rejects are left out (as
+    CompileError of their schemata form) and the rest checked again."""
+    chosen = list(mutants)
+    left: dict[str, str] = {}
+
+    def errors(kept: list[Mutant]) -> tuple[Schemata, list[int], str]:
+        found = schemata(rel, text, kept, first_id)
+        done = subprocess.run(command, input=found.text, capture_output=True, text=True, cwd=cwd)
+        # The copy's lines are the file's, after the include and the #line directive.
+        lines = sorted({int(m.group("line")) for m in _ERROR.finditer(done.stderr)
+                        if m.group("file") in (source_name, "<stdin>")})
+        return found, (lines or [0]) if done.returncode else [], done.stderr
+
+    for _ in range(rounds):
+        found, bad, stderr = errors(chosen)
+        left.update(found.left_out)
+        if not bad:
+            found.left_out = left
+            return found
+        # An error shows at the switched line or soon after it (a dangling
+        # `else` on the next line): of the switched lines at or before the
+        # first error, nearest first, the one whose switch removed clears it.
+        first = bad[0]
+        near = sorted({m.line for m in chosen if first - NEAR <= m.line <= first}, reverse=True)
+        culprit = next((line for line in near
+                        if first not in errors([m for m in chosen if m.line != line])[1]), None)
+        if culprit is None:  # errors at no switched line: every form of the file is suspect
+            for m in chosen:
+                left[m.key] = "the schemata copy of its file does not compile:\n" + stderr[-500:]
+            return Schemata(text, {}, left)
+        for m in chosen:
+            if m.line == culprit:
+                left[m.key] = "its schemata form does not compile (CompileError in the schemata build)"
+        chosen = [m for m in chosen if m.line != culprit]
+    for m in chosen:
+        left[m.key] = "not checked: too many rounds of compile errors"
+    return Schemata(text, {}, left)
+
+
+def compile_command(build: pathlib.Path, rel: str, header_dir: pathlib.Path) -> list[str]:
+    """The build's compile command of `rel` (its compile_commands.json; it
+    runs in the build folder), made to check a copy from stdin: -fsyntax-only, the switch's header and
+    the file's own directory on the include path, no output, no -Werror (a
+    schemata build is not an adopter's)."""
+    entries = json.loads((build / "compile_commands.json").read_text())
+    entry = next((e for e in entries if pathlib.Path(e["file"]).as_posix().endswith(rel)), None)
+    if entry is None:
+        raise ValueError(f"{build}/compile_commands.json has no command for {rel}")
+    words = shlex.split(entry["command"])
+    kept, skip = [], False
+    for w in words:
+        if skip:
+            skip = False
+            continue
+        if w in ("-o", "-MF", "-MQ", "-MT", "-c"):
+            skip = w != "-c"
+            continue
+        if w == "-Werror" or w.startswith(("-MD", "-MMD")) or w.endswith(rel) or w == entry["file"]:
+            continue
+        kept.append(w)
+    source_dir = (pathlib.Path(entry["directory"]) / entry["file"]).resolve().parent
+    return [*kept, "-fdiagnostics-color=never", "-fsyntax-only", "-iquote", str(source_dir),
+            "-I", str(header_dir.resolve()), "-x", "c++", "-"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    from .mutants import ROOT
+
+    p = argparse.ArgumentParser(prog="python -m harness.mutation.cpp_schemata",
+                                description="the schemata copy of C++ files, checked by compiling")
+    p.add_argument("files", nargs="+", help="relative to the repository, e.g. reference/src/names.cpp")
+    p.add_argument("--build", type=pathlib.Path, required=True, help="a build with compile_commands.json")
+    p.add_argument("--out", type=pathlib.Path, required=True, help="where the copies and the header go")
+    args = p.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / HEADER_NAME).write_text(HEADER)
+    first = 0
+    for rel in args.files:
+        text = (ROOT / rel).read_text()
+        found = mutagen_cpp.cpp_mutants(rel, text)
+        began = time.monotonic()
+        result = compile_check(rel, text, found, compile_command(args.build, rel, args.out), "<stdin>", first,
+                               cwd=args.build)
+        (args.out / pathlib.Path(rel).name).write_text(result.text)
+        first += len(found)
+        reasons: dict[str, int] = {}
+        for why in result.left_out.values():
+            reasons[why.split("\n")[0]] = reasons.get(why.split("\n")[0], 0) + 1
+        print(f"{rel}: {len(found)} mutants, {len(result.ids)} switched, {len(result.left_out)} left out "
+              f"({time.monotonic() - began:.0f} s)" + "".join(f"\n  {n}: {why}" for why, n in reasons.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

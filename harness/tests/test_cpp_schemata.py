@@ -1,0 +1,121 @@
+"""Tests of the C++ mutant schemata (harness/mutation/cpp_schemata.py) on a
+toy program compiled with the system's C++ compiler: one build holds the
+mutants, NR_MUTANT_ID picks one at run time, and each then runs as the
+program rewritten with that mutant does; a line whose switched form does not
+compile is found by compiling and left out, the others kept."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import random
+import shutil
+import subprocess
+
+import pytest
+
+from harness.mutation import cpp_schemata, mutagen
+
+CXX = shutil.which("g++") or shutil.which("c++")
+pytestmark = pytest.mark.skipif(CXX is None, reason="no C++ compiler on PATH")
+
+TOY = """\
+#include <cstdio>
+int compute(int a, int b) { return a - b; }
+bool done = false;
+int pick(int a, int b, int n) {
+  if (a == b && !done) return 100;
+  int total = a + 1;
+  for (int i = 0; i < n; ++i) {
+    if (i == 3) continue;
+    total = total + i;
+  }
+  int sign = 0;
+  if (total > n) sign = 1;
+  else sign = 2;
+  return compute(total, b) * sign;
+}
+int main() {
+  std::printf("%d %d\\n", pick(1, 2, 5), pick(4, 4, 2));
+  return 0;
+}
+"""
+
+
+def build(tmp: pathlib.Path, name: str, text: str) -> pathlib.Path:
+    (tmp / f"{name}.cpp").write_text(text)
+    binary = tmp / name
+    subprocess.run([CXX, "-std=c++17", "-O0", "-I", str(tmp), str(tmp / f"{name}.cpp"), "-o", str(binary)],
+                   check=True, capture_output=True, text=True)
+    return binary
+
+
+def output(binary: pathlib.Path, mutant_id: int | None = None) -> str:
+    env = {k: v for k, v in os.environ.items() if k != "NR_MUTANT_ID"}
+    if mutant_id is not None:
+        env["NR_MUTANT_ID"] = str(mutant_id)
+    return subprocess.run([str(binary)], env=env, capture_output=True, text=True, timeout=30).stdout.strip()
+
+
+def syntax_check(tmp: pathlib.Path) -> list[str]:
+    return [CXX, "-std=c++17", "-fsyntax-only", "-I", str(tmp), "-x", "c++", "-"]
+
+
+def test_one_build_runs_each_mutant_as_its_rewritten_program(tmp_path):
+    (tmp_path / cpp_schemata.HEADER_NAME).write_text(cpp_schemata.HEADER)
+    found = mutagen.cpp_mutants("toy.cpp", TOY)
+    switched = cpp_schemata.compile_check("toy.cpp", TOY, found, syntax_check(tmp_path), "<stdin>")
+    assert len(switched.ids) >= len(found) // 2
+    schemata = build(tmp_path, "schemata", switched.text)
+    pristine = output(build(tmp_path, "pristine", TOY))
+    assert output(schemata) == pristine == "7 100"  # no mutant chosen: the program as it is
+    by_key = {m.key: m for m in found}
+    differ = 0
+    for key in random.Random(28).sample(sorted(switched.ids), 10):
+        rewritten = output(build(tmp_path, f"m{switched.ids[key]}", by_key[key].apply(TOY)))
+        assert output(schemata, switched.ids[key]) == rewritten, key
+        differ += rewritten != pristine
+    assert differ  # the sample holds mutants that change the output
+
+
+def test_a_line_whose_switched_form_does_not_compile_is_left_out_and_the_others_kept(tmp_path):
+    (tmp_path / cpp_schemata.HEADER_NAME).write_text(cpp_schemata.HEADER)
+    found = mutagen.cpp_mutants("toy.cpp", TOY)
+    # `if (total > n) sign = 1;` has an `else` on the next line: switched whole,
+    # the `else` is left dangling, which does not compile.
+    line = next(i for i, text in enumerate(TOY.split("\n"), 1) if "if (total > n)" in text)
+    on_it = {m.key for m in found if m.line == line}
+    assert on_it
+    plain = cpp_schemata.schemata("toy.cpp", TOY, found)
+    assert on_it <= set(plain.ids)  # the text alone cannot tell
+    checked = cpp_schemata.compile_check("toy.cpp", TOY, found, syntax_check(tmp_path), "<stdin>")
+    assert on_it.isdisjoint(checked.ids)
+    assert all("does not compile" in checked.left_out[k] for k in on_it)
+    assert set(checked.ids) == set(plain.ids) - on_it
+    build(tmp_path, "checked", checked.text)  # what is left compiles
+
+
+def test_every_switch_stays_on_its_line():
+    found = mutagen.cpp_mutants("toy.cpp", TOY)
+    text = cpp_schemata.schemata("toy.cpp", TOY, found).text.split("\n")
+    assert text[1] == "#line 1"
+    body = text[2:]
+    assert len(body) == len(TOY.split("\n"))
+    for original, switched in zip(TOY.split("\n"), body):
+        assert ("nr_mutant_is" in switched) or switched == original
+
+
+@pytest.mark.parametrize("line,mutated,expected", [
+    ("  if (a == b) {", "  if (a != b) {", "  if ((nr_mutant_is(0) ? (a != b) : (a == b))) {"),
+    ("  x = f(a, b);", "  x = f(b, a);", "  if (nr_mutant_is(0)) { x = f(b, a); } else { x = f(a, b); }"),
+    ("  work(i);", "  ;  // mutant: statement deleted", "  if (!nr_mutant_is(0)) { work(i); }"),
+    ("  auto y = g(a, n + 1);", "  auto y = g(a, n - 1);", "  auto y = g(a, (nr_mutant_is(0) ? (n - 1) : (n + 1)));"),
+    ("  auto y = g(a,", "  auto y = g(a", None),  # no expression covers it
+])
+def test_the_switched_forms(line, mutated, expected):
+    masked = cpp_schemata._mask_cpp(line)[0]
+    switched, left_out = cpp_schemata.switch_line(line, masked, [(0, mutated)])
+    if expected is None:
+        assert left_out == [0]
+    else:
+        assert (switched, left_out) == (expected, [])

@@ -1,0 +1,167 @@
+"""Tests of the Python-layer mutants switched, not rewritten
+(harness/mutation/mutant_switches.py, and the runner's use of it): the
+instrumented module a mutant id selects is the rewritten file, statement for
+statement, for the reference's own modules; it runs as the rewritten file
+does; the unswitched mutants are rewritten at their line of the copy."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import random
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+from harness.mutation import auto_mutants, mutagen, mutant_runner, mutant_switches, mutants
+
+TOY = '''\
+"""A toy module."""
+
+from __future__ import annotations
+
+LIMIT = 10
+TEXT = """a string
+    that spans lines
+"""
+
+
+def decorate(f):
+    return f
+
+
+@decorate
+def clamp(x, low=0):
+    """Clamped.
+    Indented docstring line."""
+    if x < low:
+        return low
+    return min(x,
+               LIMIT)
+
+
+class Box:
+    size = 2
+
+    def grow(self, by):
+        return self.size + by
+
+    async def later(self):
+        return 1
+
+
+ALIAS = clamp
+'''
+
+
+def test_a_mutant_id_selects_the_rewritten_module_and_none_the_original():
+    found = mutagen.python_mutants("toy.py", TOY)
+    switched = mutant_switches.instrument("toy.py", TOY, found)
+    assert mutant_switches.resolve(switched.text, "") == mutant_switches.resolve(TOY, "")
+    # Every mutant in a function or method is switched; a module's or class's top-level line is not.
+    top_level = {m.key for m in found if m.original.startswith(("LIMIT", "TEXT", "ALIAS", "    size"))}
+    assert top_level and switched.keys == {m.key for m in found} - top_level
+    for m in found:
+        if m.key in switched.keys:
+            assert mutant_switches.resolve(switched.text, m.key) == mutant_switches.resolve(m.apply(TOY), ""), m
+        else:  # rewritten at its line of the copy, which then is the rewritten file
+            placed = switched.rewritable(m)
+            rewritten = placed.apply(switched.text)
+            assert mutant_switches.resolve(rewritten, "") == mutant_switches.resolve(m.apply(TOY), ""), m
+
+
+def test_strings_spanning_lines_keep_their_text():
+    switched = mutant_switches.instrument("toy.py", TOY, mutagen.python_mutants("toy.py", TOY))
+    namespace: dict = {}
+    exec(compile(switched.text, "toy.py", "exec"), namespace)
+    assert namespace["TEXT"] == "a string\n    that spans lines\n"
+    assert namespace["clamp"].__doc__ == "Clamped.\n    Indented docstring line."
+
+
+@pytest.mark.parametrize("rel", ["reference/python/native_registry/variants.py",
+                                 "reference/python/native_registry/ordering_env.py",
+                                 "reference/python/native_registry/registry.py"])
+def test_the_reference_s_modules_switch_to_exactly_the_rewritten_file(rel):
+    text = (ROOT / rel).read_text()
+    found = mutagen.mutants_of(rel, text)
+    if len(found) > 20:  # a sample: each check parses the whole module twice
+        found = random.Random(28).sample(found, 20)
+    switched = mutant_switches.instrument(rel, text, found)
+    assert len(switched.keys) >= len(found) * 2 // 3
+    assert mutant_switches.resolve(switched.text, "") == mutant_switches.resolve(text, "")
+    for m in found:
+        want = mutant_switches.resolve(m.apply(text), "")
+        if m.key in switched.keys:
+            assert mutant_switches.resolve(switched.text, m.key) == want, m.key
+        else:
+            assert mutant_switches.resolve(switched.rewritable(m).apply(switched.text), "") == want, m.key
+
+
+def test_a_stillborn_mutant_is_not_switched_and_stays_stillborn():
+    text = "def f(x):\n    return x\n"
+    broken = mutagen.Mutant("m.py", 2, "k", "c", "    return x", "    return x +", "m.py|k|c|0|1")
+    fine = mutagen.Mutant("m.py", 2, "k", "c", "    return x", "    return None", "m.py|k|d|0|1")
+    switched = mutant_switches.instrument("m.py", text, [broken, fine])
+    assert switched.keys == {fine.key}
+    with pytest.raises(SyntaxError):
+        compile(switched.rewritable(broken).apply(switched.text), "m.py", "exec")
+
+
+def run_toy(tmp_path, text, mutant_id=None):
+    (tmp_path / "toy.py").write_text(text)
+    env = {k: v for k, v in os.environ.items() if k != "NR_MUTANT"}
+    if mutant_id is not None:
+        env["NR_MUTANT"] = mutant_id
+    probe = "import toy; print(toy.clamp(-5), toy.clamp(50), toy.ALIAS(3), toy.Box().grow(1))"
+    done = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True)
+    return done.stdout.strip() or done.stderr.strip().splitlines()[-1]
+
+
+def test_the_switched_module_runs_as_the_rewritten_one(tmp_path):
+    found = {m.key: m for m in mutagen.python_mutants("toy.py", TOY)}
+    switched = mutant_switches.instrument("toy.py", TOY, list(found.values()))
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    assert run_toy(tmp_path / "a", switched.text) == run_toy(tmp_path / "b", TOY) == "0 10 3 3"
+    differs = 0
+    for key in random.Random(3).sample(sorted(switched.keys), 8):
+        rewritten = run_toy(tmp_path / "b", found[key].apply(TOY))
+        assert run_toy(tmp_path / "a", switched.text, key) == rewritten, key
+        differs += rewritten != "0 10 3 3"
+    assert differs  # the sample holds mutants that change what the module does
+
+
+def test_the_runner_selects_a_switched_mutant_by_its_id_and_writes_no_file(tmp_path, monkeypatch):
+    rel = "toy.py"
+    place = tmp_path / rel
+    found = mutagen.python_mutants(rel, TOY)
+    target = mutant_runner.Target("python", [rel], {rel: place}, env={"X": "1"}, needs_build=False,
+                                  suites_from=tmp_path)
+    place.write_text(TOY)
+    auto_mutants.switch_all([target], found)
+    instrumented = place.read_text()
+    seen = []
+
+    def suite(out, timeout, impl, env, tree, ws, deselect, behaviour=None):
+        seen.append((env.get("NR_MUTANT"), place.read_text()))
+        return [], "passed"
+
+    monkeypatch.setattr(mutants, "python_suite", suite)
+    switched = next(m for m in found if m.key in target.switched[rel].keys)
+    rewritten = next(m for m in found if m.key not in target.switched[rel].keys)
+    runner = mutant_runner.Runner([switched, rewritten], {}, tmp_path / "r.jsonl",
+                                  {"python": 60.0, "build": 1.0}, {}, {})
+    runner.run([(mutants.FIRST, target, tmp_path / "out")])
+    assert seen[0] == (switched.key, instrumented)
+    assert seen[1][0] is None and seen[1][1] == target.switched[rel].rewritable(rewritten).apply(instrumented)
+    assert place.read_text() == instrumented  # written back after the rewritten one
+    assert [o.verdict for _, o in sorted(runner.outcomes, key=lambda p: p[0])] == ["survived", "survived"]
+
+
+def test_switch_goes_with_the_python_layer():
+    from harness import main
+    assert main.main(["--check-args", "--mutants", "auto", "--mutate", "python", "--switch"]) == 0
+    assert main.main(["--check-args", "--mutants", "auto", "--switch"]) == 2

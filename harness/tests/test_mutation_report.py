@@ -1,0 +1,274 @@
+"""Tests of the mutant runs' records in the mutation-testing-report-schema
+format (harness/mutation/mutation_report.py), of the figures computed from
+them alone, and of the shards and the incremental mode: no suite runs."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import html
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+from harness import main
+from harness.mutation import auto_mutants, mutagen, mutant_figures, mutation_report
+from harness.mutation.mutant_records import Outcome
+
+SOURCE = """\
+def pick(a, b):
+    if a == b:
+        return 1
+    for x in b:
+        if x < 10:
+            continue
+    return compute(a, b)
+"""
+REL = "pkg/m.py"
+
+VERDICTS = ["killed", "survived", "stillborn", "nocoverage", "killed", "survived"]
+
+
+def outcomes_of_source(text: str = SOURCE, rel: str = REL) -> list[Outcome]:
+    """Every generated mutant of `text`, each given a verdict in turn."""
+    found = []
+    for i, m in enumerate(mutagen.python_mutants(rel, text)):
+        verdict = VERDICTS[i % len(VERDICTS)]
+        o = Outcome(m.key, m.where, m.kind, m.change, m.original.strip(), m.mutated.strip(), verdict=verdict,
+                    seconds={"total": 2.5}, commit="abc", line_digest=mutation_report.digest(m.original),
+                    tests_digest="t1")
+        if verdict == "killed":
+            o.killed_by = "python conformance"
+            o.failing = ["<timeout>"] if i % 4 == 0 else [f"conformance.python.test_a.test_{i}"]
+            o.tests_completed = 3
+        found.append(o)
+    return found
+
+
+def document(outcomes=None, equivalents=None) -> dict:
+    return mutation_report.report(outcomes if outcomes is not None else outcomes_of_source(),
+                                  equivalents or {}, {REL: SOURCE}, {"layer": "python"})
+
+
+def test_a_run_s_records_are_a_valid_report_that_gives_back_every_outcome():
+    outcomes = outcomes_of_source()
+    survivor = next(o for o in outcomes if o.verdict == "survived")
+    doc = document(outcomes, {survivor.key: "changes nothing a caller sees"})
+    mutation_report.validate(doc)
+    entry = doc["files"][REL]
+    assert entry["language"] == "python" and entry["source"] == SOURCE
+    assert [m["id"] for m in entry["mutants"]] == [o.key for o in sorted(outcomes, key=lambda o: (
+        mutation_report.line_of(o), o.key))]
+    by_id = {m["id"]: m for m in entry["mutants"]}
+    statuses = {m["status"] for m in entry["mutants"]}
+    assert {"Killed", "Timeout", "Survived", "Ignored", "CompileError", "NoCoverage"} <= statuses
+    assert by_id[survivor.key]["status"] == "Ignored"
+    assert by_id[survivor.key]["statusReason"] == "reviewed equivalent: changes nothing a caller sees"
+    killed = next(o for o in outcomes if o.verdict == "killed" and o.failing != ["<timeout>"])
+    assert by_id[killed.key]["killedBy"] == killed.failing and by_id[killed.key]["testsCompleted"] == 3
+    assert by_id[killed.key]["duration"] == 2500.0
+    assert "conformance.python.test_a" in doc["testFiles"]
+    # Back: the same outcomes, and the equivalents the report reviewed.
+    assert sorted(mutation_report.outcomes_of(doc), key=lambda o: o.key) == sorted(outcomes, key=lambda o: o.key)
+    assert mutation_report.equivalents_of(doc) == {survivor.key: "changes nothing a caller sees"}
+
+
+def test_a_test_named_twice_by_a_suite_run_is_killed_by_once():
+    o = Outcome("k", f"{REL}:2", "relational", "== -> !=", "if a == b:", "if a != b:", verdict="killed",
+                killed_by="python conformance",
+                failing=["conformance.python.test_v.test_refused", "test_refused", "other.test_b"])
+    m = mutation_report.mutant_result(o, {}, "    if a == b:")
+    assert m["killedBy"] == ["conformance.python.test_v.test_refused", "other.test_b"]
+    assert mutation_report.killed_by(["<timeout>"]) == ["<timeout>"]
+
+
+def test_a_location_is_the_changed_token_at_its_line_and_column():
+    doc = document()
+    lines = SOURCE.split("\n")
+    for m in doc["files"][REL]["mutants"]:
+        start, end = m["location"]["start"], m["location"]["end"]
+        assert start["line"] == end["line"]
+        line = lines[start["line"] - 1]
+        mutated = line[:start["column"] - 1] + m["replacement"] + line[end["column"] - 1:]
+        o = next(o for o in outcomes_of_source() if o.key == m["id"])
+        assert mutated.strip() == o.mutated
+    eq = next(m for m in doc["files"][REL]["mutants"] if m["description"] == "== -> !=")
+    assert eq["location"]["start"] == {"line": 2, "column": 10} and eq["replacement"] == "!="
+    assert eq["location"]["end"]["column"] == 12
+
+
+@pytest.mark.parametrize("original,mutated,changed,replacement", [
+    ("if a == b:", "if a != b:", "==", "!="),
+    ("if x < 10:", "if x <= 10:", "<", "<="),
+    ("return f(12)", "return f(13)", "12", "13"),
+    ("return x", "return None", "x", "None"),
+    ("f(a, b)", "f(b, a)", "a, b", "b, a"),
+])
+def test_the_span_is_whole_tokens(original, mutated, changed, replacement):
+    start, end, found = mutation_report.span(original, mutated)
+    assert (original[start:end], found) == (changed, replacement)
+    assert original[:start] + found + original[end:] == mutated
+
+
+def test_a_report_breaking_the_schema_or_repeating_an_id_is_refused_naming_the_place():
+    doc = document()
+    bad = copy.deepcopy(doc)
+    bad["files"][REL]["mutants"][0]["status"] = "Dead"
+    with pytest.raises(ValueError, match=r"files/pkg/m.py/mutants/0/status.*'Dead'"):
+        mutation_report.validate(bad)
+    bad = copy.deepcopy(doc)
+    bad["files"][REL]["mutants"][1]["location"]["start"]["column"] = 0
+    with pytest.raises(ValueError, match="column"):
+        mutation_report.validate(bad)
+    bad = copy.deepcopy(doc)
+    twin = copy.deepcopy(bad["files"][REL]["mutants"][0])
+    bad["files"]["other.py"] = {"language": "python", "source": "", "mutants": [twin]}
+    with pytest.raises(ValueError, match="twice"):
+        mutation_report.validate(bad)
+
+
+def test_older_records_load_as_the_report_does(tmp_path):
+    outcomes = outcomes_of_source()
+    lines = tmp_path / "population-python.jsonl"
+    lines.write_text("".join(json.dumps(dataclasses.asdict(o)) + "\n" for o in outcomes))
+    # An older line has none of today's fields: they default.
+    old = {k: v for k, v in dataclasses.asdict(outcomes[0]).items()
+           if k not in ("covered_by", "tests_completed", "line_digest", "tests_digest", "reused")}
+    older = tmp_path / "older.jsonl"
+    older.write_text(json.dumps(old) + "\n")
+    assert mutation_report.load(older)[0].key == outcomes[0].key
+    summary = tmp_path / "auto-python.json"
+    summary.write_text(json.dumps({"figures": {}, "mutants": [dataclasses.asdict(o) for o in outcomes]}))
+    report = tmp_path / "auto-python.mutation.json"
+    mutation_report.write(document(outcomes), report)
+    key = lambda o: o.key  # noqa: E731
+    assert (sorted(mutation_report.load(lines), key=key) == sorted(mutation_report.load(summary), key=key)
+            == sorted(mutation_report.load(report), key=key))
+
+
+def test_shards_split_deterministically_and_their_reports_merge_to_the_whole():
+    chosen = mutagen.python_mutants(REL, SOURCE)
+    shards = [auto_mutants.in_shard(chosen, k, 3) for k in (1, 2, 3)]
+    assert sorted(m.key for s in shards for m in s) == sorted(m.key for m in chosen)
+    assert all(s for s in shards)  # a split, not everything in one
+    assert auto_mutants.in_shard(list(reversed(chosen)), 2, 3) == list(reversed(shards[1]))
+    outcomes = {o.key: o for o in outcomes_of_source()}
+    parts = [mutation_report.report([outcomes[m.key] for m in s], {}, {REL: SOURCE}) for s in shards]
+    merged = mutation_report.merge(parts)
+    assert merged["files"][REL]["mutants"] == document()["files"][REL]["mutants"]
+    assert mutation_report.merge([parts[0], parts[0]])["files"] == parts[0]["files"]  # a shard twice
+    clash = copy.deepcopy(parts[0])
+    clash["files"][REL]["mutants"][0]["status"] = "Survived" if parts[0]["files"][REL]["mutants"][0][
+        "status"] != "Survived" else "Killed"
+    with pytest.raises(ValueError, match="cannot merge: mutant"):
+        mutation_report.merge([parts[0], clash])
+    other_tree = mutation_report.report([], {}, {REL: SOURCE + "# edited\n"})
+    with pytest.raises(ValueError, match="another text"):
+        mutation_report.merge([parts[0], other_tree])
+
+
+def test_the_incremental_mode_keeps_a_verdict_only_while_line_and_tests_are_unchanged():
+    earlier = outcomes_of_source()
+    chosen = mutagen.python_mutants(REL, SOURCE)
+    digests = {m.key: (mutation_report.digest(m.original), "t1") for m in chosen}
+    kept = auto_mutants.reusable(earlier, digests, own_tests=False)
+    assert set(kept) == {o.key for o in earlier} and all(o.reused == "abc" for o in kept.values())
+    # The tests' sources changed: nothing is kept.
+    assert auto_mutants.reusable(earlier, {k: (line, "t2") for k, (line, _) in digests.items()}, False) == {}
+    # One line re-indented (same key: the key strips the line): that mutant runs again.
+    moved = next(iter(digests))
+    changed = {**digests, moved: (mutation_report.digest("    " + "x"), "t1")}
+    assert moved not in auto_mutants.reusable(earlier, changed, False)
+    # --own-tests: a survivor the own tests did not judge runs again.
+    assert not any(o.verdict == "survived" for o in auto_mutants.reusable(earlier, digests, True).values())
+
+
+def test_the_html_view_shows_each_mutant_at_its_line(tmp_path):
+    doc = document()
+    pages = mutation_report.write_html(doc, tmp_path / "html")
+    page = (tmp_path / "html" / mutation_report.page_name(REL)).read_text()
+    assert pages[0].name == "index.html" and mutation_report.page_name(REL) in pages[0].read_text()
+    rows = page.split("<tr ")[1:]
+    assert len(rows) == len(SOURCE.split("\n"))
+    for m in doc["files"][REL]["mutants"]:
+        row = rows[m["location"]["start"]["line"] - 1]
+        assert f"id='{html.escape(m['id'])}'" in row and f"<b>{m['status']}</b>" in row
+
+
+def test_figures_come_from_the_records_alone(tmp_path, capsys):
+    outcomes = outcomes_of_source()
+    report = tmp_path / "r.mutation.json"
+    mutation_report.write(document(outcomes), report)
+    assert mutant_figures.report_figures([report]) == 0
+    table = capsys.readouterr().out.splitlines()
+    header, total = table[0].split(" | "), dict(zip(table[0].split(" | "), table[-1].split(" | ")))
+    assert "no coverage" in header
+    verdicts = [o.verdict for o in outcomes]
+    assert int(total["killed"]) == verdicts.count("killed")
+    assert int(total["no coverage"]) == verdicts.count("nocoverage")
+    # Not covered counts as not killed.
+    real = verdicts.count("killed") + verdicts.count("survived") + verdicts.count("nocoverage")
+    assert total["conformance"] == f"{100 * verdicts.count('killed') / real:.1f} %"
+
+
+def test_the_command_line_converts_merges_and_validates(tmp_path):
+    outcomes = [dataclasses.replace(o, where=o.where.replace(REL, "harness/mutation/mutagen_core.py"))
+                for o in outcomes_of_source()[:3]]
+    lines = tmp_path / "old.jsonl"
+    lines.write_text("".join(json.dumps(dataclasses.asdict(o)) + "\n" for o in outcomes))
+    run = lambda *a: subprocess.run([sys.executable, "-m", "harness.mutation.mutation_report", *map(str, a)],  # noqa: E731
+                                    cwd=ROOT, capture_output=True, text=True)
+    done = run("convert", lines, "-o", tmp_path / "new.json", "--html", tmp_path / "html")
+    assert done.returncode == 0, done.stderr
+    assert run("validate", tmp_path / "new.json").returncode == 0
+    assert (tmp_path / "html" / "harness__mutation__mutagen_core.py.html").exists()
+    assert run("merge", tmp_path / "new.json", tmp_path / "new.json", "-o", tmp_path / "m.json").returncode == 0
+    refused = run("merge", lines, "-o", tmp_path / "x.json")
+    assert refused.returncode == 2 and "not a mutation-testing report" in refused.stderr
+    broken = json.loads((tmp_path / "new.json").read_text())
+    broken["thresholds"]["high"] = 101
+    (tmp_path / "broken.json").write_text(json.dumps(broken))
+    refused = run("validate", tmp_path / "broken.json")
+    assert refused.returncode == 2 and "thresholds/high" in refused.stderr
+
+
+def test_shard_and_incremental_go_with_auto_mode_and_a_well_formed_shard(tmp_path):
+    assert main.main(["--check-args", "--mutants", "auto", "--mutate", "python", "--shard", "2/4"]) == 0
+    for bad in ("0/4", "5/4", "2", "a/b"):
+        assert main.main(["--check-args", "--mutants", "auto", "--shard", bad]) == 2
+    assert main.main(["--check-args", "--shard", "1/2"]) == 2
+    assert main.main(["--check-args", "--mutants", "auto", "--incremental", str(tmp_path / "none.json")]) == 2
+
+
+def test_ci_s_sample_is_judged_from_the_report_and_runs_switched(tmp_path, monkeypatch, capsys):
+    from harness.mutation import ci_mutants
+    outcomes = outcomes_of_source()
+    survivor = next(o for o in outcomes if o.verdict == "survived")
+    started = []
+
+    class Run:  # the harness run ci_mutants starts: it writes the report
+        def __init__(self, cmd, **kwargs):
+            started.append(cmd)
+            results = pathlib.Path(cmd[cmd.index("--results") + 1])
+            mutation_report.write(mutation_report.report(outcomes, {}, {REL: SOURCE}, {"chosen": 9}),
+                                  results / "mutants" / "auto-python.mutation.json")
+
+        def wait(self, timeout=None):
+            return 1
+
+    monkeypatch.setattr(ci_mutants.subprocess, "Popen", Run)
+    monkeypatch.setattr(ci_mutants, "killed_before", lambda: set())
+    assert ci_mutants.main(["--build", str(tmp_path), "--results", str(tmp_path / "r")]) == 0
+    assert "--switch" in started[0]
+    said = capsys.readouterr().out
+    verdicts = [o.verdict for o in outcomes]
+    assert (f"{len(outcomes)} of 9 run: {verdicts.count('killed')} killed, {verdicts.count('survived')} survived"
+            in said and "unreviewed survivor" in said)
+    monkeypatch.setattr(ci_mutants, "killed_before", lambda: {survivor.key})
+    assert ci_mutants.main(["--build", str(tmp_path), "--results", str(tmp_path / "r")]) == 1
+    assert "REGRESSION" in capsys.readouterr().out
