@@ -31,6 +31,14 @@ thread, under each of:
   upstream_accepted_py upstream's router with ``always`` and ``prepared``;
                        skipped as upstream_decline_py is
 
+With ``--feature-rows``, also the rows of issue 30's opt-ins, each a base row
+above with one feature on (``<base>+<feature>``): ``stats`` (collect_stats),
+``thread_scope`` (a disabled_in_thread scope open, naming another dsl),
+``routing_log`` (the native_registry.routing logger at DEBUG, into a
+NullHandler: the rate limit drops most decisions), ``coverage_py`` /
+``coverage_cpp`` (a coverage check, a Python function / a C++ predicate,
+that covers nothing) and ``fallback_policy`` (impl error policy "fallback").
+
 Each variant is installed, timed and torn down in turn, in a shuffled order,
 ``--rounds`` times; the dispatch table of the op is checked to be back to
 stock after every teardown. Times are the calling thread's CPU time
@@ -51,6 +59,7 @@ import argparse
 import contextlib
 import ctypes
 import json
+import logging
 import platform
 import random
 import statistics
@@ -136,6 +145,77 @@ def reference(cond: Any, impl: Callable[..., Any] = forbidden_impl
             yield
 
     return install
+
+
+def with_feature(base: Callable[[str, int], contextlib.AbstractContextManager],
+                 feature: Callable[[], contextlib.AbstractContextManager]
+                 ) -> Callable[[str, int], contextlib.AbstractContextManager]:
+    """`base` installed, with one of issue 30's opt-ins on around its calls."""
+    @contextlib.contextmanager
+    def install(op_symbol: str, chain: int) -> Iterator[None]:
+        with base(op_symbol, chain), feature():
+            yield
+
+    return install
+
+
+@contextlib.contextmanager
+def setting(read_and_write: Callable[[Any], Any], value: Any) -> Iterator[None]:
+    previous = read_and_write(value)
+    try:
+        yield
+    finally:
+        read_and_write(previous)
+
+
+@contextlib.contextmanager
+def routing_log_on() -> Iterator[None]:
+    logger = logging.getLogger("native_registry.routing")
+    handler = logging.NullHandler()
+    level, propagate = logger.level, logger.propagate
+    logger.addHandler(handler)
+    logger.propagate = False
+    logger.setLevel(logging.DEBUG)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+        logger.propagate = propagate
+        logger.removeHandler(handler)
+
+
+@contextlib.contextmanager
+def coverage_check(check: Any) -> Iterator[None]:
+    registry.set_coverage_check(check)
+    try:
+        yield
+    finally:
+        registry.set_coverage_check(None)
+
+
+@contextlib.contextmanager
+def impl_error_policy(policy: str) -> Iterator[None]:
+    previous = registry.impl_error_policy()
+    registry.set_impl_error_policy(policy)
+    try:
+        yield
+    finally:
+        registry.set_impl_error_policy(previous)
+
+
+def feature_rows(variants: dict) -> dict:
+    features = {
+        "stats": lambda: setting(registry.collect_stats, True),
+        "thread_scope": lambda: registry.disabled_in_thread(dsl_names=["another_dsl"]),
+        "routing_log": routing_log_on,
+        "coverage_py": lambda: coverage_check(lambda *args: False),
+        "coverage_cpp": lambda: coverage_check(P.dtype_in(torch.float16)),
+    }
+    rows = {f"{base}+{name}": with_feature(variants[base], feature)
+            for base in ("decline_py", "accepted_py_cond") for name, feature in features.items()}
+    rows["accepted_py_cond+fallback_policy"] = with_feature(
+        variants["accepted_py_cond"], lambda: impl_error_policy("fallback"))
+    return rows
 
 
 @contextlib.contextmanager
@@ -227,6 +307,8 @@ def main() -> int:
     parser.add_argument("--min-run-time", type=float, default=0.1,
                         help="seconds of calls per timed round of one row")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--feature-rows", action="store_true",
+                        help="also the rows with one of issue 30's opt-ins on (see above)")
     parser.add_argument("--out", required=True, help="where to write the JSON rows")
     parser.add_argument("--callgrind-calls", type=int, default=0,
                         help="count instructions under callgrind instead of timing")
@@ -254,6 +336,8 @@ def main() -> int:
     else:
         print("torch._native.registry not found: no upstream rows", file=sys.stderr)
 
+    if args.feature_rows:
+        variants.update(feature_rows(variants))
     chains = [int(c) for c in args.chains.split(",")]
     if args.callgrind_calls:
         return count_instructions(args, variants, chains)
@@ -304,7 +388,7 @@ def main() -> int:
 
 
 def chains_of(variant: str, chains: list[int]) -> list[int]:
-    return [1] if variant in ONE_NODE else chains
+    return [1] if variant.partition("+")[0] in ONE_NODE else chains
 
 
 def applicable(variants: dict, binary: bool) -> list[str]:
