@@ -66,18 +66,17 @@ TEST_P(Conformance, PerThreadDisablesNestAndClosingTheInnerRestoresTheOuter) {
   add(mul_key(), constant_cond(true), fill_impl(9), "dsl_b");
   adapter().install(mul_key());
   {
-    auto outer = adapter().disabled_in_thread({{"dsl_b"}, {}, {}});
-    EXPECT_EQ(first_value(), 7);
+    auto outer = adapter().disabled_in_thread({{"dsl_a"}, {}, {}});
+    EXPECT_EQ(first_value(), 9);
     {
-      auto inner = adapter().disabled_in_thread({{"dsl_a"}, {}, {}});
+      auto inner = adapter().disabled_in_thread({{"dsl_b"}, {}, {}});
       EXPECT_EQ(first_value(), 8) << "both named: the union";
     }
-    EXPECT_EQ(first_value(), 7) << "the outer scope's disable is still in force";
-    { auto same = adapter().disabled_in_thread({{"dsl_b"}, {}, {}}); }
-    EXPECT_EQ(first_value(), 7) << "an inner scope naming the same dsl leaves it disabled";
+    EXPECT_EQ(first_value(), 9) << "the outer scope's disable is still in force";
+    { auto same = adapter().disabled_in_thread({{"dsl_a"}, {}, {}}); }
+    EXPECT_EQ(first_value(), 9) << "an inner scope naming the same dsl leaves it disabled";
   }
-  auto other = adapter().disabled_in_thread({{"dsl_a"}, {}, {}});
-  EXPECT_EQ(first_value(), 9) << "the outer scope is gone";
+  EXPECT_EQ(first_value(), 7) << "the outer scope is gone";
 }
 
 TEST_P(Conformance, APerThreadDisableLeavesFiltersGraphsAndTheDispatcherAlone) {
