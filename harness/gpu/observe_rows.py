@@ -74,7 +74,16 @@ def main() -> int:
         rows["profiler"] = {"ranges": names, "expected": ["native_registry::fallback::mul.Tensor",
                                                           "native_registry::triton::mul.Tensor"]}
 
-        report = native_registry.check_overrides(mul, device="cuda")
+        # The caller's samples: torch's op_db needs expecttest, which the GPU
+        # machine lacks. fp16 CUDA pairs the cond takes (three shapes, one
+        # non-contiguous pair it declines) and an fp32 pair it declines.
+        shapes = [(7,), (64, 33), (2, 3, 1025)]
+        samples = [((torch.randn(s, device="cuda", dtype=torch.float16),
+                     torch.randn(s, device="cuda", dtype=torch.float16)), {}) for s in shapes]
+        wide = torch.randn(8, 16, device="cuda", dtype=torch.float16)
+        samples.append(((wide.t(), wide.t()), {}))
+        samples.append(((a32[:100], a32[:100]), {}))
+        report = native_registry.check_overrides(mul, samples=samples, device="cuda")
         print(report)
         rows["check_overrides"] = {"failures": [str(f) for f in report.failures],
                                    "table": str(report)}
