@@ -90,7 +90,8 @@ def test_the_gpu_script_plans_every_step_inside_its_budget(tmp_path):
                           capture_output=True, text=True, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     steps = [line.split()[1] for line in proc.stdout.splitlines() if line.startswith("== ")]
-    assert steps == ["facts", "configure", "build", "stage", "bench", "conformance", "report"]
+    assert steps == ["facts", "configure", "build", "stage", "bench", "observe-rows", "conformance",
+                     "report"]
     assert "--device cpu,cuda" in proc.stdout
     assert "-m mesonbuild.mesonmain setup build-gpu -Dtests=enabled" in proc.stdout
     assert "pip" not in proc.stdout, "the GPU machine has no network: nothing may be installed"
