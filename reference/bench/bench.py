@@ -185,22 +185,14 @@ def routing_log_on() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def coverage_check(check: Any) -> Iterator[None]:
-    registry.set_coverage_check(check)
+def setting_read_then_written(read: Callable[[], Any], write: Callable[[Any], Any],
+                              value: Any) -> Iterator[None]:
+    previous = read()
+    write(value)
     try:
         yield
     finally:
-        registry.set_coverage_check(None)
-
-
-@contextlib.contextmanager
-def impl_error_policy(policy: str) -> Iterator[None]:
-    previous = registry.impl_error_policy()
-    registry.set_impl_error_policy(policy)
-    try:
-        yield
-    finally:
-        registry.set_impl_error_policy(previous)
+        write(previous)
 
 
 def feature_rows(variants: dict) -> dict:
@@ -208,13 +200,16 @@ def feature_rows(variants: dict) -> dict:
         "stats": lambda: setting(registry.collect_stats, True),
         "thread_scope": lambda: registry.disabled_in_thread(dsl_names=["another_dsl"]),
         "routing_log": routing_log_on,
-        "coverage_py": lambda: coverage_check(lambda *args: False),
-        "coverage_cpp": lambda: coverage_check(P.dtype_in(torch.float16)),
+        "coverage_py": lambda: setting_read_then_written(
+            registry.coverage_check, registry.set_coverage_check, lambda *args: False),
+        "coverage_cpp": lambda: setting_read_then_written(
+            registry.coverage_check, registry.set_coverage_check, P.dtype_in(torch.float16)),
     }
     rows = {f"{base}+{name}": with_feature(variants[base], feature)
             for base in ("decline_py", "accepted_py_cond") for name, feature in features.items()}
     rows["accepted_py_cond+fallback_policy"] = with_feature(
-        variants["accepted_py_cond"], lambda: impl_error_policy("fallback"))
+        variants["accepted_py_cond"], lambda: setting_read_then_written(
+            registry.impl_error_policy, registry.set_impl_error_policy, "fallback"))
     return rows
 
 
