@@ -298,9 +298,11 @@ inline bool run_chosen_impl(const Router::Shared& shared, const OverrideNode& no
 template <bool kCounting>
 Choice choose(const Router::Shared& shared, const Chain& chain, const c10::OperatorHandle& op,
               c10::DispatchKeySet keys, const Stack& stack) {
+  // The tracer is asked on every call, as upstream's router asks Dynamo; the
+  // inputs are walked for copy-on-write ones only while it traces.
   if (chain.divert_when_tracing && !t_in_diverted_call) {
     TraceShortcutFn shortcut = g_trace_shortcut.load(std::memory_order_acquire);
-    if (shortcut != nullptr && !has_cow_argument(stack) && shortcut()) return {true, nullptr};
+    if (shortcut != nullptr && shortcut() && !has_cow_argument(stack)) return {true, nullptr};
   }
   // Once per call, before any cond, unconditional nodes included: a covered
   // call declines them all.

@@ -3,8 +3,12 @@
 
 #include "filter_set.h"
 
+#include "names.h"
+
 #include <stdexcept>
+#include <string>
 #include <utility>
+#include <vector>
 
 namespace native_registry::detail {
 
@@ -19,6 +23,20 @@ Filter FilterEntries::as_filter() const {
           {dispatch_keys.begin(), dispatch_keys.end()}};
 }
 
+void FilterEntries::add(const Filter& filter) {
+  dsl_names.insert(filter.dsl_names.begin(), filter.dsl_names.end());
+  op_symbols.insert(filter.op_symbols.begin(), filter.op_symbols.end());
+  dispatch_keys.insert(filter.dispatch_keys.begin(), filter.dispatch_keys.end());
+}
+
+void check_filter_entries(const Filter& filter, const char* const (&labels)[3]) {
+  const std::vector<std::string>* lists[] = {&filter.dsl_names, &filter.op_symbols,
+                                             &filter.dispatch_keys};
+  for (size_t i = 0; i < 3; ++i) {
+    for (const std::string& entry : *lists[i]) check_not_blank(labels[i], entry);
+  }
+}
+
 bool FilterSet::enabled_under(const FilterEntries& entries, int mask_depth,
                               const OverrideNode& node) {
   if (!entries.names(node)) return true;
@@ -27,11 +45,7 @@ bool FilterSet::enabled_under(const FilterEntries& entries, int mask_depth,
   return node.options.unconditional_override && mask_depth == 0;
 }
 
-void FilterSet::disable(const Filter& filter) {
-  entries_.dsl_names.insert(filter.dsl_names.begin(), filter.dsl_names.end());
-  entries_.op_symbols.insert(filter.op_symbols.begin(), filter.op_symbols.end());
-  entries_.dispatch_keys.insert(filter.dispatch_keys.begin(), filter.dispatch_keys.end());
-}
+void FilterSet::disable(const Filter& filter) { entries_.add(filter); }
 
 void FilterSet::enable(const Filter& filter) {
   for (const auto& name : filter.dsl_names) entries_.dsl_names.erase(name);

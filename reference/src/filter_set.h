@@ -33,7 +33,12 @@ struct FilterEntries {
   Naming naming(const OverrideNode& node) const;
   bool names(const OverrideNode& node) const { return naming(node).any(); }
   Filter as_filter() const;  // sorted, as Registry::filters() gives it
+  void add(const Filter& filter);
 };
+
+// Throws, naming the entry, where an entry of `filter` is blank; `labels`
+// name its three lists (dsl names, op symbols, dispatch keys) in the message.
+void check_filter_entries(const Filter& filter, const char* const (&labels)[3]);
 
 class FilterSet {
  public:

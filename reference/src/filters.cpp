@@ -18,10 +18,6 @@ namespace native_registry {
 
 namespace {
 
-void check_filter_entries(const char* what, const std::vector<std::string>& entries) {
-  for (const std::string& entry : entries) detail::check_not_blank(what, entry);
-}
-
 // What a filter change names, for its one log record.
 std::string describe(const Filter& filter) {
   auto list = [](const std::vector<std::string>& names) {
@@ -47,9 +43,8 @@ void Registry::Impl::install_named(const Filter& named) {
 }
 
 void Registry::deregister_op_overrides(const Filter& disable, FilterInstall install) {
-  check_filter_entries("disable_dsl_names entry", disable.dsl_names);
-  check_filter_entries("disable_op_symbols entry", disable.op_symbols);
-  check_filter_entries("disable_dispatch_keys entry", disable.dispatch_keys);
+  detail::check_filter_entries(disable, {"disable_dsl_names entry", "disable_op_symbols entry",
+                                         "disable_dispatch_keys entry"});
   Impl& r = *impl_;
   Impl::ControlScope scope(r);
   r.log(LogLevel::kInfo, "Disabling overrides: " + describe(disable));
@@ -66,9 +61,8 @@ void Registry::deregister_op_overrides(const Filter& disable, FilterInstall inst
 }
 
 void Registry::reenable_op_overrides(const Filter& enable, FilterInstall install) {
-  check_filter_entries("enable_dsl_names entry", enable.dsl_names);
-  check_filter_entries("enable_op_symbols entry", enable.op_symbols);
-  check_filter_entries("enable_dispatch_keys entry", enable.dispatch_keys);
+  detail::check_filter_entries(enable, {"enable_dsl_names entry", "enable_op_symbols entry",
+                                        "enable_dispatch_keys entry"});
   Impl& r = *impl_;
   Impl::ControlScope scope(r);
   r.log(LogLevel::kInfo, "Re-enabling overrides: " + describe(enable));

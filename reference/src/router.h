@@ -51,6 +51,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <vector>
@@ -72,6 +73,12 @@ struct GraphCounters {
   std::atomic<uint64_t> fallbacks{0};
   std::atomic<uint64_t> covered{0};
   std::atomic<uint64_t> fell_back_after_error{0};
+
+  void reset() {
+    for (auto* count : {&calls, &fallbacks, &covered, &fell_back_after_error}) {
+      count->store(0, std::memory_order_relaxed);
+    }
+  }
 };
 
 struct Chain {

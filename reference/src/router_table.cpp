@@ -67,13 +67,7 @@ void RouterTable::set_collect_stats(bool collect) {
 }
 
 void RouterTable::reset_counters() {
-  for (auto& entry : counters_) {
-    GraphCounters& counters = *entry.second;
-    counters.calls.store(0, std::memory_order_relaxed);
-    counters.fallbacks.store(0, std::memory_order_relaxed);
-    counters.covered.store(0, std::memory_order_relaxed);
-    counters.fell_back_after_error.store(0, std::memory_order_relaxed);
-  }
+  for (auto& entry : counters_) entry.second->reset();
 }
 
 void RouterTable::remove(const GraphKey& key, Released& released) {

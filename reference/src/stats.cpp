@@ -44,13 +44,7 @@ RoutingStats Registry::stats() const {
 void Registry::reset_stats() {
   std::lock_guard<std::mutex> lock(impl_->mutex_);
   for (const auto& [key, graph] : impl_->graphs_.graphs()) {
-    for (const NodePtr& node : graph) {
-      NodeCounters& counts = *node->counters;
-      counts.taken.store(0, std::memory_order_relaxed);
-      counts.declined.store(0, std::memory_order_relaxed);
-      counts.runtime_unavailable.store(0, std::memory_order_relaxed);
-      counts.raised.store(0, std::memory_order_relaxed);
-    }
+    for (const NodePtr& node : graph) node->counters->reset();
   }
   impl_->routers_.reset_counters();
 }

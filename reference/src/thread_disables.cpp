@@ -4,8 +4,6 @@
 
 #include "registry_impl.h"
 
-#include "names.h"
-
 #include <algorithm>
 #include <atomic>
 
@@ -80,13 +78,11 @@ bool close_thread_scope(uint64_t token) {
 }  // namespace detail
 
 uint64_t Registry::open_disabled_in_thread(const Filter& filter) const {
-  for (const auto* names : {&filter.dsl_names, &filter.op_symbols, &filter.dispatch_keys}) {
-    for (const std::string& name : *names) detail::check_not_blank("disabled_in_thread entry", name);
-  }
-  return detail::open_thread_scope(
-      impl_->serial_, {{filter.dsl_names.begin(), filter.dsl_names.end()},
-                       {filter.op_symbols.begin(), filter.op_symbols.end()},
-                       {filter.dispatch_keys.begin(), filter.dispatch_keys.end()}});
+  detail::check_filter_entries(filter, {"disabled_in_thread entry", "disabled_in_thread entry",
+                                        "disabled_in_thread entry"});
+  detail::FilterEntries entries;
+  entries.add(filter);
+  return detail::open_thread_scope(impl_->serial_, std::move(entries));
 }
 
 bool Registry::close_disabled_in_thread(uint64_t token) { return detail::close_thread_scope(token); }

@@ -14,6 +14,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <tuple>
@@ -102,6 +103,12 @@ struct NodeCounters {
   std::atomic<uint64_t> declined{0};             // its cond said no
   std::atomic<uint64_t> runtime_unavailable{0};  // cond said yes, the runtime check no
   std::atomic<uint64_t> raised{0};               // its cond or its impl raised
+
+  void reset() {
+    for (auto* count : {&taken, &declined, &runtime_unavailable, &raised}) {
+      count->store(0, std::memory_order_relaxed);
+    }
+  }
 };
 
 // One registered override. Immutable once registered (but for the counts

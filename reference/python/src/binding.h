@@ -103,18 +103,27 @@ struct HostScope {
 // are; else null.
 HostScope* host_scope_holding_gil();
 
-// Holds the GIL for a scope, through CPython's PyGILState API: it costs half
-// of pybind11's gil_scoped_acquire on the call path and interoperates with it.
-// Inside the router's host scope, where the GIL is held already, it only
-// checks that (host_scope_holding_gil), which costs a tenth of the
-// PyGILState calls it saves.
+// Holds the GIL for a scope. Inside the router's host scope, where the GIL
+// is held already, it only checks that (host_scope_holding_gil). Elsewhere a
+// thread with a thread state that does not hold the GIL (a Python thread
+// whose torch call let it go: the common case) takes it back with that
+// state, as the call's own return will (restore_thread, which also parks a
+// daemon thread at the interpreter's end); any other thread (one Python
+// never saw, or one that holds the GIL already) goes through
+// PyGILState_Ensure, whose bookkeeping only the first kind would pay for
+// nothing. Both interoperate with pybind11's gil_scoped_acquire.
 class GilForPython {
  public:
   GilForPython() : scope_(host_scope_holding_gil()) {
-    if (scope_ == nullptr) state_ = PyGILState_Ensure();
+    if (scope_ == nullptr) take();
   }
   ~GilForPython() {
-    if (scope_ == nullptr) PyGILState_Release(state_);
+    if (scope_ != nullptr) return;
+    if (restored_ != nullptr) {
+      PyEval_SaveThread();
+    } else {
+      PyGILState_Release(state_);
+    }
   }
   GilForPython(const GilForPython&) = delete;
   GilForPython& operator=(const GilForPython&) = delete;
@@ -123,7 +132,10 @@ class GilForPython {
   SharedArguments* shared() const { return scope_ != nullptr ? scope_->shared : nullptr; }
 
  private:
+  void take();  // gil.cpp
+
   HostScope* scope_;
+  PyThreadState* restored_ = nullptr;  // set: taken back with this state
   PyGILState_STATE state_{};
 };
 

@@ -197,6 +197,16 @@ void run_deferred_work() {
   }
 }
 
+void GilForPython::take() {
+  PyThreadState* const mine = PyGILState_GetThisThreadState();
+  if (mine != nullptr && gil_holding_state() != mine) {
+    restore_thread(mine);
+    restored_ = mine;
+    return;
+  }
+  state_ = PyGILState_Ensure();
+}
+
 HostScope* host_scope_holding_gil() {
   HostScope* scope = &t_host_scope;
   return scope->state != nullptr && scope->state == gil_holding_state() ? scope : nullptr;
