@@ -16,7 +16,8 @@ function's copies applied or refused with "Graph transformation failed";
 a function bound from the replaced module before the takeover working or
 refusing by name), the child's observation says which, and the model
 follows it. A takeover is judged as a transaction: every call right after it
-answers as right before it. What the model cannot tell after a takeover
+answers as right before it (but for a stock impl that raised: under the
+reference's impl error policy "fallback" it now falls back, as set). What the model cannot tell after a takeover
 merged two registries' graphs for one op (their order) it no longer pins:
 those nodes may or may not answer, but nothing else may.
 """
