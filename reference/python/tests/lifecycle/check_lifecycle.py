@@ -5,7 +5,8 @@ activation in both import orders, torch.backends.python_native toggles,
 ordering functions returning copies, disable and enable, snapshots and
 restores, threads calling the ops, programs traced or scripted and called
 later, an op removed or defined again by user code, also mid-call from a
-cond, a runtime check or an impl, fork, exit with daemon threads), each run
+cond, a runtime check or an impl, fork, exit with daemon threads; issue 30's
+per-thread disables, stats, coverage check and impl error policy), each run
 in a child interpreter with a time limit and judged against a small model of
 the registry (lifecycle/model.py): no crash, hang or internal assert; one
 registry routes; every call answers as the model says; every error is a

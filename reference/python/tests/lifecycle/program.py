@@ -16,7 +16,6 @@ outcome and, after every step, one call of each op.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 from hypothesis import strategies as st
