@@ -7,8 +7,9 @@ would show those classes."""
 
 from __future__ import annotations
 
-from .program import (CallProgram, Filter, Header, Install, JitScope, Program, Redefine, Reg,
-                      Reorder, Restore, Snapshot, Takeover, Threads, Trace)
+from .program import (CallProgram, Coverage, Filter, Header, Install, JitScope, Policy, Program,
+                      Redefine, Reg, Reorder, Restore, Snapshot, Stats, Takeover, ThreadScope,
+                      Threads, Trace)
 
 KNOWN = {
     # (a) the takeover is not a transaction
@@ -113,4 +114,48 @@ KNOWN = {
     # (g) native_decomp_table after the op is defined again
     "decomp-table-after-redefinition": Program(Header(), (
         Reg("ref", "f", "user", "always"), Install("ref"), Redefine())),
+    # issue 30's features (no class found yet: the programs that would show one)
+    # per-thread disables: nested, closed in either order, on another thread
+    # while this one calls, and on a thread of its own among calling threads
+    "disabled-in-thread-nested-and-on-other-threads": Program(Header(), (
+        Reg("ref", "mul", "triton", "always"), Reg("ref", "mul", "user", "never"),
+        Reg("ref", "mul", "cutedsl", "uncond"), Reg("ref", "add", "user", "always"),
+        Reg("ref", "f", "triton", "always"), Install("ref"),
+        ThreadScope((("dsl", "triton"), ("op", "add.Tensor"), ("key", "CPU"))),
+        ThreadScope((("op", "f"), ("dsl", "user")), other_thread=True, out_of_order=True),
+        Threads((ThreadScope((("dsl", "triton"), ("key", "CUDA")), other_thread=True),
+                 Filter("ref", "user", True), ThreadScope((("dsl", "user"),)))))),
+    # stats: per node and per graph as the calls went, through scopes, a
+    # fallback, switching off (counts kept) and a reset; with calling
+    # threads, the totals
+    "stats-count-every-call": Program(Header(), (
+        Stats(True, reset=True), Reg("ref", "mul", "triton", "never"),
+        Reg("ref", "mul", "user", "always"), Reg("ref", "add", "triton", "never"),
+        Reg("ref", "f", "cutedsl", "always"), Install("ref"), Stats(True),
+        ThreadScope((("dsl", "user"),), other_thread=True), Stats(False),
+        Threads((Reg("ref", "add", "user", "always"), Reg("ref", "mul", "cutedsl", "never"))),
+        Stats(True), Threads((Reg("ref", "add", "user", "always"),)), Stats(True),
+        Stats(True, reset=True))),
+    # the coverage check: a covered call (by op, by input size) runs the op's
+    # own kernel before any cond, unconditional nodes too; a raising check
+    # covers nothing; None unsets it
+    "coverage-check-before-any-cond": Program(Header(), (
+        Reg("ref", "mul", "triton", "uncond"), Reg("ref", "add", "user", "always"),
+        Reg("ref", "f", "user", "cond_removes"), Install("ref"), Stats(True, reset=True),
+        Coverage("mul"), Coverage("small"), Stats(True), Coverage("raises"), Stats(True),
+        Threads((Coverage("small"), Coverage(None), Coverage("mul"))), Coverage(None))),
+    # the impl error policy: "raise" gives the impl's error, "fallback" the
+    # op's own kernel and one RuntimeWarning per node; torch 2.13's routers
+    # raise until the takeover
+    "impl-error-policy-fallback-and-raise": Program(Header(), (
+        Reg("ref", "mul", "triton", "impl_raises"), Reg("ref", "mul", "user", "always"),
+        Reg("stock", "add", "triton", "impl_raises"), Install("ref"), Install("stock"),
+        Policy("fallback"), Stats(True, reset=True), Policy("raise"), Policy("fallback"),
+        Threads((Policy("raise"), Policy("fallback"))), Stats(True), Takeover(),
+        Reg("ref", "f", "cutedsl", "impl_raises"), Install("ref"), Stats(True))),
+    # found by these steps at once: a call whose (Python) impl raised, under
+    # the policy "raise", is missing from its graph's calls
+    "stats-count-a-call-whose-impl-raised": Program(Header(), (
+        Reg("ref", "mul", "triton", "impl_raises"), Install("ref"), Stats(True, reset=True),
+        Stats(True))),
 }

@@ -16,7 +16,8 @@ function's copies applied or refused with "Graph transformation failed";
 a function bound from the replaced module before the takeover working or
 refusing by name), the child's observation says which, and the model
 follows it. A takeover is judged as a transaction: every call right after it
-answers as right before it. What the model cannot tell after a takeover
+answers as right before it (but for a stock impl that raised: under the
+reference's impl error policy "fallback" it now falls back, as set). What the model cannot tell after a takeover
 merged two registries' graphs for one op (their order) it no longer pins:
 those nodes may or may not answer, but nothing else may.
 """
@@ -48,6 +49,7 @@ class Node:
     uncond: bool
     value: int
     uncertain: bool = False
+    raises: bool = False   # its impl raises (program.RAISING)
 
     def takes(self) -> bool:
         return self.cond != "never"
@@ -70,18 +72,42 @@ class Expect:
     values: set = field(default_factory=set)
     error_ok: bool = False
     anything: bool = False
+    marker: str | None = None   # an error must say this (an impl's own error)
 
     def admits(self, observed) -> bool:
         if self.anything:
             return True
         if isinstance(observed, list):
-            return self.error_ok and is_named(observed)
+            return (self.error_ok and is_named(observed)
+                    and (self.marker is None or self.marker in observed[2]))
         return observed in self.values
 
     def __repr__(self) -> str:
         if self.anything:
             return "anything"
         return f"one of {sorted(self.values, key=str)}" + (" or a named error" if self.error_ok else "")
+
+
+@dataclass
+class Effect:
+    """What one call adds to the stats (issue 30): its graph's calls,
+    fallbacks, covered and fell_back_after_error, and per node (by value)
+    taken, declined and raised; the values whose impl error fell back (each
+    warns once per process)."""
+    calls: int = 0
+    fallbacks: int = 0
+    covered: int = 0
+    fell_back: int = 0
+    raised_calls: int = 0   # of calls, those whose impl's error was the call's (policy "raise")
+    nodes: dict = field(default_factory=dict)   # value -> [taken, declined, raised]
+    warns: set = field(default_factory=set)
+
+    def node(self, value) -> list:
+        return self.nodes.setdefault(value, [0, 0, 0])
+
+    def shape(self) -> tuple:
+        return (self.calls, self.fallbacks, self.covered, self.fell_back, self.raised_calls,
+                tuple(sorted((v, tuple(c)) for v, c in self.nodes.items())))
 
 
 def is_named(err: list) -> bool:
@@ -113,6 +139,16 @@ class Model:
         # routers put where the op had none: a dispatcher write the
         # reference documents as not to be run under calls of that op
         self.fresh_routers = 0
+        # issue 30's settings of the reference (settings, not state: a
+        # snapshot does not hold them); torch 2.13's routers know none
+        self.coverage = None            # program.COVERAGE
+        self.policy = "raise"
+        self.stats_on = False
+        self.node_counts: dict = {}     # value -> [taken, declined, raised]
+        self.graph_counts: dict = {}    # key -> [calls, fallbacks, covered, fell_back]
+        self.raised_calls: dict = {}    # key -> of its calls, those an impl's error ended
+        self.stats_unpinned: set = set()  # keys whose counts calls the model cannot see touched
+        self.must_warn: set = set()     # values whose impl error fell back in a call seen
 
     # ---- the dispatcher ----
 
@@ -151,9 +187,53 @@ class Model:
 
     def new_node(self, key, dsl, cond, value) -> int:
         nid = len(self.nodes)
-        self.nodes[nid] = Node(nid, key, dsl, "always" if cond == "uncond" else cond,
-                               cond == "uncond", value)
+        self.nodes[nid] = Node(nid, key, dsl, "always" if cond in ("uncond", P.RAISING) else cond,
+                               cond == "uncond", value, raises=cond == P.RAISING)
         return nid
+
+    # ---- issue 30: per-thread disables, the coverage check, stats ----
+
+    def covers(self, key) -> bool:
+        return self.coverage == "small" or (self.coverage == "mul" and key == "mul")
+
+    def thread_disabled(self, node: Node, off) -> bool:
+        """FilterSet's rule for a thread's scopes: named by dsl, bare op
+        symbol or dispatch key (every node here is at CPU); unconditional
+        nodes stay."""
+        if node.uncond:
+            return False
+        op = P.OP[node.key][1]
+        return any((kind == "dsl" and name == node.dsl) or (kind == "op" and name == op)
+                   or (kind == "key" and name == "CPU") for kind, name in off)
+
+    def count(self, key, effect: "Effect | None") -> None:
+        """A call the model saw: its counts (stats on), its notices."""
+        if effect is not None:
+            self.must_warn |= effect.warns
+        if not self.stats_on:
+            return
+        if effect is None:
+            self.stats_unpinned.add(key)
+            return
+        self.add_counts(key, effect, 1)
+
+    def add_counts(self, key, effect: "Effect", times: int) -> None:
+        graph = self.graph_counts.setdefault(key, [0, 0, 0, 0])
+        for n, add in enumerate((effect.calls, effect.fallbacks, effect.covered, effect.fell_back)):
+            graph[n] += add * times
+        self.raised_calls[key] = self.raised_calls.get(key, 0) + effect.raised_calls * times
+        for value, adds in effect.nodes.items():
+            counts = self.node_counts.setdefault(value, [0, 0, 0])
+            for n, add in enumerate(adds):
+                counts[n] += add * times
+
+    def unpin_stats(self, keys=P.KEYS) -> None:
+        if self.stats_on:
+            self.stats_unpinned.update(keys)
+
+    def reset_stats(self) -> None:
+        self.node_counts, self.graph_counts, self.stats_unpinned = {}, {}, set()
+        self.raised_calls = {}
 
     # ---- the stock registry (torch 2.13) ----
 
@@ -248,47 +328,96 @@ class Model:
 
     # ---- calls ----
 
-    def expect(self, key) -> tuple[Expect, bool]:
+    def expect(self, key, off=()) -> tuple[Expect, bool]:
         """What calling `key` now may give, and whether the call runs an
         lc::f node that defines the op again (its side effect)."""
+        return self.route(key, off)[:2]
+
+    def route(self, key, off=()) -> tuple[Expect, bool, "Effect | None"]:
+        """expect's answer, and the call's Effect on the stats (None: not
+        pinned). `off`: the calling thread's disabled_in_thread entries.
+        The reference's routers ask the coverage check first (a covered
+        call goes to the captured kernel), skip the nodes this thread's
+        scopes name, and under the "fallback" policy run the captured kernel
+        when the chosen impl raises; torch 2.13's know none of it."""
         if key == "f" and not self.f_defined:
-            return Expect({"undefined"}), False
+            return Expect({"undefined"}), False, Effect()
         if key in self.uncertain:
-            return Expect(anything=True), False
-        result, router, seen = Expect(), self.top(key), set()
+            return Expect(anything=True), False, None
+        result, router, seen, effect = Expect(), self.top(key), set(), Effect()
+        pinned = True
         while router is not None:
             if router.uid in seen:
-                return Expect(anything=True), False
+                return Expect(anything=True), False, None
             seen.add(router.uid)
+            ours = router.owner == "ref"
+            if ours:
+                effect.calls += 1
+                if self.covers(key):
+                    effect.fallbacks += 1
+                    effect.covered += 1
+                    router = router.captured
+                    continue
             for nid in router.chain:
                 node = self.nodes[nid]
+                if ours and self.thread_disabled(node, off):
+                    continue
                 if node.uncertain:
                     if node.cond in P.HOSTILE_CONDS:
-                        return Expect(anything=True), False
-                    result.values.add(float(node.value))
+                        return Expect(anything=True), False, None
+                    pinned = False
+                    if node.raises:
+                        result.error_ok, result.marker = True, P.IMPL_ERROR
+                    else:
+                        result.values.add(float(node.value))
                     continue
                 if node.cond in P.DECLINING:
                     # falls through to a kernel of the op that is gone:
                     # not pinned, as long as it is no crash
-                    return Expect(anything=True), True
+                    return Expect(anything=True), True, None
                 if node.takes():
+                    if ours:
+                        effect.node(node.value)[0] += 1
+                    if node.raises:
+                        if ours:
+                            effect.node(node.value)[2] += 1
+                        if ours and self.policy == "fallback":
+                            effect.fell_back += 1
+                            effect.fallbacks += 1
+                            effect.warns.add(node.value)
+                            break  # the captured kernel answers
+                        if ours:
+                            effect.raised_calls += 1
+                        result.error_ok, result.marker = True, P.IMPL_ERROR
+                        return result, False, effect if pinned else None
                     result.values.add(float(node.value))
                     hostile = node.cond in P.HOSTILE_CONDS
                     result.error_ok = hostile
-                    return result, hostile
+                    return result, hostile, None if hostile or not pinned else effect
+                if ours:
+                    effect.node(node.value)[1] += 1
+            else:
+                if ours:
+                    effect.fallbacks += 1
             router = router.captured
         result.values.add(self.fallback(key))
-        return result, False
+        return result, False, effect if pinned else None
 
-    def after_call(self, key, redefines: bool) -> None:
+    def after_call(self, key, redefines: bool, off=()) -> None:
         if redefines:
-            node = self.first_hostile()
+            node = self.first_hostile(off)
             self.redefine(remove_only=node is not None and node.cond == "cond_removes")
 
-    def first_hostile(self):
+    def first_hostile(self, off=()):
         router = self.top("f")
         while router is not None:
+            ours = router.owner == "ref"
+            if ours and self.covers("f"):
+                router = router.captured
+                continue
             for nid in router.chain:
+                if ours and self.thread_disabled(self.nodes[nid], off):
+                    continue
                 if self.nodes[nid].cond in P.HOSTILE_CONDS or self.nodes[nid].takes():
                     node = self.nodes[nid]
                     return node if node.cond in P.HOSTILE_CONDS else None
@@ -431,6 +560,8 @@ class Model:
                 router = None
         if router is None:
             return ("eager", key)
+        if router.owner == "ref" and self.covers(key):
+            return ("eager", key)  # the compile router asks the coverage check as it traces
         for nid in router.chain:
             node = self.nodes[nid]
             if node.uncertain:

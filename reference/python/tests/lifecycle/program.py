@@ -16,7 +16,6 @@ outcome and, after every step, one call of each op.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 from hypothesis import strategies as st
@@ -32,6 +31,18 @@ HOSTILE_CONDS = ("cond_redefines", "runtime_redefines", "impl_redefines",
 # Those that decline the call after changing the op: routing falls through
 # to whatever the router captured from the op that is gone.
 DECLINING = ("cond_removes", "cond_redefines_declines")
+# A node whose cond takes every call and whose impl raises (ValueError naming
+# IMPL_ERROR and the node's value): the impl error policy decides the call.
+RAISING = "impl_raises"
+IMPL_ERROR = "lc impl failed"
+# disabled_in_thread entries: (kind, name); "CUDA" and "sub.Tensor" name no node.
+SCOPE_ENTRIES = (("dsl", "triton"), ("dsl", "cutedsl"), ("dsl", "user"), ("op", "mul.Tensor"),
+                 ("op", "add.Tensor"), ("op", "f"), ("key", "CPU"), ("key", "CUDA"),
+                 ("op", "sub.Tensor"))
+# set_coverage_check: "small" covers calls by input size (numel <= 2: every
+# call the program makes), "mul" covers aten::mul only, "raises" raises
+# (not covered), None unsets it.
+COVERAGE = ("small", "mul", "raises", None)
 
 
 @dataclass(frozen=True)
@@ -117,6 +128,36 @@ class Fork:
 
 
 @dataclass(frozen=True)
+class ThreadScope:
+    """registry.disabled_in_thread scopes, nested (`entries`: one scope each,
+    outermost first), each level's calls of every op recorded; closed
+    innermost first or, with out_of_order, outermost first. With
+    other_thread, a new thread opens and closes them while this thread calls
+    in the middle (with every scope open there): unaffected."""
+    entries: tuple = (("dsl", "triton"),)
+    other_thread: bool = False
+    out_of_order: bool = False
+
+
+@dataclass(frozen=True)
+class Stats:
+    """registry.collect_stats(on); then, with reset, reset_stats(); then
+    registry.stats() read and judged against the model's counts."""
+    on: bool = True
+    reset: bool = False
+
+
+@dataclass(frozen=True)
+class Coverage:
+    how: str | None             # one of COVERAGE
+
+
+@dataclass(frozen=True)
+class Policy:
+    policy: str                 # set_impl_error_policy: "raise" or "fallback"
+
+
+@dataclass(frozen=True)
 class Threads:
     """Two threads call mul and add throughout the inner steps."""
     steps: tuple = ()
@@ -136,10 +177,20 @@ class Program:
 
 def _reg():
     plain = st.builds(Reg, st.sampled_from(("ref", "stock", "bound")), st.sampled_from(("mul", "add")),
-                      st.sampled_from(DSLS), st.sampled_from(PLAIN_CONDS))
+                      st.sampled_from(DSLS), st.sampled_from(PLAIN_CONDS + (RAISING,)))
     f_node = st.builds(Reg, st.just("ref"), st.just("f"), st.sampled_from(DSLS),
-                       st.sampled_from(PLAIN_CONDS + HOSTILE_CONDS))
+                       st.sampled_from(PLAIN_CONDS + HOSTILE_CONDS + (RAISING,)))
     return st.one_of(plain, plain, f_node)
+
+
+def _thread_scope():
+    return st.builds(ThreadScope, st.lists(st.sampled_from(SCOPE_ENTRIES), min_size=1,
+                                           max_size=3).map(tuple),
+                     st.booleans(), st.booleans())
+
+
+COVERAGE_STEP = st.builds(Coverage, st.sampled_from(COVERAGE))
+POLICY_STEP = st.builds(Policy, st.sampled_from(("raise", "fallback")))
 
 
 def _filter():
@@ -156,6 +207,9 @@ SAFE_UNDER_CALLS = st.one_of(
               st.sampled_from(PLAIN_CONDS)),
     _filter(),
     st.builds(Reorder, st.just("ref"), st.sampled_from(("reverse", "copies_never")), st.just(False)),
+    # issue 30's settings are atomic for calls in flight; a thread's scopes
+    # are its own (the callers must not see them)
+    _thread_scope(), COVERAGE_STEP, POLICY_STEP,
 )
 
 STEP = st.one_of(
@@ -175,6 +229,10 @@ STEP = st.one_of(
     st.builds(Redefine, st.booleans()),
     st.just(Fork()),
     st.builds(Threads, st.lists(SAFE_UNDER_CALLS, min_size=1, max_size=8).map(tuple)),
+    # issue 30: per-thread disables, stats, the coverage check, the impl error policy
+    _thread_scope(), _thread_scope(),
+    st.builds(Stats, st.booleans(), st.booleans()), st.builds(Stats, st.just(True), st.booleans()),
+    COVERAGE_STEP, POLICY_STEP,
 )
 
 HEADER = st.builds(Header, st.sampled_from(("off", "off", "off", "torch_first", "nr_first")),
@@ -218,7 +276,53 @@ def listen():
         if not any(isinstance(h, _Warned) for h in _lg.handlers):
             _lg.addHandler(_Warned())
 def imp(v):
-    return lambda *a, **k: torch.full_like(a[0], float(v))
+    fn = lambda *a, **k: torch.full_like(a[0], float(v))
+    fn._lc_value = v  # which node a stats entry is
+    return fn
+OPS = {"mul": ("aten", "mul.Tensor"), "add": ("aten", "add.Tensor"), "f": ("lc", "f")}
+# The impl error policy's notices: each "lc impl failed <value>" warned, in
+# order, on whichever thread (every one shown: the registry's once per node
+# is what is judged).
+import re, warnings
+WARNED_VALUES = []
+warnings.filterwarnings("always", category=RuntimeWarning, message="native_registry: the impl of override")
+_showwarning = warnings.showwarning
+def _record_warning(message, category, *rest, **kw):
+    text = str(message)
+    if issubclass(category, RuntimeWarning) and text.startswith("native_registry: the impl of override"):
+        found = re.search(r"lc impl failed (\d+)", text)
+        WARNED_VALUES.append(int(found.group(1)) if found else -1)
+        return
+    _showwarning(message, category, *rest, **kw)
+warnings.showwarning = _record_warning
+def read_stats():
+    values = {}
+    for _k, (_lib, _op) in OPS.items():
+        try:
+            for _n in nr.graph(_lib, _op, "CPU"):
+                _v = getattr(_n.impl_fn, "_lc_value", None)
+                if _v is not None:
+                    values[_n.node_id] = _v
+        except Exception:
+            pass
+    _s = nr.stats()
+    nodes = [[values[n.node_id], n.taken, n.declined, n.raised] for n in _s.nodes if n.node_id in values]
+    graphs = {}
+    for g in _s.graphs:
+        for _k, (_lib, _op) in OPS.items():
+            if (g.lib_symbol, g.op_symbol, g.dispatch_key) == (_lib, _op, "CPU"):
+                graphs[_k] = [g.calls, g.fallbacks, g.covered, g.fell_back_after_error]
+    return nodes, graphs
+def coverage_of(how):
+    if how == "small":
+        return lambda op_symbol, key, args, kwargs: args[0].numel() <= 2
+    if how == "mul":
+        return lambda op_symbol, key, args, kwargs: op_symbol == "mul.Tensor"
+    if how == "raises":
+        def c(op_symbol, key, args, kwargs):
+            raise ValueError("coverage probe failed")
+        return c
+    return None
 def always(*a, **k): return True
 def never(*a, **k): return False
 LC = {"lib": None, "gen": -1}
@@ -246,19 +350,22 @@ def call_f():
         return "undefined"
     return float(torch.ops.lc.f.default(X)[0])
 CALLS = {"mul": lambda: float(torch.mul(X, X)[0]), "add": lambda: float(torch.add(X, X)[0]), "f": call_f}
-def calls(i):
+def answers(names=("mul", "add", "f")):
     res = []
-    for name in ("mul", "add", "f"):
+    for name in names:
         try:
             res.append(CALLS[name]())
         except Exception as e:
             res.append(named(e))
+    return res
+def calls(i):
+    res = answers()
     try:
         has = any(getattr(k, "_schema", None) is not None and k._schema.name == "lc::f"
                   for k in nr.native_decomp_table(overrides_only=True))
     except Exception as e:
         has = named(e)
-    out("calls", i, res, has)
+    out("calls", i, res, has, list(WARNED_VALUES))
 def cond_of(kind):
     if kind == "cond_redefines":
         def c(*a, **k):
@@ -272,7 +379,7 @@ def cond_of(kind):
         def c(*a, **k):
             redefine_f(); return False
         return c
-    return {"always": always, "never": never, "uncond": None}.get(kind, always)
+    return {"always": always, "never": never, "uncond": None}.get(kind, always)  # impl_raises: always
 def runtime_of(kind):
     if kind == "runtime_redefines":
         def r():
@@ -283,6 +390,12 @@ def impl_of(kind, v):
     if kind == "impl_redefines":
         def i(*a, **k):
             redefine_f(); return torch.full_like(a[0], float(v))
+        i._lc_value = v
+        return i
+    if kind == "impl_raises":
+        def i(*a, **k):
+            raise ValueError(f"lc impl failed {v}")
+        i._lc_value = v
         return i
     return imp(v)
 POISONED = [False]
@@ -398,11 +511,50 @@ def _step_code(i: int, step, value_of: dict) -> list[str]:
                 f"    out('program', i, float(PROGS[{step.which} % len(PROGS)](X)[0]))"]
     if isinstance(step, Redefine):
         return ["remove_f()" if step.remove_only else "redefine_f()"]
+    if isinstance(step, ThreadScope):
+        kinds = {"dsl": "dsl_names", "op": "op_symbols", "key": "dispatch_keys"}
+        scopes = ", ".join(f"nr.disabled_in_thread({kinds[kind]}={name!r})" for kind, name in step.entries)
+        order = "list(_open)" if step.out_of_order else "list(reversed(_open))"
+        lines = [f"_scopes = [{scopes}]",
+                 "_seen = []; _main = []; _errs = []; _open = []",
+                 "_held = threading.Event(); _go = threading.Event()",
+                 "def _levels():",
+                 "    try:",
+                 "        _seen.append(answers())",
+                 "        for _sc in _scopes:",
+                 "            _sc.__enter__(); _open.append(_sc)",
+                 "            _seen.append(answers())",
+                 "        _held.set(); _go.wait(60)",
+                 f"        for _sc in {order}:",
+                 "            _open.remove(_sc); _sc.__exit__(None, None, None)",
+                 "            _seen.append(answers())",
+                 "    except Exception as e:",
+                 "        _errs.append(named(e))",
+                 "    finally:",
+                 "        _held.set()",
+                 "        for _sc in reversed(_open):",
+                 "            _sc.__exit__(None, None, None)"]
+        if step.other_thread:
+            lines += ["_t = threading.Thread(target=_levels); _t.start()",
+                      "_held.wait(60); _main.append(answers()); _go.set(); _t.join(60)",
+                      "_hung = _t.is_alive()"]
+        else:
+            lines += ["_go.set(); _levels(); _hung = False"]
+        return lines + ["out('scoped', i, _seen, _main, _errs, _hung)"]
+    if isinstance(step, Stats):
+        lines = [f"nr.collect_stats({step.on})"]
+        if step.reset:
+            lines.append("nr.reset_stats()")
+        return lines + ["out('stats', i, *read_stats())"]
+    if isinstance(step, Coverage):
+        return [f"nr.set_coverage_check(coverage_of({step.how!r}))"]
+    if isinstance(step, Policy):
+        return [f"nr.set_impl_error_policy({step.policy!r})"]
     if isinstance(step, Fork):
         return ["_pid = os.fork()",
                 "if _pid == 0:",
                 "    try:",
-                "        _r = [float(torch.mul(X, X)[0]), float(torch.add(X, X)[0])]",
+                "        _r = answers(('mul', 'add'))",
                 "        os.write(1, ('@@' + json.dumps(['forked', i, _r]) + '\\n').encode())",
                 "    finally:",
                 "        os._exit(0)",
@@ -465,15 +617,19 @@ def render(program: Program, universe: dict) -> str:
         if not isinstance(step, Threads):
             lines += _wrapped(i, step, value_of)
             continue
-        lines += [f"UNIVERSE = {json.dumps(universe)}",
-                  "_stop = threading.Event(); _bad = []; _rounds = [0]",
+        lines += [f"UNIVERSE = {universe!r}",
+                  "_stop = threading.Event(); _bad = []; _rounds = [0]; _made = []",
                   "def _caller():",
+                  "    made = {'mul': 0, 'add': 0}; _made.append(made)  # each its own: exact totals",
                   "    while not _stop.is_set():",
                   "        for _name in ('mul', 'add'):",
+                  "            made[_name] += 1",
                   "            try:",
                   "                _v = CALLS[_name]()",
                   "            except Exception as e:",
-                  "                _bad.append([_name] + named(e)); continue",
+                  "                if not (UNIVERSE['raises'] and " + repr(IMPL_ERROR) + " in str(e)):",
+                  "                    _bad.append([_name] + named(e))",
+                  "                continue",
                   "            if _v not in UNIVERSE[_name]:",
                   "                _bad.append([_name, _v])",
                   "        _rounds[0] += 1",
@@ -497,7 +653,8 @@ def render(program: Program, universe: dict) -> str:
             lines.append("time.sleep(0.02)")
         lines += ["_stop.set(); [t.join(30) for t in _callers]",
                   f"out('callers', {i}, _bad[:3], len(_bad), _rounds[0], "
-                  "any(t.is_alive() for t in _callers))"]
+                  "any(t.is_alive() for t in _callers), "
+                  "{k: sum(m[k] for m in _made) for k in ('mul', 'add')})"]
         lines.append(f"calls({i})")
     if program.header.daemon_exit:
         # The control plane only: a daemon thread inside an aten op when the

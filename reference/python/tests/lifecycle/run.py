@@ -31,8 +31,9 @@ from collections import defaultdict
 
 from . import model as M
 from . import program as P
-from .program import (CallProgram, Filter, Fork, Header, Install, JitScope, Program, Redefine,
-                      Reg, Reorder, Restore, Snapshot, Takeover, Threads, Trace)
+from .program import (CallProgram, Coverage, Filter, Fork, Header, Install, JitScope, Policy,
+                      Program, Redefine, Reg, Reorder, Restore, Snapshot, Stats, Takeover,
+                      ThreadScope, Threads, Trace)
 
 ROOT = pathlib.Path(__file__).resolve().parents[4]
 HARNESS = ROOT / "harness"
@@ -72,12 +73,15 @@ def child_environment() -> dict:
 
 
 def universe(program: Program) -> dict:
-    """Every answer eager mul and add can give in this program."""
+    """Every answer eager mul and add can give in this program; "raises":
+    whether an impl of theirs raises (its own error, then, is an answer too)."""
     value_of = P.values(program)
     out = {key: [M.FALLBACK[key]] for key in ("mul", "add")}
+    out["raises"] = False
     for i, step, _ in P.numbering(program):
-        if isinstance(step, (Reg, JitScope)) and step.key in out:
+        if isinstance(step, (Reg, JitScope)) and step.key in ("mul", "add"):
             out[step.key].append(float(value_of[id(step), i]))
+            out["raises"] |= isinstance(step, Reg) and step.cond == P.RAISING
     return out
 
 
@@ -279,19 +283,118 @@ def _judge(program: Program, result: dict) -> None:
             raise died(f"calls after {type(step).__name__}")
         answers, has_f = o[2], o[3]
         for key, answer in zip(P.KEYS, answers):
-            expect, redefines = m.expect(key)
+            expect, redefines, effect = m.route(key)
             judged = before[key] if before is not None else expect
+            if (before is not None and before[key].marker == P.IMPL_ERROR and m.policy == "fallback"
+                    and not judged.admits(answer)):
+                # a stock impl that raised under torch 2.13's router falls
+                # back under the reference's, as the policy set says: the
+                # same node takes the call, the setting decides its error
+                judged = expect
             if not judged.admits(answer):
                 kind = "takeover-changed-answer" if before is not None else "wrong-answer"
                 raise Failure(f"{kind}:{type(step).__name__}:{key}",
                               f"after step {i} {step!r}: {key} gave {answer}, expected {judged}")
+            m.count(key, effect)
             m.after_call(key, redefines)
+        check_notices(i, step, o[4])
         entry = m.decomp_entry_f()
         if isinstance(has_f, list):
             raise Failure("native-decomp-table-raised", f"after step {i} {step!r}: {has_f}")
         if entry is not None and has_f != entry:
             raise Failure("native-decomp-table-entry:f",
                           f"after step {i} {step!r}: lc::f entry {has_f}, expected {entry}")
+
+    def check_notices(i, step, warned):
+        """The impl error policy's notices so far (every thread's): one per
+        node whose impl raised into a fallback, never two, none for another
+        node; every one the model saw fall back among them."""
+        raising = {n.value for n in m.nodes.values() if n.raises}
+        twice = sorted({v for v in warned if warned.count(v) > 1})
+        if twice:
+            raise Failure("impl-error-notice-repeated",
+                          f"after step {i} {step!r}: RuntimeWarnings for nodes {twice} more than once")
+        if any(v not in raising for v in warned):
+            raise Failure("impl-error-notice-spurious",
+                          f"after step {i} {step!r}: notices for {warned}, raising nodes {sorted(raising)}")
+        missing = sorted(m.must_warn - set(warned))
+        if missing:
+            raise Failure("impl-error-notice-missing",
+                          f"after step {i} {step!r}: no RuntimeWarning for nodes {missing} "
+                          f"whose impl error fell back (notices: {warned})")
+        m.must_warn = set(warned)
+
+    def judge_scope(i, step):
+        """A ThreadScope's calls, in the order they ran: each level of the
+        nested scopes as it opened, this thread's calls while another thread
+        held them all (none of them applies here), each level as they closed."""
+        o = first(i, "scoped")
+        if o is None:
+            raise died("ThreadScope")
+        seen, main, errs, hung = o[2:6]
+        if hung:
+            raise Failure("hang:ThreadScope", f"step {i} {step!r}: the scope thread never finished")
+        if errs:
+            if not M.is_named(errs[0]):
+                raise Failure("unnamed-exception:ThreadScope", repr(errs[0]))
+            unexpected(step, errs[0])
+        entries = list(step.entries)
+        levels = [tuple(entries[:k]) for k in range(len(entries) + 1)]
+        still = list(entries)
+        closing = []
+        for entry in (entries if step.out_of_order else list(reversed(entries))):
+            still.remove(entry)
+            closing.append(tuple(still))
+        timeline = [("opened", off, answers) for off, answers in zip(levels, seen)]
+        if step.other_thread:
+            timeline.append(("other-thread", (), main[0]))
+        timeline += [("closed", off, answers) for off, answers in zip(closing, seen[len(levels):])]
+        if len(seen) != len(levels) + len(closing) or (step.other_thread and len(main) != 1):
+            raise Failure("unreadable-observations:ThreadScope", f"step {i}: {o!r}")
+        for where, off, answers in timeline:
+            for key, answer in zip(P.KEYS, answers):
+                expect, redefines, effect = m.route(key, off)
+                if not expect.admits(answer):
+                    kind = "thread-scope-seen-elsewhere" if where == "other-thread" else "wrong-answer"
+                    raise Failure(f"{kind}:ThreadScope:{key}",
+                                  f"step {i} {step!r}: {where} with {list(off)} disabled: {key} gave "
+                                  f"{answer}, expected {expect}")
+                m.count(key, effect)
+                m.after_call(key, redefines, off)
+
+    def judge_stats(i, step, err):
+        if err is not None:
+            unexpected(step, err)
+        m.stats_on = step.on
+        if step.reset:
+            m.reset_stats()
+        o = first(i, "stats")
+        nodes, graphs = o[2], o[3]
+        for key in P.KEYS:
+            if key in m.stats_unpinned:
+                continue
+            got = graphs.get(key, [0, 0, 0, 0])
+            want = m.graph_counts.get(key, [0, 0, 0, 0])
+            if got != want:
+                missed = m.raised_calls.get(key, 0)
+                if missed and got[1:] == want[1:] and want[0] - got[0] == missed:
+                    # its own class: exactly the calls whose impl raised
+                    # (policy "raise") are missing from the graph's calls
+                    raise Failure(f"stats-graph-calls-miss-impl-errors:{key}",
+                                  f"step {i} {step!r}: {key}'s calls {got[0]}, the model counted "
+                                  f"{want[0]}, of which {missed} ended in the impl's error")
+                raise Failure(f"stats-graph:{key}",
+                              f"step {i} {step!r}: {key}'s calls, fallbacks, covered, "
+                              f"fell_back_after_error {got}, the model counted {want}")
+        key_of = {n.value: n.key for n in m.nodes.values()}
+        for value, taken, declined, raised in nodes:
+            if key_of.get(value) in m.stats_unpinned:
+                continue
+            want = m.node_counts.get(value, [0, 0, 0])
+            if [taken, declined, raised] != want:
+                raise Failure(f"stats-node:{key_of.get(value)}",
+                              f"step {i} {step!r}: node {value} taken, declined, raised "
+                              f"{[taken, declined, raised]}, the model counted {want}")
 
     def apply(i, step):
         """Judges one step's own outcome and moves the model; returns the
@@ -408,11 +511,15 @@ def _judge(program: Program, result: dict) -> None:
                 unexpected(step, err)
             m.restore(step.which)
         elif isinstance(step, Trace):
+            m.unpin_stats()  # tracing may route calls the model does not count
             predicted = m.traced(step.api, step.key)
             stock_own = step.api == "stock" and not m.taken_over
             if err is not None:
                 if stock_own and predicted[0] == "eager":
                     return None  # torch 2.13's own table: not the registry under test
+                if P.IMPL_ERROR in err[2] and any(n.raises and n.key == step.key
+                                                  for n in m.nodes.values()):
+                    return None  # a raising impl ran as the trace ran the op: its own error
                 unexpected(step, err)
             targets = first(i, "traced")[2]
             own = {"mul.Tensor", "add.Tensor"}
@@ -425,6 +532,7 @@ def _judge(program: Program, result: dict) -> None:
                               f"step {i} {step!r}: traced {targets}, expected the plain op")
             m.programs.append(predicted)
         elif isinstance(step, JitScope):
+            m.unpin_stats((step.key,))
             if "user" in m.ref_filters:
                 # Its node is disabled at registration, so its `_native` op is
                 # never defined (upstream defines a node's op only when it
@@ -442,6 +550,7 @@ def _judge(program: Program, result: dict) -> None:
         elif isinstance(step, CallProgram):
             if not m.programs:
                 return None
+            m.unpin_stats()
             prog = m.programs[step.which % len(m.programs)]
             o = first(i, "program")
             got = err if err is not None else o[2]
@@ -450,7 +559,8 @@ def _judge(program: Program, result: dict) -> None:
                 # torch's own `_native` op after the takeover: its answer or
                 # a named error (never a dangling handle)
                 moved = prog[2] == "stock" and m.taken_over
-                expect = M.Expect({float(node.value)}, error_ok=moved or not m.live(prog[1]))
+                expect = M.Expect({float(node.value)},
+                                  error_ok=moved or not m.live(prog[1]) or node.raises)
                 if node.uncertain:
                     expect = M.Expect(anything=True)
             elif prog[0] == "value":
@@ -466,6 +576,20 @@ def _judge(program: Program, result: dict) -> None:
             if err is not None:
                 unexpected(step, err)
             m.redefine(step.remove_only)
+        elif isinstance(step, ThreadScope):
+            if err is not None:
+                unexpected(step, err)
+            judge_scope(i, step)
+        elif isinstance(step, Stats):
+            judge_stats(i, step, err)
+        elif isinstance(step, Coverage):
+            if err is not None:
+                unexpected(step, err)
+            m.coverage = step.how
+        elif isinstance(step, Policy):
+            if err is not None:
+                unexpected(step, err)
+            m.policy = step.policy
         elif isinstance(step, Fork):
             if err is not None:
                 unexpected(step, err)
@@ -487,6 +611,9 @@ def _judge(program: Program, result: dict) -> None:
         pos += 1
         if isinstance(step, Threads):
             fresh = m.fresh_routers
+            # What each caller's call adds to the stats, in every state the
+            # callers may meet: pinned only where it is the same in all.
+            effects = {key: [m.route(key)[2]] for key in ("mul", "add")}
             for _ in step.steps:
                 j, inner, _ = numbered[pos]
                 pos += 1
@@ -497,6 +624,8 @@ def _judge(program: Program, result: dict) -> None:
                                   f"{'it is' if m.taken_over else 'it is not'}")
                 if not skipped:
                     apply(j, inner)
+                for key in effects:
+                    effects[key].append(m.route(key)[2])
                 hazard[0] = m.fresh_routers != fresh
             callers = first(i, "callers")
             if callers is None:
@@ -508,6 +637,15 @@ def _judge(program: Program, result: dict) -> None:
                 kind = "error" if any(len(s) > 2 for s in sample) else "wrong-answer"
                 raise Failure(f"callers-{kind}", f"step {i} {step!r}: {bad} bad calls, e.g. {sample}")
             hazard[0] = False
+            made = callers[6]
+            for key, seen_effects in effects.items():
+                shapes = {None if e is None else e.shape() for e in seen_effects}
+                if len(shapes) == 1 and None not in shapes:
+                    m.must_warn |= seen_effects[0].warns if made[key] else set()
+                    if m.stats_on:
+                        m.add_counts(key, seen_effects[0], made[key])
+                else:
+                    m.unpin_stats((key,))
             check_calls(i, step)
             continue
         before = apply(i, step)
@@ -531,7 +669,7 @@ def _reordered(m, graph, how):
         node = m.nodes[nid]
         copy_nid = len(m.nodes)
         m.nodes[copy_nid] = M.Node(copy_nid, node.key, node.dsl, "never", node.uncond, node.value,
-                                   node.uncertain)
+                                   node.uncertain, node.raises)
         new.append(copy_nid)
     return new
 
