@@ -128,6 +128,25 @@ TEST_P(Conformance, StatsCountEachNodesOutcomesAndEachGraphsFallbacks) {
   EXPECT_EQ(adapter().graph_counts(mul_key()), GraphC{});
 }
 
+TEST_P(Conformance, ACallWhoseImplRaisedIsStillOneItsGraphDecided) {
+  BEHAVIOUR("stats.counts-each-outcome");
+  REQUIRE_FEATURE("routing-stats");
+  REQUIRE_FEATURE("runtime-init");
+  add(mul_key(), constant_cond(true),
+      [](const c10::OperatorHandle&, c10::DispatchKeySet, Stack*) {
+        throw std::runtime_error("impl failed");
+      },
+      "failing");
+  adapter().install(mul_key());
+  const NodeInfo node = adapter().graph(mul_key()).at(0);
+  auto counting = adapter().collect_stats(true);
+  adapter().reset_stats();
+  for (int i = 0; i < 3; ++i) EXPECT_THROW(call_mul(tensor({1, 2}), tensor({1, 2})), std::exception);
+  EXPECT_EQ(adapter().node_counts(node), (RegistryAdapter::NodeCounts{3, 0, 0, 3}));
+  EXPECT_EQ(adapter().graph_counts(mul_key()), (RegistryAdapter::GraphCounts{3, 0}))
+      << "the router chose the override each time; its impl's error does not unmake the choice";
+}
+
 TEST_P(Conformance, WithStatsOffNothingIsCounted) {
   BEHAVIOUR("stats.off-counts-nothing");
   REQUIRE_FEATURE("routing-stats");

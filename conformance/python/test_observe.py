@@ -166,6 +166,23 @@ def test_a_fallback_is_counted_per_graph_and_reset_zeroes_everything(impl):
                                            "raised": 0}
 
 
+@behaviour("stats.counts-each-outcome")
+def test_a_call_whose_impl_raised_is_still_one_its_graph_decided(impl):
+    def failing(a, b):
+        raise ValueError("impl failed")
+    impl.register("failing", *KEY, lambda a, b: True, failing)
+    impl.install(*KEY)
+    (node,) = impl.graph(*KEY)
+    with impl.collect_stats(True):
+        impl.reset_stats()
+        for _ in range(3):
+            with pytest.raises(ValueError, match="impl failed"):
+                mul()
+    assert impl.node_stats(node) == {"taken": 3, "declined": 0, "runtime_unavailable": 0, "raised": 3}
+    assert impl.graph_stats(*KEY) == {"calls": 3, "fallbacks": 0}, (
+        "the router chose the override for each call; its impl's error does not unmake the choice")
+
+
 @behaviour("stats.off-counts-nothing")
 def test_with_stats_off_nothing_is_counted_and_switching_off_keeps_the_counts(impl):
     impl.register("choosy", *KEY, lambda a, b: a.numel() == 2, returning(SEVENS))

@@ -89,6 +89,7 @@ struct Choice {
   bool divert = false;                  // call the op again from the top
   const OverrideNode* node = nullptr;   // else this node's impl, else the fallback
   bool done = false;                    // the node's impl ran already (in the host scope)
+  bool counted = false;                 // the graph's count of calls has this one already
   bool covered = false;                 // the fallback, because the coverage check covered it
   const OverrideNode* fell_back_from = nullptr;  // the fallback, because this node's impl failed
 };
@@ -366,6 +367,10 @@ Choice choose_in_scope(const Router::Shared& shared, const Chain& chain,
         c->choice = choose_counting_or_not(c->shared, c->chain, c->op, c->keys, *c->stack,
                                            c->counting);
         if (c->choice.node != nullptr && c->choice.node->options.impl_in_host_scope) {
+          // Counted before the impl runs, as route() counts an impl it runs:
+          // a call whose impl raises is still one its router decided.
+          if (C10_UNLIKELY(c->counting)) bump(c->shared.counters->calls);
+          c->choice.counted = true;
           if (run_chosen_impl(c->shared, *c->choice.node, c->op, c->keys, c->stack,
                               c->counting)) {
             c->choice.done = true;
@@ -405,7 +410,7 @@ void route(const Router::Shared& shared, const c10::OperatorHandle& op,
     op.callBoxed(stack);
     return;
   }
-  if (C10_UNLIKELY(counting)) bump(shared.counters->calls);
+  if (C10_UNLIKELY(counting) && !choice.counted) bump(shared.counters->calls);
   if (choice.done) {
     // The impl ran in the host scope; its results are the op's as the call
     // started, which the caller would misread if the op changed meanwhile.
