@@ -220,6 +220,17 @@ def _judge(program: Program, result: dict) -> None:
     value_of = P.values(program)
     numbered = P.numbering(program)
 
+    def finished_thread(i, kind, where, hang, what):
+        """Step i's record of kind `kind` from a thread it ran (its fields
+        from index 2 on); a missing record is the child's death at `where`,
+        a thread that never finished a hang named `hang`."""
+        o = first(i, kind)
+        if o is None:
+            raise died(where)
+        if o[5]:
+            raise Failure(hang, what)
+        return o
+
     def outcome(i, step):
         o = first(i, "step")
         if o is None:
@@ -328,12 +339,9 @@ def _judge(program: Program, result: dict) -> None:
         """A ThreadScope's calls, in the order they ran: each level of the
         nested scopes as it opened, this thread's calls while another thread
         held them all (none of them applies here), each level as they closed."""
-        o = first(i, "scoped")
-        if o is None:
-            raise died("ThreadScope")
-        seen, main, errs, hung = o[2:6]
-        if hung:
-            raise Failure("hang:ThreadScope", f"step {i} {step!r}: the scope thread never finished")
+        o = finished_thread(i, "scoped", "ThreadScope", "hang:ThreadScope",
+                            f"step {i} {step!r}: the scope thread never finished")
+        seen, main, errs = o[2:5]
         if errs:
             if not M.is_named(errs[0]):
                 raise Failure("unnamed-exception:ThreadScope", repr(errs[0]))
@@ -627,12 +635,9 @@ def _judge(program: Program, result: dict) -> None:
                 for key in effects:
                     effects[key].append(m.route(key)[2])
                 hazard[0] = m.fresh_routers != fresh
-            callers = first(i, "callers")
-            if callers is None:
-                raise died("Threads")
-            sample, bad, _rounds, hung = callers[2:6]
-            if hung:
-                raise Failure("hang:callers", f"step {i}: a calling thread never finished")
+            callers = finished_thread(i, "callers", "Threads", "hang:callers",
+                                      f"step {i}: a calling thread never finished")
+            sample, bad = callers[2:4]
             if bad:
                 kind = "error" if any(len(s) > 2 for s in sample) else "wrong-answer"
                 raise Failure(f"callers-{kind}", f"step {i} {step!r}: {bad} bad calls, e.g. {sample}")
