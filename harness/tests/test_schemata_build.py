@@ -122,3 +122,35 @@ def test_a_rebuilt_mutant_is_the_file_rewritten_with_no_switch():
     for m in found:
         assert switched.rewrite(m, switched.text) == m.apply(TOY)
         assert "nr_mutant_is" not in switched.rewrite(m, switched.text)
+
+
+def test_the_runner_switches_by_id_rebuilds_the_rest_and_checks_the_switch(tmp_path, monkeypatch):
+    """One switched mutant runs on the copy as it is, its id in the suites'
+    environment; one left out runs on the file rewritten with it (and no
+    switch), the copy written back after; --check-switch runs the switched
+    one rewritten too and records both verdicts."""
+    rel = "reference/src/toy.cpp"
+    switched, found = toy_switched()
+    on = next(m for m in found if m.key in switched.keys)
+    off = next(m for m in found if m.key != on.key)
+    switched.ids.pop(off.key)  # as if its form did not compile
+    place = tmp_path / "toy.cpp"
+    place.write_text(switched.text)
+    target = mutant_runner.Target("cpp", [rel], {rel: place}, switched={rel: switched}, pristine={rel: TOY})
+    seen = []
+    monkeypatch.setattr(mutants, "build", lambda *args, **kwargs: True)
+
+    def cpp_suite(out, timeout, fail_fast, ws, env):
+        seen.append((env.get("NR_MUTANT_ID"), place.read_text()))
+        return (["T.fails"] if env or place.read_text() != switched.text else []), ""
+
+    monkeypatch.setattr(mutants, "cpp_suite", cpp_suite)
+    runner = mutant_runner.Runner([on, off], {}, tmp_path / "r.jsonl", {"c++": 60.0, "python": 60.0, "build": 1.0}, {}, {})
+    runner.check_switch = True
+    runner.run([(mutants.FIRST, target, tmp_path / "out")])
+    assert seen == [(str(switched.ids[on.key]), switched.text), (None, on.apply(TOY)), (None, off.apply(TOY))]
+    assert place.read_text() == switched.text
+    assert [o.verdict for _, o in sorted(runner.outcomes, key=lambda p: p[0])] == ["killed", "killed"]
+    rows = [json.loads(line) for line in (tmp_path / "r.switch-check.jsonl").read_text().splitlines()]
+    assert [(r["key"], r["same"], r["switched"]["failing"], r["rebuilt"]["failing"]) for r in rows] == \
+        [(on.key, True, ["T.fails"], ["T.fails"])]
