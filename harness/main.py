@@ -98,9 +98,12 @@ def resolve_paths(args) -> None:
         raise UsageError("--sample, --seed, --mutate, --resume and --own-tests go with --mutants auto")
     if args.mutants != "auto" and (args.shard is not None or args.incremental is not None):
         raise UsageError("--shard and --incremental go with --mutants auto")
-    for option, given in (("--tests-by-coverage", args.tests_by_coverage), ("--switch", args.switch)):
-        if given and (args.mutants != "auto" or args.mutate != "python"):
-            raise UsageError(f"{option} goes with --mutants auto --mutate python")
+    if args.tests_by_coverage and (args.mutants != "auto" or args.mutate != "python"):
+        raise UsageError("--tests-by-coverage goes with --mutants auto --mutate python")
+    if args.switch and args.mutants != "auto":
+        raise UsageError("--switch goes with --mutants auto")
+    if args.check_switch and not (args.switch and args.mutate in ("cpp", "binding")):
+        raise UsageError("--check-switch goes with --mutants auto --mutate cpp|binding --switch")
     if args.shard is not None:
         args.shard = parse_shard(args.shard)
     if args.incremental is not None and not args.incremental.is_file():
@@ -284,10 +287,17 @@ def parser() -> argparse.ArgumentParser:
                         "executes is NoCoverage, not run (the map is kept in results/mutants/coverage-python.json "
                         "while the tree's source is unchanged)")
     p.add_argument("--switch", action="store_true",
-                   help="with --mutants auto --mutate python: switch the mutants instead of rewriting a file for "
-                        "each: one instrumented copy of each module holds every function with mutants once per "
-                        "mutant, chosen at import by NR_MUTANT (mutant schemata); a mutant outside a function is "
-                        "rewritten as without it")
+                   help="with --mutants auto: switch the mutants instead of rewriting a file for each (mutant "
+                        "schemata). --mutate python: one instrumented copy of each module holds every function "
+                        "with mutants once per mutant, chosen at import by NR_MUTANT; a mutant outside a function "
+                        "is rewritten as without it. --mutate cpp|binding: ONE build (build-mutants/schemata-build, "
+                        "-Dmutant_schemata) holds the chosen mutants, each chosen at run time by NR_MUTANT_ID; a "
+                        "mutant whose switched form does not compile, or that no form fits, is rebuilt one by one "
+                        "as without it")
+    p.add_argument("--check-switch", action="store_true",
+                   help="with --mutants auto --mutate cpp|binding --switch: run each switched mutant rebuilt too "
+                        "(its file rewritten in the same build) and compare the two verdicts, in "
+                        "results/mutants/auto-<layer>.switch-check.jsonl; the report keeps the switched verdict")
     p.add_argument("--incremental", type=pathlib.Path, default=None, metavar="REPORT",
                    help="with --mutants auto: take over the verdicts of an earlier run's report "
                         "(results/mutants/auto-<layer>.mutation.json) for the mutants whose line and whose "

@@ -33,6 +33,7 @@ from . import mutant_runner
 from . import mutant_switches
 from . import mutation_report
 from . import mutants
+from . import schemata_build
 from .. import staging, with_root_on_path
 from .mutant_records import (EQUIVALENTS, TARGET_KILL_RATE, Outcome, figures, load_equivalents,  # noqa: F401
                             per_mutant, percent, summary, write_report)
@@ -152,6 +153,11 @@ def run(args) -> int:
     # extension; Python-layer workspaces share the extension of --build;
     # another implementation's module needs none.
     built_spaces = spaces if reference and args.mutate in BUILT_LAYERS else []
+    # --switch of a C++ layer: each workspace's schemata build stands for its
+    # build (schemata_build.py), built once the mutants are chosen.
+    schemata = bool(built_spaces) and getattr(args, "switch", False)
+    if schemata:
+        spaces = built_spaces = [schemata_build.space(ws) for ws in spaces]
     jobs_each = max(1, (os.cpu_count() or 2) // len(built_spaces)) if built_spaces else 1
     if args.own_tests and not reference:
         raise SystemExit("harness/run: error: --own-tests runs the reference's own tests: mutate the reference")
@@ -160,7 +166,7 @@ def run(args) -> int:
         # build as it is if what it is built from is pristine, never rebuild
         # it, and touch none of its sources.
         check_pristine(BUILT_FROM)
-    if built_spaces and not mutant_runner.prepare(built_spaces, jobs_each):
+    if built_spaces and not mutant_runner.prepare(built_spaces, jobs_each, build=not schemata):
         return 1
     targets = [choose_target(args, ws) for ws in spaces]
     target = targets[0]
@@ -188,13 +194,15 @@ def run(args) -> int:
     for part, (count, why) in parts_left_out.items():
         print(f"  not mutated: {part} ({count} candidates): {why}")
 
+    if schemata and not schemata_build.switch(targets, spaces, chosen, jobs_each):
+        return 1
     coverage = None
     if args.baseline_from is not None:
         baseline = mutant_runner.baseline_from_results(args.baseline_from, args.implementations[0].file_stem)
     elif getattr(args, "tests_by_coverage", False) and not args.own_tests:
         baseline = {"timeouts": {"build": 900.0}}  # the coverage run stands for it
     else:
-        baseline = mutant_runner.measure_baseline(target, out, args.own_tests)
+        baseline = mutant_runner.measure_baseline(target, out, args.own_tests, ws=spaces[0])
     if baseline is None:
         return 1
     if getattr(args, "tests_by_coverage", False):
@@ -205,7 +213,7 @@ def run(args) -> int:
             baseline = baseline_of(coverage)
         for t in targets:
             t.coverage, t.pristine = coverage, {rel: t.place[rel].read_text() for rel in t.files}
-    if getattr(args, "switch", False):
+    if getattr(args, "switch", False) and not schemata:
         switch_all(targets, chosen)
     records = out / f"auto-{target.layer}.jsonl"
     digests = digests_of(chosen, target, coverage)
@@ -215,8 +223,9 @@ def run(args) -> int:
         print(f"  --incremental: {len(reused)} of the {len(chosen)} mutants keep their verdict of "
               f"{args.incremental} (their line and their tests' sources unchanged)", flush=True)
     outcomes = mutant_runner.run_all(chosen, equivalents, records, baseline, args.resume, args.own_tests,
-                                     [(ws, t, out if ws == FIRST else out / ws.root.name)
-                                      for ws, t in zip(spaces, targets)], digests=digests, reused=reused)
+                                     [(ws, t, out if ws.root == FIRST.root else out / ws.root.name)
+                                      for ws, t in zip(spaces, targets)], digests=digests, reused=reused,
+                                     check_switch=schemata and getattr(args, "check_switch", False))
     stats = figures(outcomes, equivalents)
     stats.update(candidates=len(candidates), chosen=len(chosen), seed=args.seed, requested=args.sample,
                  files=target.files, not_mutated=target.left_out, impl=target.impl, jobs=len(spaces),

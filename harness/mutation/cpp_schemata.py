@@ -23,9 +23,10 @@ Whether each switched form compiles is found by compiling (compile_check):
 the mutants of a line the compiler rejects are taken out, and reported, and
 the rest compiled again, so one bad form stops none of the others.
 
-Left to do (harness/mutation/README.md): the meson option that builds the
-core and the extension from these copies (a build type of its own, never an
-adopter's), and the runner's use of it.
+The copies, at their paths in the tree under one folder, are what
+-Dmutant_schemata=<folder> (meson_options.txt) compiles the core and the
+extension from; schemata_build.py is the runner's use of it (--switch of a
+C++ layer).
 """
 
 from __future__ import annotations
@@ -323,7 +324,9 @@ def main(argv: list[str] | None = None) -> int:
         began = time.monotonic()
         result = compile_check(rel, text, found, compile_command(args.build, rel, args.out), "<stdin>", first,
                                cwd=args.build)
-        (args.out / pathlib.Path(rel).name).write_text(result.text)
+        copy = args.out / rel  # where -Dmutant_schemata=OUT looks for it
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        copy.write_text(result.text)
         first += len(found)
         reasons: dict[str, int] = {}
         for why in result.left_out.values():

@@ -39,8 +39,12 @@ class Target:
     coverage: object | None = None
     pristine: dict[str, str] = field(default_factory=dict)
     # Mutants switched, not rewritten (--switch): per file, its instrumented
-    # copy (mutant_switches.Switched), which `place` holds for the whole run.
+    # copy (mutant_switches.Switched, or schemata_build.CppSwitched for C++),
+    # which `place` holds for the whole run.
     switched: dict[str, object] = field(default_factory=dict)
+    # What the suites' processes are given besides (NR_MUTANT_ID: the C++
+    # mutant a schemata build runs).
+    mutant_env: dict[str, str] = field(default_factory=dict)
 
 
 # What the copy's build of the core and the extension is made of; the layers
@@ -103,7 +107,7 @@ def evaluate(mutant: mutagen.Mutant, target: Target, ws: Workspace, out: pathlib
             suites = [suite for suite in suites if suite[0] != "python conformance"] + [
                 ("python conformance", "python-covering", lambda: mutants.python_tests(
                     out, covering_timeout(target.coverage.seconds_of(chosen), timeouts["python"]),
-                    target.impl, target.env, target.suites_from, ws, chosen))]
+                    target.impl, python_env(target, ws, out), target.suites_from, ws, chosen))]
     for name, spent, suite in suites:
         began = time.monotonic()
         failed, output = suite()
@@ -161,9 +165,10 @@ def suites_for(mutant: mutagen.Mutant, target: Target, ws: Workspace, out: pathl
     took = baseline.get("behaviour_seconds", {}).get(getattr(mutant, "behaviour", None))
     subset = min(timeouts["python"], max(60.0, 3 * (took + 10) + 20)) if took is not None else timeouts["python"]
     python = lambda behaviour=None: mutants.python_suite(  # noqa: E731
-        out, subset if behaviour else timeouts["python"], target.impl, target.env, target.suites_from, ws,
-        deselect, behaviour=behaviour)
-    cpp = ([("c++ conformance", "c++", lambda: mutants.cpp_suite(out, timeouts["c++"], fail_fast=True, ws=ws))]
+        out, subset if behaviour else timeouts["python"], target.impl, python_env(target, ws, out),
+        target.suites_from, ws, deselect, behaviour=behaviour)
+    cpp = ([("c++ conformance", "c++", lambda: mutants.cpp_suite(out, timeouts["c++"], fail_fast=True, ws=ws,
+                                                                 env=target.mutant_env))]
            if reaches_cpp_suite(target, mutant.file) else [])
     behaviour = getattr(mutant, "behaviour", None)
     if not behaviour or not mutants.behaviour_files(behaviour):
@@ -172,6 +177,14 @@ def suites_for(mutant: mutagen.Mutant, target: Target, ws: Workspace, out: pathl
     if "cpp" in mutants.behaviour_sides(behaviour):
         return cpp + first + [("python conformance", "python", python)]
     return first + cpp + [("python conformance", "python", python)]
+
+
+def python_env(target: Target, ws: Workspace, out: pathlib.Path) -> dict | None:
+    """The Python suite's environment: the target's (None: the package
+    staged from the workspace's build), with the mutant's switch."""
+    if not target.mutant_env:
+        return target.env
+    return {**(target.env if target.env is not None else mutants.package_env(ws, out)), **target.mutant_env}
 
 
 # The reference's own tests (beyond the conformance suites), by layer.
@@ -190,12 +203,13 @@ def own_tests_of(target: Target, ws: Workspace, out: pathlib.Path, timeouts: dic
             return ["<the own tests do not build>"], ""
     if target.layer == "cpp":
         for binary in OWN_GTESTS:
-            more, output = mutants.gtest(ws.build / binary, out / "own.xml", timeouts["own"], fail_fast=True)
+            more, output = mutants.gtest(ws.build / binary, out / "own.xml", timeouts["own"], fail_fast=True,
+                                         env=target.mutant_env)
             failed += more
             outputs.append(output)
             if failed:
                 return failed, "\n".join(outputs)
-    env = target.env if target.env is not None else mutants.package_env(ws, out)
+    env = python_env(target, ws, out) or mutants.package_env(ws, out)
     if target.needs_build:  # test_one_core loads a fixture library from the build of this _C
         env = {**env, "NR_BUILD_DIR": str(ws.build)}
     more, output = mutants.pytest_run([["reference/python/tests"]], out, timeouts["own"], env,
@@ -303,7 +317,7 @@ def baseline_from_results(results: pathlib.Path, stem: str) -> dict | None:
 def run_all(chosen: list, equivalents: dict[str, str], records: pathlib.Path, baseline: dict, resume: bool,
             own_tests: bool, places: list[tuple[Workspace, Target, pathlib.Path]],
             digests: dict[str, tuple[str, str]] | None = None,
-            reused: dict[str, Outcome] | None = None) -> list[Outcome]:
+            reused: dict[str, Outcome] | None = None, check_switch: bool = False) -> list[Outcome]:
     """Runs `chosen` over the workspaces, recording each outcome in `records`
     (keeping, with `resume`, the verdicts recorded there of this tree's source);
     the outcomes in order. Ctrl-C or a SIGTERM stops it: the mutated files
@@ -318,6 +332,9 @@ def run_all(chosen: list, equivalents: dict[str, str], records: pathlib.Path, ba
     runner = Runner(chosen, equivalents, records, baseline["timeouts"], baseline, done, (commit, source),
                     own_tests)
     runner.digests = digests or {}
+    runner.check_switch = check_switch
+    if check_switch:
+        records.with_suffix(".switch-check.jsonl").unlink(missing_ok=True)
     try:
         runner.run(places)
     except KeyboardInterrupt:
@@ -326,6 +343,10 @@ def run_all(chosen: list, equivalents: dict[str, str], records: pathlib.Path, ba
     # The report first, then the rebuilds: a second SIGTERM (a time limit)
     # no longer stops either.
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if check_switch:
+        print(f"  --check-switch: {len(runner.check_differs)} switched mutants whose verdict differs from their "
+              f"rebuilt one's{': ' + ', '.join(runner.check_differs) if runner.check_differs else ''} "
+              f"({records.with_suffix('.switch-check.jsonl')})", flush=True)
     return [o for _, o in sorted(runner.outcomes, key=lambda pair: pair[0])]
 
 
@@ -347,6 +368,7 @@ class Runner:
         self.already = len(self.outcomes)
         self.lock, self.stop = threading.Lock(), threading.Event()
         self.errors: list[BaseException] = []
+        self.check_differs: list[str] = []
         self.start = time.monotonic()
 
     def run(self, places: list[tuple[Workspace, Target, pathlib.Path]]) -> None:
@@ -395,13 +417,23 @@ class Runner:
                 path = target.place[mutant.file]
                 switched = target.switched.get(mutant.file)
                 if switched is not None and mutant.key in switched.keys:
-                    # The instrumented copy is in place: the suites' processes select it.
-                    outcome = evaluate(mutant, dataclasses.replace(target, env={**target.env, "NR_MUTANT": mutant.key}),
-                                       ws, out, self.timeouts, self.baseline, self.commit, self.own_tests)
+                    # The instrumented copy is in place (and built): the suites' processes select it.
+                    outcome = evaluate(mutant, switched.choosing(target, mutant), ws, out, self.timeouts,
+                                       self.baseline, self.commit, self.own_tests)
+                    if self.check_switch and not self.stop.is_set():
+                        pristine = path.read_text()
+                        try:
+                            path.write_text(switched.rewrite(mutant, pristine))
+                            rebuilt = evaluate(mutant, target, ws, out, self.timeouts, self.baseline, self.commit,
+                                               self.own_tests)
+                        finally:
+                            path.write_text(pristine)
+                        self.compare(mutant, outcome, rebuilt)
                 else:
                     pristine = path.read_text()
                     try:
-                        path.write_text((switched.rewritable(mutant) if switched is not None else mutant).apply(pristine))
+                        path.write_text(switched.rewrite(mutant, pristine) if switched is not None
+                                        else mutant.apply(pristine))
                         outcome = evaluate(mutant, target, ws, out, self.timeouts, self.baseline, self.commit,
                                            self.own_tests)
                     finally:
@@ -414,6 +446,26 @@ class Runner:
             self.stop.set()
 
     digests: dict[str, tuple[str, str]] = {}
+    # --check-switch: each switched mutant is run rewritten too, and the two
+    # verdicts compared (in <records>.switch-check.jsonl).
+    check_switch = False
+
+    def compare(self, mutant: mutagen.Mutant, switched: Outcome, rebuilt: Outcome) -> None:
+        same = (switched.verdict, switched.killed_by, switched.failing) == \
+            (rebuilt.verdict, rebuilt.killed_by, rebuilt.failing)
+        row = {"key": mutant.key, "where": mutant.where, "same": same,
+               "switched": {"verdict": switched.verdict, "killed_by": switched.killed_by,
+                            "failing": switched.failing, "seconds": switched.seconds},
+               "rebuilt": {"verdict": rebuilt.verdict, "killed_by": rebuilt.killed_by,
+                           "failing": rebuilt.failing, "seconds": rebuilt.seconds}}
+        with self.lock:
+            with self.records.with_suffix(".switch-check.jsonl").open("a") as f:
+                f.write(json.dumps(row) + "\n")
+            print(f"  switch check: {mutant.where} {mutant.kind}: switched {switched.verdict} "
+                  f"({switched.seconds.get('total', 0):.0f} s), rebuilt {rebuilt.verdict} "
+                  f"({rebuilt.seconds.get('total', 0):.0f} s): {'same' if same else 'DIFFERENT'}", flush=True)
+            if not same:
+                self.check_differs.append(mutant.key)
 
     def record(self, index: int, mutant: mutagen.Mutant, outcome: Outcome) -> None:
         outcome.line_digest, outcome.tests_digest = self.digests.get(mutant.key, ("", ""))

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import dataclasses
 import io
 import tokenize
 from dataclasses import dataclass, field
@@ -51,6 +52,14 @@ class Switched:
         """A mutant that is not switched, placed at its line of the instrumented text."""
         line, added = self.lines[m.line]
         return Mutant(m.file, line, m.kind, m.change, added + m.original, added + m.mutated, m.key)
+
+    def rewrite(self, m: Mutant, text: str) -> str:
+        """The instrumented `text` with a mutant that is not switched written in."""
+        return self.rewritable(m).apply(text)
+
+    def choosing(self, target, m: Mutant):
+        """`target` as the suites see it running the switched mutant `m`."""
+        return dataclasses.replace(target, env={**target.env, "NR_MUTANT": m.key})
 
 
 def units(tree: ast.Module) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:

@@ -74,6 +74,11 @@ class Workspace:
     # The build whose extension the Python suite imports; None: this
     # workspace's own (a run whose mutants are all Python needs no build).
     extension_from: pathlib.Path | None = None
+    # A schemata build (--switch of a C++ layer, schemata_build.py): the
+    # folder of the switched copies (-Dmutant_schemata) and the build made
+    # from them, in place of build/.
+    schemata: pathlib.Path | None = None
+    build_dir: pathlib.Path | None = None
 
     @property
     def src(self) -> pathlib.Path:
@@ -81,7 +86,7 @@ class Workspace:
 
     @property
     def build(self) -> pathlib.Path:
-        return self.root / "build"
+        return self.build_dir or self.root / "build"
 
 
 FIRST = Workspace()
@@ -118,21 +123,7 @@ def build(timeout: float | None = None, ws: Workspace = FIRST, jobs: int | None 
     for this interpreter (the one that runs the suites); NR_MUTANTS_MESON_ARGS
     adds options to the first configure (e.g. -Dwerror=false for another
     compiler)."""
-    if not (ws.build / "build.ninja").exists():
-        native = ws.root / "native.ini"
-        native.parent.mkdir(parents=True, exist_ok=True)
-        native.write_text(f"[binaries]\npython = '{sys.executable}'\n")
-        subprocess.run([*meson_command(), "setup", str(ws.build), str(ws.src),
-                        *(f"-D{name}={value}" for name, value in MESON_OPTIONS.items()),
-                        f"--native-file={native}", *shlex.split(os.environ.get("NR_MUTANTS_MESON_ARGS", ""))],
-                       check=True, stdout=subprocess.DEVNULL)
-    else:  # a workspace set up before MESON_OPTIONS said what it says now
-        now = configured(ws.build)
-        differing = [f"-D{name}={value}" for name, value in MESON_OPTIONS.items()
-                     if str(now.get(name, value)).lower() != value]
-        if differing:
-            subprocess.run([*meson_command(), "configure", str(ws.build), *differing], check=True,
-                           stdout=subprocess.DEVNULL)
+    configure(ws)
     known = subprocess.run(["ninja", "-C", str(ws.build), "-t", "targets", "all"], capture_output=True,
                            text=True, check=True).stdout.splitlines()
     wanted = [line.split(":")[0] for line in known
@@ -141,6 +132,37 @@ def build(timeout: float | None = None, ws: Workspace = FIRST, jobs: int | None 
     status, _ = run_killable(["ninja", "-C", str(ws.build), *([f"-j{jobs}"] if jobs else []), *wanted],
                              timeout)
     return status == 0
+
+
+def options_of(ws: Workspace) -> dict[str, str]:
+    """The Meson options of a workspace's build: MESON_OPTIONS, and in a
+    schemata build its folder of copies (warnings there are the switches',
+    never an error)."""
+    if ws.schemata is None:
+        return dict(MESON_OPTIONS)
+    return {**MESON_OPTIONS, "mutant_schemata": str(ws.schemata.resolve()), "werror": "false"}
+
+
+def configure(ws: Workspace, again: bool = False) -> None:
+    """Sets the workspace's build up (`again`: once more, so that Meson sees
+    which schemata copies exist now)."""
+    options = options_of(ws)
+    if not (ws.build / "build.ninja").exists():
+        native = ws.root / "native.ini"
+        native.parent.mkdir(parents=True, exist_ok=True)
+        native.write_text(f"[binaries]\npython = '{sys.executable}'\n")
+        subprocess.run([*meson_command(), "setup", str(ws.build), str(ws.src),
+                        *(f"-D{name}={value}" for name, value in options.items()),
+                        f"--native-file={native}", *shlex.split(os.environ.get("NR_MUTANTS_MESON_ARGS", ""))],
+                       check=True, stdout=subprocess.DEVNULL)
+        return
+    # A workspace set up before MESON_OPTIONS said what it says now.
+    now = configured(ws.build)
+    differing = [f"-D{name}={value}" for name, value in options.items()
+                 if str(now.get(name, value)).lower() != value.lower()]
+    if differing or again:
+        subprocess.run([*meson_command(), "setup", "--reconfigure", str(ws.build), str(ws.src), *differing],
+                       check=True, stdout=subprocess.DEVNULL)
 
 
 def configured(build: pathlib.Path) -> dict:
@@ -212,14 +234,14 @@ def failing_gtests(xml: pathlib.Path) -> list[str]:
             if c.find("failure") is not None]
 
 
-def gtest(binary: pathlib.Path, xml: pathlib.Path, timeout: float, fail_fast: bool = False
-          ) -> tuple[list[str], str]:
+def gtest(binary: pathlib.Path, xml: pathlib.Path, timeout: float, fail_fast: bool = False,
+          env: dict | None = None) -> tuple[list[str], str]:
     """A GoogleTest binary: (failing tests, output); '<crashed: ...>' or
-    '<timeout>' when it died."""
+    '<timeout>' when it died. `env`: variables added (NR_MUTANT_ID)."""
     xml.unlink(missing_ok=True)
     status, output = run_killable([str(binary), f"--gtest_output=xml:{xml}",
                                    *(["--gtest_fail_fast"] if fail_fast else [])],
-                                  timeout, env={**os.environ, **FREED_MEMORY_FILLED})
+                                  timeout, env={**os.environ, **FREED_MEMORY_FILLED, **(env or {})})
     if status is None:
         return ["<timeout>"], output
     failed = failing_gtests(xml)
@@ -229,9 +251,9 @@ def gtest(binary: pathlib.Path, xml: pathlib.Path, timeout: float, fail_fast: bo
 
 
 def cpp_suite(out: pathlib.Path, timeout: float = TIMEOUT_S, fail_fast: bool = False,
-              ws: Workspace = FIRST) -> tuple[list[str], str]:
+              ws: Workspace = FIRST, env: dict | None = None) -> tuple[list[str], str]:
     """The C++ conformance suite of the workspace's build."""
-    return gtest(ws.build / GTEST["conformance"], out / "conformance.xml", timeout, fail_fast)
+    return gtest(ws.build / GTEST["conformance"], out / "conformance.xml", timeout, fail_fast, env)
 
 
 # Set for every suite a mutant run starts: a failure of any level fails

@@ -161,7 +161,12 @@ def test_the_runner_selects_a_switched_mutant_by_its_id_and_writes_no_file(tmp_p
     assert [o.verdict for _, o in sorted(runner.outcomes, key=lambda p: p[0])] == ["survived", "survived"]
 
 
-def test_switch_goes_with_the_python_layer():
+def test_switch_goes_with_generated_mutants_of_every_layer():
     from harness import main
-    assert main.main(["--check-args", "--mutants", "auto", "--mutate", "python", "--switch"]) == 0
-    assert main.main(["--check-args", "--mutants", "auto", "--switch"]) == 2
+    for layer in ("python", "cpp", "binding"):
+        assert main.main(["--check-args", "--mutants", "auto", "--mutate", layer, "--switch"]) == 0
+    assert main.main(["--check-args", "--mutants", "--switch"]) == 2  # the seeded faults
+    # Comparing a switched verdict with a rebuilt one: C++ layers only.
+    assert main.main(["--check-args", "--mutants", "auto", "--mutate", "cpp", "--switch", "--check-switch"]) == 0
+    assert main.main(["--check-args", "--mutants", "auto", "--mutate", "cpp", "--check-switch"]) == 2
+    assert main.main(["--check-args", "--mutants", "auto", "--mutate", "python", "--switch", "--check-switch"]) == 2

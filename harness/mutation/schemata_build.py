@@ -1,0 +1,132 @@
+"""--switch of the C++ layers (--mutants auto --mutate cpp|binding --switch):
+the chosen mutants compiled into ONE build, each chosen at run time by
+NR_MUTANT_ID (mutant schemata), instead of one rebuild per mutant.
+
+In each workspace, schemata/ holds the switched copy of every mutated file
+that has a mutant switched (cpp_schemata.py writes it; the forms the
+compiler rejects are left out) at its path in the tree, and the switch's
+header; schemata-build/ is the build of the workspace's copy of the tree
+with -Dmutant_schemata=<schemata/> (meson_options.txt), which compiles
+those files from their copies. With NR_MUTANT_ID unset it is the pristine
+implementation: the baseline runs there. A mutant that is not switched (no
+form fits its line, or its form does not compile) is written into the file
+the build compiles, as without --switch, rebuilt, and run with no mutant
+chosen; its file's copy is written back afterwards (and rebuilt by the next
+mutant's build, ninja deciding).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass, field
+
+from . import cpp_schemata, mutants
+from .mutagen_core import Mutant
+from .mutants import Workspace
+
+SWITCH = "NR_MUTANT_ID"
+COPIES, BUILD = "schemata", "schemata-build"
+
+
+def space(ws: Workspace) -> Workspace:
+    """The workspace's schemata build: its copies and build beside its build/."""
+    return dataclasses.replace(ws, schemata=ws.root / COPIES, build_dir=ws.root / BUILD)
+
+
+@dataclass
+class CppSwitched:
+    """A file's schemata copy and the ids of the mutants it switches."""
+    text: str                                   # the copy
+    original: str                               # the file as it is
+    ids: dict[str, int] = field(default_factory=dict)        # key -> NR_MUTANT_ID
+    left_out: dict[str, str] = field(default_factory=dict)   # key -> why it is rebuilt instead
+
+    @property
+    def keys(self) -> set[str]:
+        return set(self.ids)
+
+    def rewrite(self, m: Mutant, text: str) -> str:
+        """What the build compiles for a mutant that is not switched: the
+        file rewritten with it (none of the copy's switches)."""
+        return m.apply(self.original)
+
+    def choosing(self, target, m: Mutant):
+        """`target` as the suites see it running the switched mutant `m`."""
+        return dataclasses.replace(target, mutant_env={SWITCH: str(self.ids[m.key])})
+
+
+def precompiled_headers(ws: Workspace) -> list[str]:
+    """The build's precompiled headers (the compile check's commands include them)."""
+    targets = subprocess.run(["ninja", "-C", str(ws.build), "-t", "targets", "all"], capture_output=True,
+                             text=True, check=True).stdout.splitlines()
+    return [line.split(":")[0] for line in targets if line.split(":")[0].endswith(".gch")]
+
+
+def switch(targets: list, spaces: list[Workspace], chosen: list[Mutant], jobs_each: int) -> bool:
+    """Writes each workspace's schemata copies of the chosen mutants' files,
+    checked by compiling, and builds its schemata build; the targets' files
+    are the copies from here on (`place`), their pristine texts kept. False
+    when a build fails."""
+    began = time.monotonic()
+    os.environ.pop(SWITCH, None)  # the baseline and the rebuilt mutants choose none
+    for ws in spaces:
+        if ws.schemata.exists():  # an earlier run's copies
+            shutil.rmtree(ws.schemata)
+        ws.schemata.mkdir(parents=True)
+        (ws.schemata / cpp_schemata.HEADER_NAME).write_text(cpp_schemata.HEADER)
+        mutants.configure(ws, again=True)
+    first = spaces[0]
+    # The compile check uses the build's own commands, which include its
+    # precompiled headers: those first (the build needs them anyway).
+    status, output = mutants.run_killable(["ninja", "-C", str(first.build), f"-j{jobs_each}",
+                                           *precompiled_headers(first)], None)
+    if status != 0:
+        print(f"schemata build: the precompiled headers do not build:\n{output[-3000:]}")
+        return False
+    print(f"== schemata: the switched copies of {len({m.file for m in chosen})} files, checked by compiling "
+          f"(precompiled headers {time.monotonic() - began:.0f} s)", flush=True)
+    switched: dict[str, CppSwitched] = {}
+    next_id = 0
+    for rel in targets[0].files:
+        mine = [m for m in chosen if m.file == rel]
+        if not mine:
+            continue
+        checking = time.monotonic()
+        original = (first.src / rel).read_text()
+        command = cpp_schemata.compile_command(first.build, rel, first.schemata)
+        found = cpp_schemata.compile_check(rel, original, mine, command, "<stdin>", next_id, cwd=first.build)
+        next_id += len(mine)
+        switched[rel] = CppSwitched(found.text, original, found.ids, found.left_out)
+        reasons: dict[str, int] = {}
+        for why in found.left_out.values():
+            reasons[why.split("\n")[0]] = reasons.get(why.split("\n")[0], 0) + 1
+        print(f"  {rel}: {len(mine)} mutants, {len(found.ids)} switched, {len(found.left_out)} rebuilt one by one "
+              f"({time.monotonic() - checking:.0f} s)" + "".join(f"\n    {n}: {why}" for why, n in reasons.items()),
+              flush=True)
+    for ws, t in zip(spaces, targets):
+        t.pristine = {rel: t.place[rel].read_text() for rel in t.files}
+        for rel, s in switched.items():
+            t.switched[rel] = s
+            if s.ids:
+                copy = ws.schemata / rel
+                copy.parent.mkdir(parents=True, exist_ok=True)
+                copy.write_text(s.text)
+                t.place[rel] = copy
+        mutants.configure(ws, again=True)  # Meson sees the copies
+    checked = time.monotonic() - began
+    count = sum(len(s.ids) for s in switched.values())
+    print(f"  {count} of the {len(chosen)} mutants switched by {SWITCH} ({checked:.0f} s); "
+          f"== schemata build in {', '.join(str(ws.build) for ws in spaces)}", flush=True)
+    from .mutant_runner import build_all
+    building = time.monotonic()
+    built = build_all(spaces, jobs_each)
+    failed = [str(ws.build) for ws in spaces if not built.get(ws)]
+    if failed:
+        print(f"schemata build failed in {', '.join(failed)}")
+        return False
+    print(f"  schemata build: {time.monotonic() - building:.0f} s", flush=True)
+    return True

@@ -1,0 +1,156 @@
+"""Tests of the C++ schemata build (meson_options.txt's mutant_schemata,
+harness/mutation/schemata_build.py, and the runner's use of it): the option
+compiles the core's and the binding's files from the copies a folder holds
+and every other file from the tree, and is absent from a default build; a
+switched mutant reaches both suites as NR_MUTANT_ID, a rebuilt one as the
+file rewritten with it and no switch."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import shlex
+import shutil
+import subprocess
+
+import pytest
+
+from harness.mutation import cpp_schemata, mutagen, mutant_runner, mutants, schemata_build
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+COPIED = ("reference/src/names.cpp", "reference/python/src/gil.cpp")
+
+
+def configure(build: pathlib.Path, *options: str) -> dict[str, list[str]]:
+    """Sets a build of the tree up (no compiling): each C++ file it compiles
+    -> its compile command's words."""
+    if shutil.which("ninja") is None:
+        pytest.skip("no ninja on PATH")
+    subprocess.run([*mutants.meson_command(), "setup", str(build), str(ROOT), "-Dbenchmarks=disabled",
+                    "-Dbinding_unity=false", *options], check=True, capture_output=True, text=True)
+    entries = json.loads((build / "compile_commands.json").read_text())
+    return {str((build / e["file"]).resolve()): shlex.split(e["command"]) for e in entries}
+
+
+def test_the_option_compiles_the_copies_from_its_folder_and_the_rest_from_the_tree(tmp_path):
+    copies = tmp_path / "schemata"
+    for rel in COPIED:
+        (copies / rel).parent.mkdir(parents=True, exist_ok=True)
+        (copies / rel).write_text((ROOT / rel).read_text())
+    commands = configure(tmp_path / "build", f"-Dmutant_schemata={copies}")
+    for rel in COPIED:
+        assert str(copies / rel) in commands and str(ROOT / rel) not in commands
+        words = commands[str(copies / rel)]
+        assert f"-I{copies}" in words  # the switch's header
+        own = words[words.index("-iquote") + 1]  # the copy's own folder's headers, in the tree
+        assert pathlib.Path(own) == (ROOT / rel).parent
+    # Every other core and binding file from the tree, with the header's folder too.
+    core = [f for f in commands if "/reference/src/" in f or "/reference/python/src/" in f]
+    from_tree = [f for f in core if f.startswith(str(ROOT))]
+    assert len(core) == len(from_tree) + len(COPIED) and str(ROOT / "reference/src/types.cpp") in from_tree
+    assert all(f"-I{copies}" in commands[f] for f in core)
+
+
+def test_a_default_build_has_no_trace_of_the_option(tmp_path):
+    commands = configure(tmp_path / "build")
+    assert all(f.startswith(str(ROOT)) or "/build/" in f for f in commands)
+    assert not any("-iquote" in words for words in commands.values())
+    assert str(ROOT / "reference/src/names.cpp") in commands
+
+
+def test_a_relative_folder_is_refused(tmp_path):
+    with pytest.raises(subprocess.CalledProcessError) as failed:
+        configure(tmp_path / "build", "-Dmutant_schemata=relative/dir")
+    assert "give an absolute path" in failed.value.stdout + failed.value.stderr
+
+
+def test_the_schemata_workspace_builds_from_its_copies_without_werror():
+    ws = schemata_build.space(mutants.Workspace(pathlib.Path("/w")))
+    assert (ws.build, ws.schemata, ws.src) == (pathlib.Path("/w/schemata-build"), pathlib.Path("/w/schemata"),
+                                               pathlib.Path("/w/src"))
+    assert mutants.options_of(ws) == {**mutants.MESON_OPTIONS, "mutant_schemata": "/w/schemata", "werror": "false"}
+    assert "mutant_schemata" not in mutants.options_of(mutants.Workspace(pathlib.Path("/w")))
+
+
+TOY = """\
+#include <string>
+int clamp(int x, int low) {
+  if (x < low) return low;
+  return x;
+}
+"""
+
+
+def toy_switched() -> tuple[schemata_build.CppSwitched, list[mutagen.Mutant]]:
+    found = mutagen.cpp_mutants("reference/src/toy.cpp", TOY)
+    s = cpp_schemata.schemata("reference/src/toy.cpp", TOY, found, first_id=7)
+    return schemata_build.CppSwitched(s.text, TOY, s.ids, s.left_out), found
+
+
+def test_a_switched_mutant_reaches_both_suites_as_its_id(tmp_path, monkeypatch):
+    switched, found = toy_switched()
+    mutant = next(m for m in found if m.key in switched.keys)
+    seen = {}
+
+    def cpp_suite(out, timeout, fail_fast, ws, env):
+        seen["c++"] = env
+        return [], ""
+
+    def python_suite(out, timeout, impl, env, *rest, **kwargs):
+        seen["python"] = env
+        return [], ""
+
+    monkeypatch.setattr(mutants, "cpp_suite", cpp_suite)
+    monkeypatch.setattr(mutants, "python_suite", python_suite)
+    monkeypatch.setattr(mutants, "package_env", lambda ws, out: {"PYTHONPATH": "staged"})
+    target = mutant_runner.Target("cpp", [mutant.file], {mutant.file: tmp_path / "toy.cpp"})
+    chosen = switched.choosing(target, mutant)
+    assert chosen.mutant_env == {"NR_MUTANT_ID": str(switched.ids[mutant.key])} and not target.mutant_env
+    timeouts = {"c++": 60.0, "python": 60.0, "build": 60.0}
+    for _, _, suite in mutant_runner.suites_for(mutant, chosen, mutants.FIRST, tmp_path, timeouts, {}):
+        suite()
+    assert seen == {"c++": chosen.mutant_env, "python": {"PYTHONPATH": "staged", **chosen.mutant_env}}
+    # Unswitched (the baseline, a rebuilt mutant): the suites' own environments.
+    seen.clear()
+    for _, _, suite in mutant_runner.suites_for(mutant, target, mutants.FIRST, tmp_path, timeouts, {}):
+        suite()
+    assert seen == {"c++": {}, "python": None}
+
+
+def test_a_rebuilt_mutant_is_the_file_rewritten_with_no_switch():
+    switched, found = toy_switched()
+    for m in found:
+        assert switched.rewrite(m, switched.text) == m.apply(TOY)
+        assert "nr_mutant_is" not in switched.rewrite(m, switched.text)
+
+
+def test_the_runner_switches_by_id_rebuilds_the_rest_and_checks_the_switch(tmp_path, monkeypatch):
+    """One switched mutant runs on the copy as it is, its id in the suites'
+    environment; one left out runs on the file rewritten with it (and no
+    switch), the copy written back after; --check-switch runs the switched
+    one rewritten too and records both verdicts."""
+    rel = "reference/src/toy.cpp"
+    switched, found = toy_switched()
+    on = next(m for m in found if m.key in switched.keys)
+    off = next(m for m in found if m.key != on.key)
+    switched.ids.pop(off.key)  # as if its form did not compile
+    place = tmp_path / "toy.cpp"
+    place.write_text(switched.text)
+    target = mutant_runner.Target("cpp", [rel], {rel: place}, switched={rel: switched}, pristine={rel: TOY})
+    seen = []
+    monkeypatch.setattr(mutants, "build", lambda *args, **kwargs: True)
+
+    def cpp_suite(out, timeout, fail_fast, ws, env):
+        seen.append((env.get("NR_MUTANT_ID"), place.read_text()))
+        return (["T.fails"] if env or place.read_text() != switched.text else []), ""
+
+    monkeypatch.setattr(mutants, "cpp_suite", cpp_suite)
+    runner = mutant_runner.Runner([on, off], {}, tmp_path / "r.jsonl", {"c++": 60.0, "python": 60.0, "build": 1.0}, {}, {})
+    runner.check_switch = True
+    runner.run([(mutants.FIRST, target, tmp_path / "out")])
+    assert seen == [(str(switched.ids[on.key]), switched.text), (None, on.apply(TOY)), (None, off.apply(TOY))]
+    assert place.read_text() == switched.text
+    assert [o.verdict for _, o in sorted(runner.outcomes, key=lambda p: p[0])] == ["killed", "killed"]
+    rows = [json.loads(line) for line in (tmp_path / "r.switch-check.jsonl").read_text().splitlines()]
+    assert [(r["key"], r["same"], r["switched"]["failing"], r["rebuilt"]["failing"]) for r in rows] == \
+        [(on.key, True, ["T.fails"], ["T.fails"])]
