@@ -59,14 +59,16 @@ void under_gil(std::function<void()> work) noexcept;
 // Runs the work under_gil deferred; the GIL is held. Cheap when there is none.
 void run_deferred_work();
 
-// For a Python thread in the control plane about to take the GIL back: once
-// the interpreter is finalizing, the thread is parked for good instead (it
-// can only be a daemon thread, which nothing joins, and the process is
-// ending). Taking the GIL then would end it with pthread_exit, whose forced
+// For a Python thread about to take the GIL back (the control plane, a routed
+// call's GilForPython): once the interpreter is finalizing, a thread other
+// than the main one, which finalizes, is parked for good instead (a daemon
+// thread, which nothing joins, and the process is ending); the main thread
+// goes on (a __del__ run by the finalization may call us). Taking the GIL then would end it with pthread_exit, whose forced
 // unwind runs pybind11's frames' destructors without the GIL (an abort in a
 // build with pybind11's GIL checks, a race in any). CPython 3.14 itself
 // parks such threads. Defined in gil.cpp.
 void park_if_finalizing();
+void remember_main_thread();  // at import: the thread park_if_finalizing never parks
 
 // PyEval_RestoreThread(state) for a Python thread in the control plane, parked
 // instead once the interpreter is finalizing (park_if_finalizing), also when

@@ -130,10 +130,23 @@ bool interpreter_finalizing() {
 #endif
 }
 
+// Python's main thread, where the interpreter finalizes (Py_FinalizeEx runs
+// there); 0 until the module's import records it.
+std::atomic<unsigned long> g_main_thread{0};
+
 }  // namespace
+
+void remember_main_thread() {
+  const py::object main = py::module_::import("threading").attr("main_thread")();
+  g_main_thread.store(main.attr("ident").cast<unsigned long>(), std::memory_order_relaxed);
+}
 
 void park_if_finalizing() {
   if (!interpreter_finalizing()) return;
+  // The finalizing thread may take the GIL (CPython lets it): a __del__ or a
+  // weakref callback run by the finalization calls a routed op or the
+  // control plane there, and parking it would hang the process's exit.
+  if (PyThread_get_thread_ident() == g_main_thread.load(std::memory_order_relaxed)) return;
   for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
 }
 

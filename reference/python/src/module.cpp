@@ -35,6 +35,7 @@ PYBIND11_MODULE(_C, m) {
 
   nrp::capture_dynamo_flag();
   native_registry::watch_schema_removals();  // retires the argument plans (argument_plan.h)
+  nrp::remember_main_thread();
   nrp::install_host_scope();
   nrp::install_release_sink();
   nrp::install_error_hooks();

@@ -17,6 +17,9 @@ from __future__ import annotations
 
 import logging
 import re
+import subprocess
+import sys
+import textwrap
 
 import pytest
 import torch
@@ -492,3 +495,29 @@ def test_an_impl_that_disables_its_own_dsl_finishes_its_call(installed):
     reg.register_all_overrides()
     assert torch.equal(torch.ops.aten.mul.Tensor(X, Y), torch.full((2,), 5.0))
     assert torch.equal(torch.ops.aten.mul.Tensor(X, Y), torch.tensor([8.0, 15.0]))
+
+
+def test_a_del_run_by_the_interpreters_finalization_can_call_a_routed_op_and_the_control_plane():
+    # The finalizing (main) thread may take the GIL back after a torch call let
+    # it go: it must never be parked as a daemon thread is, or the exit hangs.
+    program = textwrap.dedent("""
+        import builtins, os, torch
+        import native_registry.registry as reg
+        def cond(a, b):
+            os.write(1, b"cond asked\\n")
+            return False
+        reg.register_op_override("dsl_a", "aten", "mul.Tensor", "CPU", cond, lambda a, b: a)
+        reg.register_all_overrides()
+        class RunsAtExit:
+            def __del__(self):
+                out = torch.ones(2) * torch.ones(2)
+                os.write(1, f"routed call at exit: {out.tolist()}\\n".encode())
+                reg.deregister_op_overrides(disable_dsl_names="dsl_a")
+                os.write(1, b"control plane at exit\\n")
+        builtins.nr_runs_at_exit = RunsAtExit()  # dropped late in the finalization
+    """)
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines() == ["cond asked", "routed call at exit: [1.0, 1.0]",
+                                        "control plane at exit"], done.stdout
