@@ -8,7 +8,6 @@ Shared by --mutants (seeded faults) and --mutants auto.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import pathlib
 import signal
@@ -414,30 +413,15 @@ class Runner:
                 if taken is None:
                     return
                 index, mutant = taken
-                path = target.place[mutant.file]
                 switched = target.switched.get(mutant.file)
                 if switched is not None and mutant.key in switched.keys:
                     # The instrumented copy is in place (and built): the suites' processes select it.
                     outcome = evaluate(mutant, switched.choosing(target, mutant), ws, out, self.timeouts,
                                        self.baseline, self.commit, self.own_tests)
                     if self.check_switch and not self.stop.is_set():
-                        pristine = path.read_text()
-                        try:
-                            path.write_text(switched.rewrite(mutant, pristine))
-                            rebuilt = evaluate(mutant, target, ws, out, self.timeouts, self.baseline, self.commit,
-                                               self.own_tests)
-                        finally:
-                            path.write_text(pristine)
-                        self.compare(mutant, outcome, rebuilt)
+                        self.compare(mutant, outcome, self.rewritten(mutant, target, switched, ws, out))
                 else:
-                    pristine = path.read_text()
-                    try:
-                        path.write_text(switched.rewrite(mutant, pristine) if switched is not None
-                                        else mutant.apply(pristine))
-                        outcome = evaluate(mutant, target, ws, out, self.timeouts, self.baseline, self.commit,
-                                           self.own_tests)
-                    finally:
-                        path.write_text(pristine)
+                    outcome = self.rewritten(mutant, target, switched, ws, out)
                 if self.stop.is_set():
                     return  # its suites were killed by the interrupt: no verdict
                 self.record(index, mutant, outcome)
@@ -450,14 +434,25 @@ class Runner:
     # verdicts compared (in <records>.switch-check.jsonl).
     check_switch = False
 
+    def rewritten(self, mutant: mutagen.Mutant, target: Target, switched: object | None, ws: Workspace,
+                  out: pathlib.Path) -> Outcome:
+        """The mutant's outcome with its file rewritten (not switched), the
+        file's text put back afterwards whatever happens."""
+        path = target.place[mutant.file]
+        pristine = path.read_text()
+        try:
+            path.write_text(switched.rewrite(mutant, pristine) if switched is not None else mutant.apply(pristine))
+            return evaluate(mutant, target, ws, out, self.timeouts, self.baseline, self.commit, self.own_tests)
+        finally:
+            path.write_text(pristine)
+
     def compare(self, mutant: mutagen.Mutant, switched: Outcome, rebuilt: Outcome) -> None:
-        same = (switched.verdict, switched.killed_by, switched.failing) == \
-            (rebuilt.verdict, rebuilt.killed_by, rebuilt.failing)
+        def verdict(o: Outcome) -> dict:
+            return {"verdict": o.verdict, "killed_by": o.killed_by, "failing": o.failing}
+        same = verdict(switched) == verdict(rebuilt)
         row = {"key": mutant.key, "where": mutant.where, "same": same,
-               "switched": {"verdict": switched.verdict, "killed_by": switched.killed_by,
-                            "failing": switched.failing, "seconds": switched.seconds},
-               "rebuilt": {"verdict": rebuilt.verdict, "killed_by": rebuilt.killed_by,
-                           "failing": rebuilt.failing, "seconds": rebuilt.seconds}}
+               "switched": {**verdict(switched), "seconds": switched.seconds},
+               "rebuilt": {**verdict(rebuilt), "seconds": rebuilt.seconds}}
         with self.lock:
             with self.records.with_suffix(".switch-check.jsonl").open("a") as f:
                 f.write(json.dumps(row) + "\n")
