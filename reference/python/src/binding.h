@@ -63,10 +63,11 @@ void run_deferred_work();
 // call's GilForPython): once the interpreter is finalizing, a thread other
 // than the main one, which finalizes, is parked for good instead (a daemon
 // thread, which nothing joins, and the process is ending); the main thread
-// goes on (a __del__ run by the finalization may call us). Taking the GIL then would end it with pthread_exit, whose forced
-// unwind runs pybind11's frames' destructors without the GIL (an abort in a
-// build with pybind11's GIL checks, a race in any). CPython 3.14 itself
-// parks such threads. Defined in gil.cpp.
+// goes on (a __del__ run by the finalization may call us). Taking the GIL
+// would end a daemon thread with pthread_exit, whose forced unwind runs
+// pybind11's frames' destructors without the GIL (an abort in a build with
+// pybind11's GIL checks, a race in any). CPython 3.14 itself parks such
+// threads. Defined in gil.cpp.
 void park_if_finalizing();
 void remember_main_thread();  // at import: the thread park_if_finalizing never parks
 
