@@ -98,8 +98,9 @@ def resolve_paths(args) -> None:
         raise UsageError("--sample, --seed, --mutate, --resume and --own-tests go with --mutants auto")
     if args.mutants != "auto" and (args.shard is not None or args.incremental is not None):
         raise UsageError("--shard and --incremental go with --mutants auto")
-    if args.tests_by_coverage and (args.mutants != "auto" or args.mutate != "python"):
-        raise UsageError("--tests-by-coverage goes with --mutants auto --mutate python")
+    if args.tests_by_coverage and (args.mutants != "auto" or args.mutate != "python" and not args.switch):
+        raise UsageError("--tests-by-coverage goes with --mutants auto --mutate python, or --mutate cpp|binding "
+                         "--switch")
     if args.switch and args.mutants != "auto":
         raise UsageError("--switch goes with --mutants auto")
     if args.check_switch and not (args.switch and args.mutate in ("cpp", "binding")):
@@ -285,7 +286,9 @@ def parser() -> argparse.ArgumentParser:
                         "coverage.py, per test (child interpreters included); a mutant then meets only the tests "
                         "executing its line, cheapest first, stopping at the first failure, and one no test "
                         "executes is NoCoverage, not run (the map is kept in results/mutants/coverage-python.json "
-                        "while the tree's source is unchanged)")
+                        "while the tree's source is unchanged). --mutate cpp|binding --switch: the schemata build "
+                        "marks each mutant a test reaches (each C++ test alone, the Python suite per test, child "
+                        "processes included), kept in results/mutants/reached-<layer>.json")
     p.add_argument("--switch", action="store_true",
                    help="with --mutants auto: switch the mutants instead of rewriting a file for each (mutant "
                         "schemata). --mutate python: one instrumented copy of each module holds every function "

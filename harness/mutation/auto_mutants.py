@@ -31,6 +31,7 @@ from . import coverage_map
 from . import mutagen
 from . import mutant_runner
 from . import mutant_switches
+from . import reached_map
 from . import mutation_report
 from . import mutants
 from . import schemata_build
@@ -205,7 +206,15 @@ def run(args) -> int:
         baseline = mutant_runner.measure_baseline(target, out, args.own_tests, ws=spaces[0])
     if baseline is None:
         return 1
-    if getattr(args, "tests_by_coverage", False):
+    if getattr(args, "tests_by_coverage", False) and schemata:
+        coverage = reached_of(targets[0], spaces[0], out, baseline, jobs=os.cpu_count() or 1)
+        if coverage is None:
+            return 1
+        if "python" not in baseline["timeouts"]:
+            baseline = reached_map.baseline_of(coverage)
+        for t in targets:
+            t.coverage = coverage  # t.pristine: the texts schemata_build.switch kept
+    elif getattr(args, "tests_by_coverage", False):
         coverage = coverage_of(target, spaces[0], out, baseline)
         if coverage is None:
             return 1
@@ -311,12 +320,22 @@ def digests_of(chosen: list[mutagen.Mutant], target: Target, coverage: coverage_
     suites = mutation_report.tests_digest(suite_files())
     found = {}
     for m in chosen:
-        tests = (coverage.tests_for(m.file, m.line, target.pristine[m.file])
+        tests = (coverage.covering(m, target.pristine[m.file])
                  if coverage is not None and m.file in target.pristine else None)
-        digest = suites if tests is None else mutation_report.tests_digest(
-            [ROOT / f for f in sorted({t.split("::", 1)[0] for t in tests})])
+        digest = suites if tests is None else mutation_report.tests_digest(tests_sources(tests))
         found[m.key] = (mutation_report.digest(m.original), digest)
     return found
+
+
+def tests_sources(tests: list[str]) -> list[pathlib.Path]:
+    """The files a verdict from these tests depends on: each pytest test's
+    file; the C++ conformance suite's sources where a GoogleTest test is
+    among them (its names tell no file)."""
+    gtests, nodeids = reached_map.split(tests)
+    files = [ROOT / f for f in sorted({t.split("::", 1)[0] for t in nodeids})]
+    if gtests:
+        files += [ROOT / rel for rel in mutants.tree_files() if rel.startswith("conformance/cpp/")]
+    return files
 
 
 def baseline_of(coverage: coverage_map.CoverageMap) -> dict:
@@ -363,6 +382,37 @@ def coverage_of(target: Target, ws: Workspace, out: pathlib.Path, baseline: dict
     covered = sum(len(lines) for lines in found.tests.values())
     print(f"  {len(found.durations)} tests, {covered} lines executed by a test, in "
           f"{time.monotonic() - began:.0f} s; kept in {kept}", flush=True)
+    return found
+
+
+def reached_of(target: Target, ws: Workspace, out: pathlib.Path, baseline: dict, jobs: int
+               ) -> reached_map.ReachedMap | None:
+    """Which tests reach each switched mutant of the schemata build of `ws`
+    (reached_map.py): kept in out/reached-<layer>.json and measured again
+    when the tree's source or the mutants' ids change (None when the
+    measuring run crashes)."""
+    kept = out / f"reached-{target.layer}.json"
+    source = mutant_runner.tree_source()
+    ids = {key: i for s in target.switched.values() for key, i in s.ids.items()}
+    if kept.exists():
+        found = reached_map.ReachedMap.load(kept)
+        if found.source == source and found.ids == ids:
+            print(f"  tests by coverage: the reach of these mutants at this tree in {kept}", flush=True)
+            return found
+    env = target.env if target.env is not None else mutants.package_env(ws, out)
+    print(f"== tests by coverage: which tests reach each of the {len(ids)} switched mutants (both suites "
+          f"pristine, per test, child processes included)", flush=True)
+    try:
+        found = reached_map.measure(ws, ids, target.layer, target.impl, env, target.suites_from or ws.src,
+                                    out / "reached-run", jobs, baseline["timeouts"].get("python", COVERAGE_RUN_LIMIT_S),
+                                    source)
+    except RuntimeError as exc:
+        print(f"tests by coverage: {exc}")
+        return None
+    found.save(kept)
+    reached = sum(1 for i in ids.values() if str(i) in found.tests)
+    print(f"  {len(found.durations)} tests; {reached} of the {len(ids)} switched mutants reached by a test, "
+          f"{len(found.outside)} outside any; {found.seconds:.0f} s; kept in {kept}", flush=True)
     return found
 
 

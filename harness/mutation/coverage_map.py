@@ -60,6 +60,11 @@ class CoverageMap:
         found = [t for t in self.tests[rel].get(str(first), []) if t not in self.failing]
         return sorted(found, key=lambda t: (self.durations.get(t, 0.0), t))
 
+    def covering(self, mutant, text: str) -> list[str] | None:
+        """tests_for of the mutant's line (the interface mutant_runner uses,
+        as reached_map.ReachedMap's)."""
+        return self.tests_for(mutant.file, mutant.line, text)
+
     def seconds_of(self, tests: list[str]) -> float:
         return sum(self.durations.get(t, 0.0) for t in tests)
 

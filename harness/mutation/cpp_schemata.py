@@ -1,6 +1,8 @@
 """C++ mutants switched at run time (mutant schemata), the first part of a
 schemata build: one copy of a source file holding each of its line mutants
-behind `nr_mutant_is(ID)`, which reads $NR_MUTANT_ID once per process.
+behind `nr_mutant_is(ID)`, which reads $NR_MUTANT_ID once per process
+(and, where $NR_MUTANT_TRACE names a file, marks mutant ID reached in it:
+reached_map.py).
 
 A line that is a whole statement (it ends in `;`, its brackets balance, it
 declares nothing and opens or closes no block) is switched whole, so a
@@ -50,9 +52,13 @@ from .mutation_report import span
 HEADER_NAME = "nr_mutant_switch.h"
 HEADER = """\
 // Mutant schemata: which generated mutant this process runs (harness/mutation/cpp_schemata.py).
-// A schemata build only; $NR_MUTANT_ID is read once.
+// A schemata build only; $NR_MUTANT_ID and $NR_MUTANT_TRACE are read once.
 #pragma once
 #include <cstdlib>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 namespace nr_schemata {
 inline long chosen_mutant() {
@@ -62,9 +68,45 @@ inline long chosen_mutant() {
   }();
   return id;
 }
+
+// Which mutants a run reaches (reached_map.py): $NR_MUTANT_TRACE names a
+// file of one byte per mutant id, mapped shared, so that child processes
+// (forked or started with this environment) mark the same bytes; byte ID is
+// set when the switch of mutant ID is evaluated, that is when the mutant
+// could change what runs.
+struct Reached {
+  unsigned char* bytes = nullptr;
+  long size = 0;
+};
+inline const Reached& reached() {
+  static const Reached map = [] {
+    Reached found;
+    const char* path = std::getenv("NR_MUTANT_TRACE");
+    if (path == nullptr) return found;
+    const int fd = ::open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0) return found;
+    struct stat st {};
+    if (::fstat(fd, &st) == 0 && st.st_size > 0) {
+      void* bytes = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      if (bytes != MAP_FAILED) {
+        found.bytes = static_cast<unsigned char*>(bytes);
+        found.size = static_cast<long>(st.st_size);
+      }
+    }
+    ::close(fd);
+    return found;
+  }();
+  return map;
+}
+
+inline bool mutant_is(long id) {
+  const Reached& map = reached();
+  if (map.bytes != nullptr && id >= 0 && id < map.size) __atomic_store_n(map.bytes + id, 1, __ATOMIC_RELAXED);
+  return chosen_mutant() == id;
+}
 }  // namespace nr_schemata
 
-#define nr_mutant_is(id) (::nr_schemata::chosen_mutant() == (id))
+#define nr_mutant_is(id) (::nr_schemata::mutant_is(id))
 """
 
 _CALLEE = re.compile(r"[A-Za-z_][\w:.]*(?:->[A-Za-z_]\w*)*$")
@@ -261,8 +303,20 @@ def compile_check(rel: str, text: str, mutants: list[Mutant], command: list[str]
             found.left_out = left
             return found
         # An error shows at the switched line or soon after it (a dangling
-        # `else` on the next line): of the switched lines at or before the
-        # first error, nearest first, the one whose switch removed clears it.
+        # `else` on the next line). One at a switched line with none in the
+        # lines before it is that line's: the compiler reports every such
+        # error it finds, and all those lines are taken out at once. Else, of
+        # the switched lines at or before the first error, nearest first, the
+        # one whose switch removed clears it.
+        lines_switched = {m.line for m in chosen}
+        at_switch = {line for line in bad if line in lines_switched
+                     and not lines_switched & set(range(line - NEAR, line))}
+        if at_switch:
+            for m in chosen:
+                if m.line in at_switch:
+                    left[m.key] = "its schemata form does not compile (CompileError in the schemata build)"
+            chosen = [m for m in chosen if m.line not in at_switch]
+            continue
         first = bad[0]
         near = sorted({m.line for m in chosen if first - NEAR <= m.line <= first}, reverse=True)
         culprit = next((line for line in near

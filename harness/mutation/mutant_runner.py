@@ -19,6 +19,7 @@ from . import mutagen  # noqa: F401 (annotations)
 from . import mutants
 from .mutant_records import Outcome, resumed, tail, tree_commit, tree_source
 from .mutants import FIRST, ROOT, Workspace
+from .reached_map import GTEST_PREFIX, split as split_tests
 from ..progress import duration, remaining
 
 @dataclass
@@ -96,17 +97,14 @@ def evaluate(mutant: mutagen.Mutant, target: Target, ws: Workspace, out: pathlib
     outcome.tests_completed = 0
     suites = suites_for(mutant, target, ws, out, timeouts, baseline)
     if target.coverage is not None and mutant.file in target.pristine:
-        chosen = target.coverage.tests_for(mutant.file, mutant.line, target.pristine[mutant.file])
-        if chosen == []:  # no test executes its line: nothing can kill it
+        chosen = target.coverage.covering(mutant, target.pristine[mutant.file])
+        if chosen == []:  # no test executes its line (reaches its switch): nothing can kill it
             outcome.verdict, outcome.tests_completed = "nocoverage", 0
             outcome.seconds["total"] = time.monotonic() - start
             return outcome
         if chosen is not None:
             outcome.covered_by = chosen
-            suites = [suite for suite in suites if suite[0] != "python conformance"] + [
-                ("python conformance", "python-covering", lambda: mutants.python_tests(
-                    out, covering_timeout(target.coverage.seconds_of(chosen), timeouts["python"]),
-                    target.impl, python_env(target, ws, out), target.suites_from, ws, chosen))]
+            suites = covering_suites(chosen, mutant, target, ws, out, timeouts)
     for name, spent, suite in suites:
         began = time.monotonic()
         failed, output = suite()
@@ -114,8 +112,8 @@ def evaluate(mutant: mutagen.Mutant, target: Target, ws: Workspace, out: pathlib
         outcome.tests_completed += mutants.tests_in(out / ("conformance.xml" if name.startswith("c++")
                                                            else "python.xml"))
         failed = [t for t in failed if t not in baseline.get(name, [])]
-        if outcome.covered_by:  # the failing tests by their node ids, as coverage names them
-            ids = {junit_name(n): n for n in outcome.covered_by}
+        if outcome.covered_by:  # the failing tests as the coverage map names them
+            ids = {covered_name(n): n for n in outcome.covered_by}
             failed = [ids.get(t, t) for t in failed]
         outcome.output_tail = tail(output)
         if failed:
@@ -132,6 +130,32 @@ def evaluate(mutant: mutagen.Mutant, target: Target, ws: Workspace, out: pathlib
                 outcome.output_tail = tail(output)
     outcome.seconds["total"] = time.monotonic() - start
     return outcome
+
+
+def covering_suites(chosen: list[str], mutant: mutagen.Mutant, target: Target, ws: Workspace,
+                    out: pathlib.Path, timeouts: dict[str, float]) -> list[tuple[str, str, object]]:
+    """The suites a mutant meets where a coverage map chose its tests: the
+    C++ conformance tests among them (reached_map names them
+    GTEST_PREFIX + Suite.Name), then the Python ones, each cheapest first
+    and stopping at the first failure, each given three times its tests'
+    pristine time."""
+    gtests, nodeids = split_tests(chosen)
+    suites = []
+    if gtests and reaches_cpp_suite(target, mutant.file):
+        suites.append(("c++ conformance", "c++-covering", lambda: mutants.cpp_suite(
+            out, covering_timeout(target.coverage.seconds_of([GTEST_PREFIX + t for t in gtests]),
+                                  timeouts.get("c++", mutants.TIMEOUT_S)),
+            fail_fast=True, ws=ws, env=target.mutant_env, only=gtests)))
+    if nodeids:
+        suites.append(("python conformance", "python-covering", lambda: mutants.python_tests(
+            out, covering_timeout(target.coverage.seconds_of(nodeids), timeouts["python"]),
+            target.impl, python_env(target, ws, out), target.suites_from, ws, nodeids)))
+    return suites
+
+
+def covered_name(test: str) -> str:
+    """A test as a coverage map names it -> as a suite run's report does."""
+    return test[len(GTEST_PREFIX):] if test.startswith(GTEST_PREFIX) else junit_name(test)
 
 
 def junit_name(nodeid: str) -> str:

@@ -235,12 +235,14 @@ def failing_gtests(xml: pathlib.Path) -> list[str]:
 
 
 def gtest(binary: pathlib.Path, xml: pathlib.Path, timeout: float, fail_fast: bool = False,
-          env: dict | None = None) -> tuple[list[str], str]:
+          env: dict | None = None, only: list[str] | None = None) -> tuple[list[str], str]:
     """A GoogleTest binary: (failing tests, output); '<crashed: ...>' or
-    '<timeout>' when it died. `env`: variables added (NR_MUTANT_ID)."""
+    '<timeout>' when it died. `env`: variables added (NR_MUTANT_ID);
+    `only`: these tests (--gtest_filter names), not all."""
     xml.unlink(missing_ok=True)
     status, output = run_killable([str(binary), f"--gtest_output=xml:{xml}",
-                                   *(["--gtest_fail_fast"] if fail_fast else [])],
+                                   *(["--gtest_fail_fast"] if fail_fast else []),
+                                   *([f"--gtest_filter={':'.join(only)}"] if only else [])],
                                   timeout, env={**os.environ, **FREED_MEMORY_FILLED, **(env or {})})
     if status is None:
         return ["<timeout>"], output
@@ -251,9 +253,10 @@ def gtest(binary: pathlib.Path, xml: pathlib.Path, timeout: float, fail_fast: bo
 
 
 def cpp_suite(out: pathlib.Path, timeout: float = TIMEOUT_S, fail_fast: bool = False,
-              ws: Workspace = FIRST, env: dict | None = None) -> tuple[list[str], str]:
-    """The C++ conformance suite of the workspace's build."""
-    return gtest(ws.build / GTEST["conformance"], out / "conformance.xml", timeout, fail_fast, env)
+              ws: Workspace = FIRST, env: dict | None = None, only: list[str] | None = None
+              ) -> tuple[list[str], str]:
+    """The C++ conformance suite of the workspace's build (`only`: these of its tests)."""
+    return gtest(ws.build / GTEST["conformance"], out / "conformance.xml", timeout, fail_fast, env, only)
 
 
 # Set for every suite a mutant run starts: a failure of any level fails

@@ -17,6 +17,7 @@ mutant's build, ninja deciding).
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import os
 import shutil
@@ -89,24 +90,33 @@ def switch(targets: list, spaces: list[Workspace], chosen: list[Mutant], jobs_ea
         return False
     print(f"== schemata: the switched copies of {len({m.file for m in chosen})} files, checked by compiling "
           f"(precompiled headers {time.monotonic() - began:.0f} s)", flush=True)
-    switched: dict[str, CppSwitched] = {}
-    next_id = 0
+    # Each file is checked on its own (a compiler per file side by side); its
+    # ids follow the files before it, so they do not depend on the timing.
+    files, next_id = [], 0
     for rel in targets[0].files:
         mine = [m for m in chosen if m.file == rel]
-        if not mine:
-            continue
+        if mine:
+            files.append((rel, mine, next_id))
+            next_id += len(mine)
+
+    def check(rel: str, mine: list[Mutant], first_id: int) -> tuple[CppSwitched, str]:
         checking = time.monotonic()
         original = (first.src / rel).read_text()
         command = cpp_schemata.compile_command(first.build, rel, first.schemata)
-        found = cpp_schemata.compile_check(rel, original, mine, command, "<stdin>", next_id, cwd=first.build)
-        next_id += len(mine)
-        switched[rel] = CppSwitched(found.text, original, found.ids, found.left_out)
+        found = cpp_schemata.compile_check(rel, original, mine, command, "<stdin>", first_id, cwd=first.build)
         reasons: dict[str, int] = {}
         for why in found.left_out.values():
             reasons[why.split("\n")[0]] = reasons.get(why.split("\n")[0], 0) + 1
-        print(f"  {rel}: {len(mine)} mutants, {len(found.ids)} switched, {len(found.left_out)} rebuilt one by one "
-              f"({time.monotonic() - checking:.0f} s)" + "".join(f"\n    {n}: {why}" for why, n in reasons.items()),
-              flush=True)
+        said = (f"  {rel}: {len(mine)} mutants, {len(found.ids)} switched, {len(found.left_out)} rebuilt one by one "
+                f"({time.monotonic() - checking:.0f} s)" + "".join(f"\n    {n}: {why}" for why, n in reasons.items()))
+        return CppSwitched(found.text, original, found.ids, found.left_out), said
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs_each * len(spaces))) as pool:
+        checked_files = list(pool.map(lambda f: check(*f), files))
+    switched: dict[str, CppSwitched] = {}
+    for (rel, _, _), (found, said) in zip(files, checked_files):
+        switched[rel] = found
+        print(said, flush=True)
     for ws, t in zip(spaces, targets):
         t.pristine = {rel: t.place[rel].read_text() for rel in t.files}
         for rel, s in switched.items():

@@ -119,3 +119,58 @@ def test_the_switched_forms(line, mutated, expected):
         assert left_out == [0]
     else:
         assert (switched, left_out) == (expected, [])
+
+
+REACH = """\\
+#include <cstdio>
+#include <sys/wait.h>
+#include <unistd.h>
+int never(int a) {
+  return a + 1;
+}
+int in_child(int a) {
+  return a * 2;
+}
+int always(int a) {
+  return a - 3;
+}
+int main(int argc, char**) {
+  if (argc > 5) std::printf("%d\\n", never(argc));
+  const pid_t child = fork();
+  if (child == 0) {
+    std::printf("%d\\n", in_child(argc));
+    std::fflush(stdout);
+    _exit(0);
+  }
+  waitpid(child, nullptr, 0);
+  std::printf("%d\\n", always(argc));
+  return 0;
+}
+"""
+
+
+def test_a_trace_file_marks_each_mutant_a_run_reaches_its_forked_children_included(tmp_path):
+    (tmp_path / cpp_schemata.HEADER_NAME).write_text(cpp_schemata.HEADER)
+    found = mutagen.cpp_mutants("reach.cpp", REACH)
+    switched = cpp_schemata.compile_check("reach.cpp", REACH, found, syntax_check(tmp_path), "<stdin>")
+    binary = build(tmp_path, "reach", switched.text)
+    lines = REACH.split("\n")
+    body = {"never": "a + 1", "in_child": "a * 2", "always": "a - 3"}
+    by_function = {name: {switched.ids[m.key] for m in found if m.key in switched.ids
+                          and f"return {text};" in lines[m.line - 1]}
+                   for name, text in body.items()}
+    assert all(by_function.values()), by_function  # each function's line holds a switched mutant
+    trace = tmp_path / "reached.bin"
+    trace.write_bytes(bytes(max(switched.ids.values()) + 1))
+    env = {**{k: v for k, v in os.environ.items() if k != "NR_MUTANT_ID"}, "NR_MUTANT_TRACE": str(trace)}
+    done = subprocess.run([str(binary)], env=env, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0 and done.stdout.split() == ["2", "-2"]  # no mutant chosen: as it is
+    reached = {i for i, b in enumerate(trace.read_bytes()) if b}
+    assert by_function["always"] <= reached
+    assert by_function["in_child"] <= reached  # marked by the forked child, in the same file
+    assert not by_function["never"] & reached
+    # Without the variable nothing is marked, and the program runs the same.
+    trace.write_bytes(bytes(len(trace.read_bytes())))
+    plain = subprocess.run([str(binary)], env={k: v for k, v in env.items() if k != "NR_MUTANT_TRACE"},
+                           capture_output=True, text=True, timeout=30)
+    assert plain.stdout == done.stdout and not any(trace.read_bytes())

@@ -1,0 +1,229 @@
+"""Tests chosen by coverage for the C++ layers' mutants (--tests-by-coverage
+with --switch of cpp or binding): the schemata build marks, in a trace file
+named by $NR_MUTANT_TRACE, each mutant whose switch a run evaluates, that is
+each mutant that could change what the run does (cpp_schemata.HEADER). One
+pristine run of both suites, each test's reach kept apart, gives the tests
+that can kill each switched mutant: each GoogleTest test alone in a process
+of its own (several side by side), the Python suite in its usual parts with
+the reached_contexts plugin, child processes included (they mark the same
+file). A mutant then meets only those tests, cheapest first within each
+suite, stopping at the first failure; one no test reaches is "no coverage",
+not run. A mutant reached outside any Python test (at import, collection,
+or the interpreter's exit) meets the whole suites, as does one that is not
+switched (rebuilt instead: no trace names it).
+
+The run stands for the baseline (it ran every test, pristine): its failures
+kill nothing, its times give the timeouts. It is kept
+(reached-<layer>.json beside the run's records) with the tree's digest and
+the mutants' ids, and measured again when either changes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shutil
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+
+from . import mutants
+from .mutants import ROOT, Workspace
+
+PLUGIN = "harness.mutation.reached_contexts"
+GTEST_PREFIX = "gtest:"  # a C++ conformance test, as the map names it
+GTEST_LIMIT_S = 300.0   # one C++ test alone, pristine (the slowest takes seconds)
+
+
+@dataclass
+class ReachedMap:
+    tests: dict[str, list[str]]       # mutant id (str: JSON) -> the tests reaching it
+    outside: list[int]                # ids reached outside any Python test: the whole suites
+    durations: dict[str, float]       # test -> seconds in the pristine run
+    ids: dict[str, int]               # mutant key -> the id the map was measured with
+    failing: list[str] = field(default_factory=list)        # tests failing pristine: they kill nothing
+    failing_names: dict[str, list[str]] = field(default_factory=dict)  # suite -> the same, as a run names them
+    source: str = ""
+    seconds: float = 0.0              # what measuring it took
+    suite_seconds: dict[str, float] = field(default_factory=dict)  # suite -> its wall time pristine
+
+    def save(self, path: pathlib.Path) -> None:
+        path.write_text(json.dumps(asdict(self), indent=0, sort_keys=True))
+
+    @classmethod
+    def load(cls, path: pathlib.Path) -> ReachedMap:
+        return cls(**json.loads(path.read_text()))
+
+    def covering(self, mutant, text: str) -> list[str] | None:
+        """The tests that reach `mutant`, cheapest first (GoogleTest's named
+        GTEST_PREFIX + Suite.Name); None where the whole suites must run
+        (not switched, or reached outside any test); [] where none does."""
+        mutant_id = self.ids.get(mutant.key)
+        if mutant_id is None or mutant_id in self.outside:
+            return None
+        found = [t for t in self.tests.get(str(mutant_id), []) if t not in self.failing]
+        return sorted(found, key=lambda t: (self.durations.get(t, 0.0), t))
+
+    def seconds_of(self, tests: list[str]) -> float:
+        return sum(self.durations.get(t, 0.0) for t in tests)
+
+
+def split(tests: list[str]) -> tuple[list[str], list[str]]:
+    """(GoogleTest names for --gtest_filter, pytest node ids), order kept."""
+    return ([t[len(GTEST_PREFIX):] for t in tests if t.startswith(GTEST_PREFIX)],
+            [t for t in tests if not t.startswith(GTEST_PREFIX)])
+
+
+def marked(path: pathlib.Path) -> set[int]:
+    """The ids a trace file holds marked."""
+    return {i for i, b in enumerate(path.read_bytes()) if b}
+
+
+def gtest_names(binary: pathlib.Path) -> list[str]:
+    """A GoogleTest binary's tests as --gtest_filter names them."""
+    status, output = mutants.run_killable([str(binary), "--gtest_list_tests"], 120)
+    if status != 0:
+        raise RuntimeError(f"{binary} --gtest_list_tests failed:\n{output[-2000:]}")
+    names, suite = [], ""
+    for line in output.splitlines():
+        if not line.strip() or line.startswith(("Running main", "[")):
+            continue
+        if not line.startswith(" "):
+            suite = line.split("#")[0].strip()
+        else:
+            names.append(suite + line.split("#")[0].strip())
+    return names
+
+
+def measure_gtests(binary: pathlib.Path, size: int, out: pathlib.Path, jobs: int, timeout: float
+                   ) -> tuple[dict[str, set[int]], dict[str, float], list[str]]:
+    """Each test of `binary` alone, `jobs` side by side, with a trace file
+    of its own: (test -> ids it reached, test -> seconds, failing tests)."""
+    names = gtest_names(binary)
+    out.mkdir(parents=True, exist_ok=True)
+    reached: dict[str, set[int]] = {}
+    seconds: dict[str, float] = {}
+    failing: list[str] = []
+    pending = list(enumerate(names))
+    lock = threading.Lock()
+
+    def work() -> None:
+        while True:
+            with lock:
+                if not pending:
+                    return
+                i, name = pending.pop(0)
+            trace = out / f"gtest-{i}.bin"
+            trace.write_bytes(bytes(size))
+            began = time.monotonic()
+            status, _ = mutants.run_killable(
+                [str(binary), f"--gtest_filter={name}"], timeout,
+                env={**os.environ, **mutants.FREED_MEMORY_FILLED, "NR_MUTANT_TRACE": str(trace)})
+            took = time.monotonic() - began
+            ids = marked(trace)
+            trace.unlink()
+            with lock:
+                reached[name], seconds[name] = ids, took
+                if status != 0:
+                    failing.append(name)
+
+    threads = [threading.Thread(target=work) for _ in range(max(1, jobs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return reached, seconds, sorted(failing)
+
+
+def measure(ws: Workspace, ids: dict[str, int], layer: str, impl: str, env: dict, tree: pathlib.Path,
+            out: pathlib.Path, jobs: int, timeout: float, source: str = "") -> ReachedMap:
+    """Both suites (the C++ one where `layer` is cpp: the binding's mutants
+    cannot reach it) on the schemata build of `ws`, pristine, each test's
+    reach recorded. Raises RuntimeError when a suite crashes or times out."""
+    began = time.monotonic()
+    size = max(ids.values(), default=-1) + 1
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    tests: dict[str, set[int]] = {}
+    durations: dict[str, float] = {}
+    failing: list[str] = []
+    names: dict[str, list[str]] = {}
+    suite_seconds: dict[str, float] = {}
+    if layer == "cpp":
+        cpp_began = time.monotonic()
+        reached, seconds, failed = measure_gtests(ws.build / mutants.GTEST["conformance"], size, out / "gtest",
+                                                  jobs, min(timeout, GTEST_LIMIT_S))
+        suite_seconds["c++ conformance"] = time.monotonic() - cpp_began
+        for name, found in reached.items():
+            tests[GTEST_PREFIX + name] = found
+            durations[GTEST_PREFIX + name] = seconds[name]
+        failing += [GTEST_PREFIX + n for n in failed]
+        names["c++ conformance"] = failed
+        print(f"  C++ conformance: {len(reached)} tests one by one, {jobs} at a time, "
+              f"{suite_seconds['c++ conformance']:.0f} s", flush=True)
+    python_out = out / "python"
+    (python_out / "traces").mkdir(parents=True)
+    python_env = {**env, "NR_REACHED_DIR": str(python_out / "traces"), "NR_REACHED_SIZE": str(size),
+                  "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])),
+                  "PYTEST_ADDOPTS": f"-p {PLUGIN} " + env.get("PYTEST_ADDOPTS", "")}
+    python_began = time.monotonic()
+    failed, output = mutants.python_suite(python_out, timeout, impl, python_env, tree, ws, fail_fast=False)
+    suite_seconds["python conformance"] = time.monotonic() - python_began
+    if any(t.startswith("<") for t in failed):
+        raise RuntimeError(f"the pristine Python suite on the schemata build failed as a whole: {failed}\n"
+                           + "\n".join(output.splitlines()[-30:]))
+    outside: set[int] = set()
+    parts = sorted((python_out / "traces").glob("*.json"))
+    if not parts:
+        raise RuntimeError("the pristine Python suite recorded no reach (was the plugin loaded?):\n"
+                           + "\n".join(output.splitlines()[-30:]))
+    for part in parts:
+        found = json.loads(part.read_text())
+        for nodeid, reached_ids in found["tests"].items():
+            tests.setdefault(nodeid, set()).update(reached_ids)
+        durations.update(found["durations"])
+        outside.update(found["outside"])
+        outside.update(marked(part.with_suffix(".bin")))  # what its exit reached
+    failing += mutants.baseline_deselect(python_out)
+    names["python conformance"] = failed
+    by_id: dict[str, list[str]] = {}
+    for test, found in tests.items():
+        for i in found:
+            by_id.setdefault(str(i), []).append(test)
+    return ReachedMap({i: sorted(t) for i, t in by_id.items()}, sorted(outside), durations, dict(ids),
+                      sorted(set(failing)), names, source, round(time.monotonic() - began, 1),
+                      {k: round(v, 1) for k, v in suite_seconds.items()})
+
+
+def baseline_of(reached: ReachedMap) -> dict:
+    """The baseline the reach run gives (it ran both suites pristine, every
+    test): its failures kill nothing and are deselected; each whole suite's
+    limit derives from its time as measure_baseline's does (the C++ suite's
+    from its tests' times one after the other)."""
+    deselect = [t for t in reached.failing if not t.startswith(GTEST_PREFIX)]
+    timeouts = {"build": 900.0, "python": max(60.0, 3 * reached.suite_seconds.get("python conformance", 0) + 30)}
+    cpp = [s for t, s in reached.durations.items() if t.startswith(GTEST_PREFIX)]
+    if cpp:
+        timeouts["c++"] = max(60.0, 3 * sum(cpp) + 30)
+    return {**reached.failing_names, "deselect": deselect, "timeouts": timeouts,
+            "tests": sorted(t[len(GTEST_PREFIX):] if t.startswith(GTEST_PREFIX) else t for t in reached.durations)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """python -m harness.mutation.reached_map MAP [KEY ...]: the tests a kept map gives."""
+    path = pathlib.Path((argv or sys.argv[1:])[0])
+    found = ReachedMap.load(path)
+    reached = sum(1 for i in found.ids.values() if str(i) in found.tests)
+    print(f"{path}: {len(found.ids)} mutants, {reached} reached by a test, {len(found.outside)} outside any "
+          f"test, {len(found.durations)} tests, measured in {found.seconds:.0f} s")
+    for key in (argv or sys.argv[1:])[1:]:
+        mutant_id = found.ids.get(key)
+        print(f"  {key}: id {mutant_id}: {found.tests.get(str(mutant_id), [])}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
