@@ -158,7 +158,10 @@ def run(args) -> int:
     # build (schemata_build.py), built once the mutants are chosen.
     schemata = bool(built_spaces) and getattr(args, "switch", False)
     if schemata:
-        spaces = built_spaces = [schemata_build.space(ws) for ws in spaces]
+        # ONE schemata build: --jobs N workers run its switched mutants side
+        # by side (nothing is rebuilt for them); the first worker rebuilds
+        # the others one by one once the switched ones are done.
+        spaces = built_spaces = [schemata_build.space(spaces[0])]
     jobs_each = max(1, (os.cpu_count() or 2) // len(built_spaces)) if built_spaces else 1
     if args.own_tests and not reference:
         raise SystemExit("harness/run: error: --own-tests runs the reference's own tests: mutate the reference")
@@ -231,13 +234,18 @@ def run(args) -> int:
         reused = reusable(mutation_report.load(args.incremental), digests, args.own_tests)
         print(f"  --incremental: {len(reused)} of the {len(chosen)} mutants keep their verdict of "
               f"{args.incremental} (their line and their tests' sources unchanged)", flush=True)
+    places = [(ws, t, out if ws.root == FIRST.root else out / ws.root.name) for ws, t in zip(spaces, targets)]
+    if schemata:
+        # (--check-switch rebuilds every mutant too: one worker.)
+        workers = 1 if getattr(args, "check_switch", False) else args.jobs
+        places = [(spaces[0], targets[0], out if k == 0 else out / f"worker-{k}") for k in range(workers)]
     outcomes = mutant_runner.run_all(chosen, equivalents, records, baseline, args.resume, args.own_tests,
-                                     [(ws, t, out if ws.root == FIRST.root else out / ws.root.name)
-                                      for ws, t in zip(spaces, targets)], digests=digests, reused=reused,
-                                     check_switch=schemata and getattr(args, "check_switch", False))
+                                     places, digests=digests, reused=reused,
+                                     check_switch=schemata and getattr(args, "check_switch", False),
+                                     shared_build=schemata)
     stats = figures(outcomes, equivalents)
     stats.update(candidates=len(candidates), chosen=len(chosen), seed=args.seed, requested=args.sample,
-                 files=target.files, not_mutated=target.left_out, impl=target.impl, jobs=len(spaces),
+                 files=target.files, not_mutated=target.left_out, impl=target.impl, jobs=len(places),
                  parts_not_mutated={part: {"candidates": n, "why": why} for part, (n, why) in parts_left_out.items()},
                  seconds_total=time.monotonic() - begin, seconds_per_mutant=per_mutant(outcomes))
     write_report(out / f"auto-{target.layer}", stats, outcomes, equivalents)

@@ -340,7 +340,8 @@ def baseline_from_results(results: pathlib.Path, stem: str) -> dict | None:
 def run_all(chosen: list, equivalents: dict[str, str], records: pathlib.Path, baseline: dict, resume: bool,
             own_tests: bool, places: list[tuple[Workspace, Target, pathlib.Path]],
             digests: dict[str, tuple[str, str]] | None = None,
-            reused: dict[str, Outcome] | None = None, check_switch: bool = False) -> list[Outcome]:
+            reused: dict[str, Outcome] | None = None, check_switch: bool = False,
+            shared_build: bool = False) -> list[Outcome]:
     """Runs `chosen` over the workspaces, recording each outcome in `records`
     (keeping, with `resume`, the verdicts recorded there of this tree's source);
     the outcomes in order. Ctrl-C or a SIGTERM stops it: the mutated files
@@ -356,6 +357,9 @@ def run_all(chosen: list, equivalents: dict[str, str], records: pathlib.Path, ba
                     own_tests)
     runner.digests = digests or {}
     runner.check_switch = check_switch
+    if shared_build:  # the places share one schemata build (a C++ layer's --switch)
+        runner.rebuilder = places[0][2]
+        runner.switched_keys = {key for s in places[0][1].switched.values() for key in s.keys}
     if check_switch:
         records.with_suffix(".switch-check.jsonl").unlink(missing_ok=True)
     try:
@@ -393,6 +397,14 @@ class Runner:
         self.errors: list[BaseException] = []
         self.check_differs: list[str] = []
         self.start = time.monotonic()
+        self.busy = 0  # workers inside a mutant's run
+
+    # Where the workers share one schemata build: the worker (by its out
+    # folder) that alone runs the mutants that are not switched, each
+    # rewriting and rebuilding that build, once no other worker runs one;
+    # and the switched mutants' keys. None: each worker has a build of its own.
+    rebuilder: pathlib.Path | None = None
+    switched_keys: set[str] = set()
 
     def run(self, places: list[tuple[Workspace, Target, pathlib.Path]]) -> None:
         threads = [threading.Thread(target=self.work, args=place, daemon=True) for place in places]
@@ -411,13 +423,24 @@ class Runner:
         if self.errors:
             raise self.errors[0]
 
-    def take(self, ws: Workspace) -> tuple[int, mutagen.Mutant] | None:
-        """The next mutant for `ws` (under self.lock): one of the file its
-        last mutant changed, else the first of a file no other workspace is
-        at, else the first. A mutant of another file than the last costs a
-        second compile, the restored file's; with the mutants in file order
-        and each workspace keeping to its files, that happens once per file
-        rather than at almost every mutant."""
+    def take(self, ws: Workspace, out: pathlib.Path | None = None) -> tuple[int, mutagen.Mutant] | None | str:
+        """The next mutant for the worker at `ws` writing to `out` (under
+        self.lock): one of the file its last mutant changed, else the first
+        of a file no other workspace is at, else the first. A mutant of
+        another file than the last costs a second compile, the restored
+        file's; with the mutants in file order and each workspace keeping to
+        its files, that happens once per file rather than at almost every
+        mutant. Workers sharing a schemata build (self.rebuilder) take the
+        switched mutants; the rebuilder then takes the rest once the others
+        are idle ("wait" until then)."""
+        if self.rebuilder is not None:
+            switched = [k for k, (_, m) in enumerate(self.pending) if m.key in self.switched_keys]
+            if switched:
+                return self.pending.pop(switched[0])
+            if out != self.rebuilder or not self.pending:
+                return None
+            if self.busy:
+                return "wait"
         if not self.pending:
             return None
         at = {f for w, f in self.at.items() if w != ws}
@@ -433,25 +456,37 @@ class Runner:
         try:
             while not self.stop.is_set():
                 with self.lock:
-                    taken = self.take(ws)
+                    taken = self.take(ws, out)
+                    if taken is not None and taken != "wait":
+                        self.busy += 1
                 if taken is None:
                     return
-                index, mutant = taken
-                switched = target.switched.get(mutant.file)
-                if switched is not None and mutant.key in switched.keys:
-                    # The instrumented copy is in place (and built): the suites' processes select it.
-                    outcome = evaluate(mutant, switched.choosing(target, mutant), ws, out, self.timeouts,
-                                       self.baseline, self.commit, self.own_tests)
-                    if self.check_switch and not self.stop.is_set():
-                        self.compare(mutant, outcome, self.rewritten(mutant, target, switched, ws, out))
-                else:
-                    outcome = self.rewritten(mutant, target, switched, ws, out)
-                if self.stop.is_set():
-                    return  # its suites were killed by the interrupt: no verdict
-                self.record(index, mutant, outcome)
+                if taken == "wait":
+                    time.sleep(0.5)
+                    continue
+                try:
+                    self.run_one(ws, target, out, *taken)
+                finally:
+                    with self.lock:
+                        self.busy -= 1
         except BaseException as exc:  # reported by the main thread; the others stop
             self.errors.append(exc)
             self.stop.set()
+
+    def run_one(self, ws: Workspace, target: Target, out: pathlib.Path, index: int, mutant: mutagen.Mutant
+                ) -> None:
+        switched = target.switched.get(mutant.file)
+        if switched is not None and mutant.key in switched.keys:
+            # The instrumented copy is in place (and built): the suites' processes select it.
+            outcome = evaluate(mutant, switched.choosing(target, mutant), ws, out, self.timeouts,
+                               self.baseline, self.commit, self.own_tests)
+            if self.check_switch and not self.stop.is_set():
+                self.compare(mutant, outcome, self.rewritten(mutant, target, switched, ws, out))
+        else:
+            outcome = self.rewritten(mutant, target, switched, ws, out)
+        if self.stop.is_set():
+            return  # its suites were killed by the interrupt: no verdict
+        self.record(index, mutant, outcome)
 
     digests: dict[str, tuple[str, str]] = {}
     # --check-switch: each switched mutant is run rewritten too, and the two

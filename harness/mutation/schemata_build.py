@@ -19,14 +19,16 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import hashlib
+import json
 import os
-import shutil
 import subprocess
 import time
 from dataclasses import dataclass, field
 
 from . import cpp_schemata, mutants
 from .mutagen_core import Mutant
+from .mutant_records import tree_source
 from .mutants import Workspace
 
 SWITCH = "NR_MUTANT_ID"
@@ -75,10 +77,10 @@ def switch(targets: list, spaces: list[Workspace], chosen: list[Mutant], jobs_ea
     began = time.monotonic()
     os.environ.pop(SWITCH, None)  # the baseline and the rebuilt mutants choose none
     for ws in spaces:
-        if ws.schemata.exists():  # an earlier run's copies
-            shutil.rmtree(ws.schemata)
-        ws.schemata.mkdir(parents=True)
-        (ws.schemata / cpp_schemata.HEADER_NAME).write_text(cpp_schemata.HEADER)
+        # An earlier run's copies stay until this run's are known: a copy
+        # written again with the same text keeps its time, and its object.
+        ws.schemata.mkdir(parents=True, exist_ok=True)
+        write_if_changed(ws.schemata / cpp_schemata.HEADER_NAME, cpp_schemata.HEADER)
         mutants.configure(ws, again=True)
     first = spaces[0]
     # The compile check uses the build's own commands, which include its
@@ -103,7 +105,7 @@ def switch(targets: list, spaces: list[Workspace], chosen: list[Mutant], jobs_ea
         checking = time.monotonic()
         original = (first.src / rel).read_text()
         command = cpp_schemata.compile_command(first.build, rel, first.schemata)
-        found = cpp_schemata.compile_check(rel, original, mine, command, "<stdin>", first_id, cwd=first.build)
+        found = checked(first, rel, original, mine, command, first_id)
         reasons: dict[str, int] = {}
         for why in found.left_out.values():
             reasons[why.split("\n")[0]] = reasons.get(why.split("\n")[0], 0) + 1
@@ -119,13 +121,18 @@ def switch(targets: list, spaces: list[Workspace], chosen: list[Mutant], jobs_ea
         print(said, flush=True)
     for ws, t in zip(spaces, targets):
         t.pristine = {rel: t.place[rel].read_text() for rel in t.files}
+        copies = {cpp_schemata.HEADER_NAME}
         for rel, s in switched.items():
             t.switched[rel] = s
             if s.ids:
                 copy = ws.schemata / rel
                 copy.parent.mkdir(parents=True, exist_ok=True)
-                copy.write_text(s.text)
+                write_if_changed(copy, s.text)
                 t.place[rel] = copy
+                copies.add(rel)
+        for old in ws.schemata.rglob("*"):  # an earlier run's copy of a file this run does not switch
+            if old.is_file() and old.relative_to(ws.schemata).as_posix() not in copies:
+                old.unlink()
         mutants.configure(ws, again=True)  # Meson sees the copies
     checked = time.monotonic() - began
     count = sum(len(s.ids) for s in switched.values())
@@ -140,3 +147,31 @@ def switch(targets: list, spaces: list[Workspace], chosen: list[Mutant], jobs_ea
         return False
     print(f"  schemata build: {time.monotonic() - building:.0f} s", flush=True)
     return True
+
+
+def write_if_changed(path: pathlib.Path, text: str) -> None:
+    """`text` into `path` unless it holds it already (its time then kept, so
+    ninja does not compile it again)."""
+    if not path.exists() or path.read_text() != text:
+        path.write_text(text)
+
+
+CHECKS = "schemata-checks"  # beside the workspace's build: compile checks done, by what they checked
+
+
+def checked(ws: Workspace, rel: str, original: str, mine: list[Mutant], command: list[str],
+            first_id: int) -> cpp_schemata.Schemata:
+    """cpp_schemata.compile_check of a file's mutants, kept by a digest of
+    everything it depends on (the file, the mutants and their ids, the
+    switch's header, the compile command and the headers it reads are those
+    of the build's tree) so that a resumed run does not check again."""
+    digest = hashlib.sha256(json.dumps([rel, original, sorted(m.key for m in mine), first_id,
+                                        cpp_schemata.HEADER, command, tree_source()]).encode()).hexdigest()
+    kept = ws.root / CHECKS / f"{digest[:32]}.json"
+    if kept.exists():
+        found = json.loads(kept.read_text())
+        return cpp_schemata.Schemata(found["text"], found["ids"], found["left_out"])
+    found = cpp_schemata.compile_check(rel, original, mine, command, "<stdin>", first_id, cwd=ws.build)
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    kept.write_text(json.dumps({"text": found.text, "ids": found.ids, "left_out": found.left_out}))
+    return found

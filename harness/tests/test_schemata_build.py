@@ -154,3 +154,63 @@ def test_the_runner_switches_by_id_rebuilds_the_rest_and_checks_the_switch(tmp_p
     rows = [json.loads(line) for line in (tmp_path / "r.switch-check.jsonl").read_text().splitlines()]
     assert [(r["key"], r["same"], r["switched"]["failing"], r["rebuilt"]["failing"]) for r in rows] == \
         [(on.key, True, ["T.fails"], ["T.fails"])]
+
+
+def test_workers_sharing_one_schemata_build_run_the_switched_mutants_first_and_rebuild_alone(tmp_path):
+    """Runner.take with a shared build: every worker takes switched mutants;
+    the first worker alone takes a rebuilt one, and only once no other
+    worker is inside a mutant's run; the others stop when no switched one
+    is left."""
+    switched, found = toy_switched()
+    on = [m for m in found if m.key in switched.keys][:2]
+    off = next(m for m in found if m.key not in {m.key for m in on})
+    switched.ids.pop(off.key, None)
+    runner = mutant_runner.Runner([off, *on], {}, tmp_path / "r.jsonl", {}, {}, {})
+    first, second = tmp_path / "out", tmp_path / "out" / "worker-1"
+    runner.rebuilder, runner.switched_keys = first, set(switched.keys)
+    ws = mutants.FIRST
+    assert runner.take(ws, second)[1].key == on[0].key
+    runner.busy = 1  # the second worker runs it
+    assert runner.take(ws, first)[1].key == on[1].key
+    assert runner.take(ws, second) is None  # only a rebuilt one is left: not for it
+    assert runner.take(ws, first) == "wait"  # a worker still runs a switched mutant
+    runner.busy = 0
+    assert runner.take(ws, first)[1].key == off.key
+    assert runner.take(ws, first) is None
+
+
+def test_a_switched_mutant_meets_only_the_tests_that_reach_it(tmp_path, monkeypatch):
+    """evaluate with a reached_map.ReachedMap: the C++ tests reaching the
+    mutant run alone (--gtest_filter), then the Python ones; a mutant no test
+    reaches is NoCoverage without a run; one reached outside any test, or not
+    switched, meets the whole suites."""
+    from harness.mutation import reached_map
+    rel = "reference/src/toy.cpp"
+    switched, found = toy_switched()
+    on = [m for m in found if m.key in switched.keys][:3]
+    ids = {m.key: switched.ids[m.key] for m in on}
+    reached = reached_map.ReachedMap(
+        tests={str(ids[on[0].key]): ["gtest:S.Slow", "gtest:S.Fast", "conformance/python/test_x.py::test_y"]},
+        outside=[ids[on[2].key]], durations={"gtest:S.Slow": 2.0, "gtest:S.Fast": 0.5}, ids=ids)
+    place = tmp_path / "toy.cpp"
+    place.write_text(switched.text)
+    target = mutant_runner.Target("cpp", [rel], {rel: place}, switched={rel: switched}, pristine={rel: TOY},
+                                  coverage=reached)
+    runs = []
+    monkeypatch.setattr(mutants, "build", lambda *args, **kwargs: True)
+    monkeypatch.setattr(mutants, "cpp_suite", lambda out, timeout, fail_fast=False, ws=None, env=None, only=None:
+                        runs.append(("c++", only)) or ([], ""))
+    monkeypatch.setattr(mutants, "python_suite", lambda *args, **kwargs: runs.append(("python", None)) or ([], ""))
+    monkeypatch.setattr(mutants, "python_tests", lambda out, timeout, impl, env, tree, ws, nodeids:
+                        runs.append(("python", nodeids)) or ([], ""))
+    monkeypatch.setattr(mutant_runner, "python_env", lambda *args: {})
+    timeouts = {"c++": 60.0, "python": 60.0, "build": 1.0}
+
+    def outcome(m):
+        runs.clear()
+        return mutant_runner.evaluate(m, switched.choosing(target, m), mutants.FIRST, tmp_path, timeouts, {})
+
+    assert outcome(on[0]).verdict == "survived"
+    assert runs == [("c++", ["S.Fast", "S.Slow"]), ("python", ["conformance/python/test_x.py::test_y"])]
+    assert outcome(on[1]).verdict == "nocoverage" and runs == []
+    assert outcome(on[2]).verdict == "survived" and runs == [("c++", None), ("python", None)]
