@@ -401,14 +401,14 @@ def reached_of(target: Target, ws: Workspace, out: pathlib.Path, baseline: dict,
     measuring run crashes)."""
     kept = out / f"reached-{target.layer}.json"
     source = mutant_runner.tree_source()
-    ids = {key: i for s in target.switched.values() for key, i in s.ids.items()}
+    ids = {key: i for s in target.switched.values() for key, i in {**s.ids, **s.probes}.items()}
     if kept.exists():
         found = reached_map.ReachedMap.load(kept)
         if found.source == source and found.ids == ids:
             print(f"  tests by coverage: the reach of these mutants at this tree in {kept}", flush=True)
             return found
     env = target.env if target.env is not None else mutants.package_env(ws, out)
-    print(f"== tests by coverage: which tests reach each of the {len(ids)} switched mutants (both suites "
+    print(f"== tests by coverage: which tests reach each of the {len(ids)} switched or probed mutants (both suites "
           f"pristine, per test, child processes included)", flush=True)
     try:
         found = reached_map.measure(ws, ids, target.layer, target.impl, env, target.suites_from or ws.src,

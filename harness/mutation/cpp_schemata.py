@@ -118,6 +118,9 @@ class Schemata:
     text: str
     ids: dict[str, int] = field(default_factory=dict)      # key -> its NR_MUTANT_ID
     left_out: dict[str, str] = field(default_factory=dict)  # key -> why it is not switched
+    # A mutant left out whose statement has a probe: key -> the probe's id
+    # (marked in a trace as a switch is, never chosen: see probe_line).
+    probes: dict[str, int] = field(default_factory=dict)
 
 
 def comment_at(masked: str, line: str) -> int:
@@ -241,9 +244,43 @@ def switch_line(line: str, masked: str, alternatives: list[tuple[int, str]]) -> 
     return text + (f"  {comment}" if comment else ""), left_out
 
 
-def schemata(rel: str, text: str, mutants: list[Mutant], first_id: int = 0) -> Schemata:
+_STATEMENT_END = (";", "{", "}")
+_NOT_A_STATEMENT = ("}", "{", "else", "case ", "default", "public:", "private:", "protected:", ":", ",", ")",
+                    "#", "?", "&&", "||", "<<", ">>", "+", "-", "*", "/", "%", "=", ".", "[")
+
+
+def probe_line(lines: list[str], masked: list[str], number: int) -> int | None:
+    """Where a probe statement is run whenever line `number` is: the first
+    line of the statement that holds it, where that statement follows
+    another statement or a block's `{` in the same block (so nothing can
+    jump past the probe to it); None where no such line is found (a label,
+    a `case`, an `else`, a preprocessor line on the way, a line that starts
+    no statement). A probe the compiler rejects (a line inside an
+    initializer list, a class body) is found by compiling."""
+    start = number - 1
+    while True:
+        previous = start - 1
+        while previous >= 0 and not masked[previous].strip() and not lines[previous].strip().startswith("#"):
+            previous -= 1
+        if previous < 0 or lines[previous].strip().startswith("#"):
+            return None
+        code = masked[previous].strip()
+        if code.endswith(_STATEMENT_END):
+            break
+        if code.endswith(":") or code.endswith("else"):
+            return None
+        start = previous
+    first = masked[start].strip()
+    if not first or first.startswith(_NOT_A_STATEMENT) or re.match(r"[A-Za-z_]\w*\s*:(?!:)", first):
+        return None  # no statement, or one behind a label
+    return start + 1
+
+
+def schemata(rel: str, text: str, mutants: list[Mutant], first_id: int = 0,
+             probes: dict[int, int] | None = None) -> Schemata:
     """The switched copy of `text` (the file `rel`) holding `mutants`, their
-    ids numbered from `first_id` in key order."""
+    ids numbered from `first_id` in key order; `probes`: line -> the id a
+    probe statement put in front of that line marks."""
     lines = text.split("\n")
     masked = _mask_cpp(text)
     ids = {m.key: first_id + i for i, m in enumerate(sorted(mutants, key=lambda m: m.key))}
@@ -263,6 +300,10 @@ def schemata(rel: str, text: str, mutants: list[Mutant], first_id: int = 0) -> S
                 left_out[m.key] = "no expression or whole statement of its line covers its change"
     for key in left_out:
         del ids[key]
+    for number, probe_id in (probes or {}).items():
+        line = out[number - 1]
+        indent = line[:len(line) - len(line.lstrip())]
+        out[number - 1] = f"{indent}(void)nr_mutant_is({probe_id}); {line.lstrip()}"
     include = f'#include "{HEADER_NAME}"  // mutant schemata'
     return Schemata(_header_line(include, out), ids, left_out)
 
@@ -274,6 +315,16 @@ def _header_line(include: str, out: list[str]) -> str:
         return "\n".join([include] + out[1:])
     return "\n".join([include, "#line 1", *out])
 
+
+# The kinds whose switched form most often does not compile, tried out of a
+# failing line first (its other mutants kept where the rest compiles):
+# `return {};` in a constructor or of a type with no default, arguments
+# swapped to types that do not convert, a ternary of two types.
+SUSPECTS = ("early-return", "argument-swap", "negation")
+
+# The ids a file of N mutants may use from its first: N for its switches,
+# N for its probes; the next file's start after them.
+ID_SPAN = 2
 
 NEAR = 3  # lines after a switched line an error it causes may be reported at
 _ERROR = re.compile(r"^(?P<file>[^:\n]+):(?P<line>\d+):(?P<col>\d+): error:", re.M)
@@ -287,6 +338,20 @@ def compile_check(rel: str, text: str, mutants: list[Mutant], command: list[str]
     CompileError of their schemata form) and the rest checked again."""
     chosen = list(mutants)
     left: dict[str, str] = {}
+    suspected: dict[int, int] = {}  # line -> how many of SUSPECTS went first
+
+    def culprits(line: int) -> set[str]:
+        """The keys taken out of a line that does not compile: the mutants
+        of the next kind of SUSPECTS it holds, if the line holds others
+        too; else all of them."""
+        mine = [m for m in chosen if m.line == line]
+        while suspected.get(line, 0) < len(SUSPECTS):
+            kind = SUSPECTS[suspected.get(line, 0)]
+            suspected[line] = suspected.get(line, 0) + 1
+            suspects = {m.key for m in mine if m.kind == kind}
+            if suspects and len(suspects) < len(mine):
+                return suspects
+        return {m.key for m in mine}
 
     def errors(kept: list[Mutant]) -> tuple[Schemata, list[int], str]:
         found = schemata(rel, text, kept, first_id)
@@ -301,7 +366,7 @@ def compile_check(rel: str, text: str, mutants: list[Mutant], command: list[str]
         left.update(found.left_out)
         if not bad:
             found.left_out = left
-            return found
+            return with_probes(rel, text, chosen, found, mutants, first_id, command, source_name, cwd, rounds)
         # An error shows at the switched line or soon after it (a dangling
         # `else` on the next line). One at a switched line with none in the
         # lines before it is that line's: the compiler reports every such
@@ -312,10 +377,10 @@ def compile_check(rel: str, text: str, mutants: list[Mutant], command: list[str]
         at_switch = {line for line in bad if line in lines_switched
                      and not lines_switched & set(range(line - NEAR, line))}
         if at_switch:
-            for m in chosen:
-                if m.line in at_switch:
-                    left[m.key] = "its schemata form does not compile (CompileError in the schemata build)"
-            chosen = [m for m in chosen if m.line not in at_switch]
+            dropped = set().union(*(culprits(line) for line in at_switch))
+            for key in dropped:
+                left[key] = "its schemata form does not compile (CompileError in the schemata build)"
+            chosen = [m for m in chosen if m.key not in dropped]
             continue
         first = bad[0]
         near = sorted({m.line for m in chosen if first - NEAR <= m.line <= first}, reverse=True)
@@ -325,13 +390,45 @@ def compile_check(rel: str, text: str, mutants: list[Mutant], command: list[str]
             for m in chosen:
                 left[m.key] = "the schemata copy of its file does not compile:\n" + stderr[-500:]
             return Schemata(text, {}, left)
-        for m in chosen:
-            if m.line == culprit:
-                left[m.key] = "its schemata form does not compile (CompileError in the schemata build)"
-        chosen = [m for m in chosen if m.line != culprit]
+        dropped = culprits(culprit)
+        for key in dropped:
+            left[key] = "its schemata form does not compile (CompileError in the schemata build)"
+        chosen = [m for m in chosen if m.key not in dropped]
     for m in chosen:
         left[m.key] = "not checked: too many rounds of compile errors"
     return Schemata(text, {}, left)
+
+
+def with_probes(rel: str, text: str, chosen: list[Mutant], found: Schemata, mutants: list[Mutant], first_id: int,
+                command: list[str], source_name: str, cwd: pathlib.Path | None, rounds: int) -> Schemata:
+    """`found` (its switches compile) with a probe in front of the statement
+    of each mutant it leaves out (probe_line), so that a trace tells which
+    tests reach those too; a probe the compiler rejects is taken out (its
+    mutants then have none). A file's switches take ids from `first_id` on,
+    fewer than it has mutants (ID_SPAN), and its probes the as many after."""
+    masked = _mask_cpp(text)
+    lines = text.split("\n")
+    left = [m for m in mutants if m.key in found.left_out]
+    places = {m.key: probe_line(lines, masked, m.line) for m in left}
+    numbers = sorted({n for n in places.values() if n is not None})
+    probes = {n: first_id + len(mutants) + i for i, n in enumerate(numbers)}
+    for _ in range(rounds):
+        if not probes:
+            break
+        probed = schemata(rel, text, chosen, first_id, probes)
+        done = subprocess.run(command, input=probed.text, capture_output=True, text=True, cwd=cwd)
+        if done.returncode == 0:
+            probed.left_out = found.left_out
+            probed.probes = {key: probes[n] for key, n in places.items() if n in probes}
+            return probed
+        bad = {int(m.group("line")) for m in _ERROR.finditer(done.stderr)
+               if m.group("file") in (source_name, "<stdin>")}
+        # An error at or soon after a probed line is that probe's.
+        culprits = {n for n in probes if any(n <= b <= n + NEAR for b in bad)}
+        if not culprits:
+            break
+        probes = {n: i for n, i in probes.items() if n not in culprits}
+    return found
 
 
 def compile_command(build: pathlib.Path, rel: str, header_dir: pathlib.Path) -> list[str]:
@@ -381,11 +478,12 @@ def main(argv: list[str] | None = None) -> int:
         copy = args.out / rel  # where -Dmutant_schemata=OUT looks for it
         copy.parent.mkdir(parents=True, exist_ok=True)
         copy.write_text(result.text)
-        first += len(found)
+        first += ID_SPAN * len(found)
         reasons: dict[str, int] = {}
         for why in result.left_out.values():
             reasons[why.split("\n")[0]] = reasons.get(why.split("\n")[0], 0) + 1
         print(f"{rel}: {len(found)} mutants, {len(result.ids)} switched, {len(result.left_out)} left out "
+              f"({len(result.probes)} of them probed) "
               f"({time.monotonic() - began:.0f} s)" + "".join(f"\n  {n}: {why}" for why, n in reasons.items()))
     return 0
 

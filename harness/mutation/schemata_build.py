@@ -47,6 +47,7 @@ class CppSwitched:
     original: str                               # the file as it is
     ids: dict[str, int] = field(default_factory=dict)        # key -> NR_MUTANT_ID
     left_out: dict[str, str] = field(default_factory=dict)   # key -> why it is rebuilt instead
+    probes: dict[str, int] = field(default_factory=dict)     # a key left out -> the id its statement's probe marks
 
     @property
     def keys(self) -> set[str]:
@@ -99,7 +100,7 @@ def switch(targets: list, spaces: list[Workspace], chosen: list[Mutant], jobs_ea
         mine = [m for m in chosen if m.file == rel]
         if mine:
             files.append((rel, mine, next_id))
-            next_id += len(mine)
+            next_id += cpp_schemata.ID_SPAN * len(mine)
 
     def check(rel: str, mine: list[Mutant], first_id: int) -> tuple[CppSwitched, str]:
         checking = time.monotonic()
@@ -110,8 +111,9 @@ def switch(targets: list, spaces: list[Workspace], chosen: list[Mutant], jobs_ea
         for why in found.left_out.values():
             reasons[why.split("\n")[0]] = reasons.get(why.split("\n")[0], 0) + 1
         said = (f"  {rel}: {len(mine)} mutants, {len(found.ids)} switched, {len(found.left_out)} rebuilt one by one "
+                f"({len(found.probes)} of them probed)"
                 f"({time.monotonic() - checking:.0f} s)" + "".join(f"\n    {n}: {why}" for why, n in reasons.items()))
-        return CppSwitched(found.text, original, found.ids, found.left_out), said
+        return CppSwitched(found.text, original, found.ids, found.left_out, found.probes), said
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs_each * len(spaces))) as pool:
         checked_files = list(pool.map(lambda f: check(*f), files))
@@ -124,7 +126,7 @@ def switch(targets: list, spaces: list[Workspace], chosen: list[Mutant], jobs_ea
         copies = {cpp_schemata.HEADER_NAME}
         for rel, s in switched.items():
             t.switched[rel] = s
-            if s.ids:
+            if s.ids or s.probes:
                 copy = ws.schemata / rel
                 copy.parent.mkdir(parents=True, exist_ok=True)
                 write_if_changed(copy, s.text)
@@ -170,8 +172,9 @@ def checked(ws: Workspace, rel: str, original: str, mine: list[Mutant], command:
     kept = ws.root / CHECKS / f"{digest[:32]}.json"
     if kept.exists():
         found = json.loads(kept.read_text())
-        return cpp_schemata.Schemata(found["text"], found["ids"], found["left_out"])
+        return cpp_schemata.Schemata(found["text"], found["ids"], found["left_out"], found["probes"])
     found = cpp_schemata.compile_check(rel, original, mine, command, "<stdin>", first_id, cwd=ws.build)
     kept.parent.mkdir(parents=True, exist_ok=True)
-    kept.write_text(json.dumps({"text": found.text, "ids": found.ids, "left_out": found.left_out}))
+    kept.write_text(json.dumps({"text": found.text, "ids": found.ids, "left_out": found.left_out,
+                                "probes": found.probes}))
     return found

@@ -134,8 +134,23 @@ int in_child(int a) {
 int always(int a) {
   return a - 3;
 }
+int looped(int n) {
+  int total = 0;
+  for (int i = 0; i < n; ++i) {
+    total += i;
+  }
+  return total;
+}
+int never_looped(int n) {
+  int total = 1;
+  for (int i = 0; i < n; ++i) {
+    total *= i;
+  }
+  return total;
+}
 int main(int argc, char**) {
-  if (argc > 5) std::printf("%d\\n", never(argc));
+  if (argc > 5) std::printf("%d\\n", never(argc) + never_looped(argc));
+  if (looped(argc) != 0) return 1;
   const pid_t child = fork();
   if (child == 0) {
     std::printf("%d\\n", in_child(argc));
@@ -174,3 +189,40 @@ def test_a_trace_file_marks_each_mutant_a_run_reaches_its_forked_children_includ
     plain = subprocess.run([str(binary)], env={k: v for k, v in env.items() if k != "NR_MUTANT_TRACE"},
                            capture_output=True, text=True, timeout=30)
     assert plain.stdout == done.stdout and not any(trace.read_bytes())
+
+
+def test_a_mutant_no_switch_fits_is_probed_at_its_statement_and_the_trace_marks_the_probe(tmp_path):
+    """A `for` header takes no switch: a probe in front of its statement
+    marks whether a run reaches it (the mutant itself is rebuilt)."""
+    (tmp_path / cpp_schemata.HEADER_NAME).write_text(cpp_schemata.HEADER)
+    found = mutagen.cpp_mutants("reach.cpp", REACH)
+    switched = cpp_schemata.compile_check("reach.cpp", REACH, found, syntax_check(tmp_path), "<stdin>")
+    lines = REACH.split("\n")
+    headers = {name: next(i for i, text in enumerate(lines, 1) if text.strip().startswith("for (")
+                          and name in lines[i - 3]) for name in ("looped", "never_looped")}
+    probes = {name: {switched.probes[m.key] for m in found if m.line == line and m.key in switched.probes}
+              for name, line in headers.items()}
+    assert all(len(ids) == 1 for ids in probes.values()), probes  # one probe per statement
+    assert not set(switched.ids.values()) & {i for ids in probes.values() for i in ids}
+    binary = build(tmp_path, "probed", switched.text)
+    trace = tmp_path / "reached.bin"
+    trace.write_bytes(bytes(max([*switched.ids.values(), *switched.probes.values()]) + 1))
+    env = {**{k: v for k, v in os.environ.items() if k != "NR_MUTANT_ID"}, "NR_MUTANT_TRACE": str(trace)}
+    done = subprocess.run([str(binary)], env=env, capture_output=True, text=True, timeout=30)
+    assert done.stdout.split() == ["2", "-2"]
+    reached = {i for i, b in enumerate(trace.read_bytes()) if b}
+    assert probes["looped"] <= reached and not probes["never_looped"] & reached
+
+
+@pytest.mark.parametrize("text, line, where", [
+    ("void f() {\n  int x = 0;\n  for (int i = 0; i < 3; ++i) {\n  }\n}", 3, 3),  # its own line
+    ("void f() {\n  g(1,\n    h(2));\n}", 3, 2),                                  # a call's first line
+    ("void f() {\n  if (a)\n    g(1,\n      2);\n}", 4, 2),                        # an if without braces: in front of the if
+    ("void f() {\n  if (a) {\n  } else\n    g(1,\n      2);\n}", 5, None),         # behind an else
+    ("void f() {\n  switch (x) {\n    case 1:\n      g(1,\n        2);\n  }\n}", 5, None),  # behind a case
+    ("void f() {\n  again: g(1,\n    2);\n}", 3, None),                            # behind a label
+    ("#if X\n  g(1,\n    2);\n#endif", 3, None),                                  # a preprocessor line
+])
+def test_a_probe_goes_where_nothing_can_jump_past_it_to_the_line(text, line, where):
+    from harness.mutation.mutagen_cpp import _mask_cpp
+    assert cpp_schemata.probe_line(text.split("\n"), _mask_cpp(text), line) == where
