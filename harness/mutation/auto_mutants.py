@@ -192,7 +192,7 @@ def run(args) -> int:
         print(f"  --shard {args.shard[0]}/{args.shard[1]}: {len(chosen)} of the {sampled} chosen mutants",
               flush=True)
     print(f"== mutants of {target.layer} ({', '.join(target.files)}): {len(candidates)} candidates, "
-          f"{len(chosen)} sampled (seed {args.seed}), {len(spaces)} at a time", flush=True)
+          f"{len(chosen)} sampled (seed {args.seed}), {args.jobs if schemata else len(spaces)} at a time", flush=True)
     for rel, why in target.left_out.items():
         print(f"  not mutated: {rel}: {why}")
     for part, (count, why) in parts_left_out.items():

@@ -106,12 +106,12 @@ def switch(targets: list, spaces: list[Workspace], chosen: list[Mutant], jobs_ea
         checking = time.monotonic()
         original = (first.src / rel).read_text()
         command = cpp_schemata.compile_command(first.build, rel, first.schemata)
-        found = checked(first, rel, original, mine, command, first_id)
+        found = compile_checked(first, rel, original, mine, command, first_id)
         reasons: dict[str, int] = {}
         for why in found.left_out.values():
             reasons[why.split("\n")[0]] = reasons.get(why.split("\n")[0], 0) + 1
         said = (f"  {rel}: {len(mine)} mutants, {len(found.ids)} switched, {len(found.left_out)} rebuilt one by one "
-                f"({len(found.probes)} of them probed)"
+                f"({len(found.probes)} of them probed) "
                 f"({time.monotonic() - checking:.0f} s)" + "".join(f"\n    {n}: {why}" for why, n in reasons.items()))
         return CppSwitched(found.text, original, found.ids, found.left_out, found.probes), said
 
@@ -161,7 +161,7 @@ def write_if_changed(path: pathlib.Path, text: str) -> None:
 CHECKS = "schemata-checks"  # beside the workspace's build: compile checks done, by what they checked
 
 
-def checked(ws: Workspace, rel: str, original: str, mine: list[Mutant], command: list[str],
+def compile_checked(ws: Workspace, rel: str, original: str, mine: list[Mutant], command: list[str],
             first_id: int) -> cpp_schemata.Schemata:
     """cpp_schemata.compile_check of a file's mutants, kept by a digest of
     everything it depends on (the file, the mutants and their ids, the
