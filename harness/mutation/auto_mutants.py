@@ -402,8 +402,12 @@ def reached_of(target: Target, ws: Workspace, out: pathlib.Path, baseline: dict,
     kept = out / f"reached-{target.layer}.json"
     source = mutant_runner.tree_source()
     ids = {key: i for s in target.switched.values() for key, i in {**s.ids, **s.probes}.items()}
-    if kept.exists():
-        found = reached_map.ReachedMap.load(kept)
+    found = None
+    try:
+        found = reached_map.ReachedMap.load(kept) if kept.exists() else None
+    except (TypeError, ValueError):
+        pass  # kept in an older form: measured again
+    if found is not None:
         if found.source == source and found.ids == ids:
             print(f"  tests by coverage: the reach of these mutants at this tree in {kept}", flush=True)
             return found
@@ -418,7 +422,7 @@ def reached_of(target: Target, ws: Workspace, out: pathlib.Path, baseline: dict,
         print(f"tests by coverage: {exc}")
         return None
     found.save(kept)
-    reached = sum(1 for i in ids.values() if str(i) in found.tests)
+    reached = sum(1 for i in ids.values() if i in found.tests)
     print(f"  {len(found.durations)} tests; {reached} of the {len(ids)} switched mutants reached by a test, "
           f"{len(found.outside)} outside any; {found.seconds:.0f} s; kept in {kept}", flush=True)
     return found

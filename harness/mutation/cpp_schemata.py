@@ -158,14 +158,21 @@ def top_level_commas(masked: str, start: int, end: int) -> list[int]:
 def whole_statement(code: str) -> bool:
     """A line that is one whole statement, switchable as a block."""
     s = code.strip()
-    # `return x;`, `break;` and a one-line `if (c) x;` are statements too
+    # `return x;`, `break;` and a one-line `if (c) x;` are statements too; a
+    # line that starts by going on the expression of the line before is not
     # (an `else` on the next line makes the copy fail to compile: found then).
     keyword = _KEYWORD_START.match(s)
     return (s.endswith(";") and s.count("(") == s.count(")") and s.count("{") == s.count("}")
             and s.count("[") == s.count("]")
             and (keyword is None and not _DECLARATION.match(s)
                  or keyword is not None and keyword.group(1) in ("return", "break", "continue", "if", "throw"))
-            and not s.startswith(("}", "{", ")", "#", "else")) and not s.endswith(("= default;", "= delete;")))
+            and not s.startswith(("}", "{", ")", "#", "else", *_CONTINUATION))
+            and not s.endswith(("= default;", "= delete;")))
+
+
+# How a line that goes on an expression from the line before starts.
+# (Not `*`: a statement may start by dereferencing.)
+_CONTINUATION = (":", "?", "&&", "||", "+", "-", "/", "%", "<<", ">>", ".", "->", ",", "=", "|", "^", "<", ">")
 
 
 def expression_region(masked: str, start: int, end: int) -> tuple[int, int] | None:
@@ -327,11 +334,14 @@ SUSPECTS = ("early-return", "argument-swap", "negation")
 ID_SPAN = 2
 
 NEAR = 3  # lines after a switched line an error it causes may be reported at
-_ERROR = re.compile(r"^(?P<file>[^:\n]+):(?P<line>\d+):(?P<col>\d+): error:", re.M)
+# An error, or where a template's error in a header was required from.
+_ERROR = re.compile(r"^(?P<file>[^:\n]+):(?P<line>\d+):(?P<col>\d+):(?: error: (?P<message>.*)|\s+required from here)",
+                    re.M)
+WIDE = 60  # lines before an error a culprit is looked for where none is NEAR (a lambda's return type)
 
 
 def compile_check(rel: str, text: str, mutants: list[Mutant], command: list[str], source_name: str,
-                  first_id: int = 0, rounds: int = 20, cwd: pathlib.Path | None = None) -> Schemata:
+                  first_id: int = 0, rounds: int = 100, cwd: pathlib.Path | None = None) -> Schemata:
     """The schemata of `mutants` whose switched forms compile: `command`
     (a compiler and its flags, reading the source from stdin with -x c++ -)
     checks the copy; the mutants of each line it rejects are left out (as
@@ -353,13 +363,42 @@ def compile_check(rel: str, text: str, mutants: list[Mutant], command: list[str]
                 return suspects
         return {m.key for m in mine}
 
-    def errors(kept: list[Mutant]) -> tuple[Schemata, list[int], str]:
+    def errors(kept: list[Mutant]) -> tuple[Schemata, dict[int, list[str]], str]:
+        """The copy of `kept`, its error lines (the copy's lines are the
+        file's, after the include and the #line directive) with their
+        messages ({0: []} for errors at no line of it), the compiler's output."""
         found = schemata(rel, text, kept, first_id)
         done = subprocess.run(command, input=found.text, capture_output=True, text=True, cwd=cwd)
-        # The copy's lines are the file's, after the include and the #line directive.
-        lines = sorted({int(m.group("line")) for m in _ERROR.finditer(done.stderr)
-                        if m.group("file") in (source_name, "<stdin>")})
-        return found, (lines or [0]) if done.returncode else [], done.stderr
+        lines: dict[int, list[str]] = {}
+        for m in _ERROR.finditer(done.stderr):
+            if m.group("file") in (source_name, "<stdin>"):
+                lines.setdefault(int(m.group("line")), []).append(m.group("message") or "")
+        return found, (lines or {0: []}) if done.returncode else {}, done.stderr
+
+    def clears(line: int, removed: list[int]) -> bool:
+        return line not in errors([m for m in chosen if m.line not in removed])[1]
+
+    def culprit_of(first: int) -> int | None:
+        """The switched line whose switch makes line `first` fail: of those
+        at most NEAR lines before it, nearest first (then the line after it),
+        the first whose removal clears it; else, of those at most WIDE lines before, found by
+        bisection (the fewest, nearest first, whose removal clears it)."""
+        near = sorted({m.line for m in chosen if first - NEAR <= m.line <= first}, reverse=True) + \
+            [first + 1] * any(m.line == first + 1 for m in chosen)  # `x ? a` before a switched `: b;`
+        found = next((line for line in near if clears(first, [line])), None)
+        if found is not None:
+            return found
+        wide = sorted({m.line for m in chosen if first - WIDE <= m.line <= first}, reverse=True)
+        if not wide or not clears(first, wide):
+            return None
+        low, high = 1, len(wide)  # removing wide[:high] clears it
+        while low < high:
+            mid = (low + high) // 2
+            if clears(first, wide[:mid]):
+                high = mid
+            else:
+                low = mid + 1
+        return wide[high - 1]
 
     for _ in range(rounds):
         found, bad, stderr = errors(chosen)
@@ -367,25 +406,23 @@ def compile_check(rel: str, text: str, mutants: list[Mutant], command: list[str]
         if not bad:
             found.left_out = left
             return with_probes(rel, text, chosen, found, mutants, first_id, command, source_name, cwd, rounds)
-        # An error shows at the switched line or soon after it (a dangling
-        # `else` on the next line). One at a switched line with none in the
-        # lines before it is that line's: the compiler reports every such
-        # error it finds, and all those lines are taken out at once. Else, of
-        # the switched lines at or before the first error, nearest first, the
-        # one whose switch removed clears it.
+        # An error shows at the switched line or after it (a dangling
+        # `else` on the next line, a lambda's return type at its end). One
+        # at a switched line is that line's, unless it is about an `else`:
+        # the compiler reports every such error it finds, and all those
+        # lines are taken out at once. Else culprit_of finds the switched
+        # line before the first error that causes it.
         lines_switched = {m.line for m in chosen}
-        at_switch = {line for line in bad if line in lines_switched
-                     and not lines_switched & set(range(line - NEAR, line))}
+        at_switch = {line for line, messages in bad.items() if line in lines_switched
+                     and not any("without a previous" in message for message in messages)}
         if at_switch:
             dropped = set().union(*(culprits(line) for line in at_switch))
             for key in dropped:
                 left[key] = "its schemata form does not compile (CompileError in the schemata build)"
             chosen = [m for m in chosen if m.key not in dropped]
             continue
-        first = bad[0]
-        near = sorted({m.line for m in chosen if first - NEAR <= m.line <= first}, reverse=True)
-        culprit = next((line for line in near
-                        if first not in errors([m for m in chosen if m.line != line])[1]), None)
+        first = min(bad)
+        culprit = culprit_of(first) if first else None
         if culprit is None:  # errors at no switched line: every form of the file is suspect
             for m in chosen:
                 left[m.key] = "the schemata copy of its file does not compile:\n" + stderr[-500:]

@@ -4,8 +4,8 @@ named by $NR_MUTANT_TRACE, each mutant whose switch a run evaluates, that is
 each mutant that could change what the run does (cpp_schemata.HEADER). One
 pristine run of both suites, each test's reach kept apart, gives the tests
 that can kill each switched mutant: each GoogleTest test alone in a process
-of its own (several side by side), the Python suite in its usual parts with
-the reached_contexts plugin, child processes included (they mark the same
+of its own (several side by side), the Python suite's files in as many
+parts as there are cores, each with the reached_contexts plugin, child processes included (they mark the same
 file). A mutant then meets only those tests, cheapest first within each
 suite, stopping at the first failure; one no test reaches is "no coverage",
 not run. A mutant reached outside any Python test (at import, collection,
@@ -20,6 +20,7 @@ the mutants' ids, and measured again when either changes.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import pathlib
@@ -39,7 +40,7 @@ GTEST_LIMIT_S = 300.0   # one C++ test alone, pristine (the slowest takes second
 
 @dataclass
 class ReachedMap:
-    tests: dict[str, list[str]]       # mutant id (str: JSON) -> the tests reaching it
+    reached: dict[str, list[int]]     # test -> the ids it reaches (the smaller way round to keep)
     outside: list[int]                # ids reached outside any Python test: the whole suites
     durations: dict[str, float]       # test -> seconds in the pristine run
     ids: dict[str, int]               # mutant key -> the id the map was measured with
@@ -50,11 +51,20 @@ class ReachedMap:
     suite_seconds: dict[str, float] = field(default_factory=dict)  # suite -> its wall time pristine
 
     def save(self, path: pathlib.Path) -> None:
-        path.write_text(json.dumps(asdict(self), indent=0, sort_keys=True))
+        path.write_text(json.dumps(asdict(self), sort_keys=True))
 
     @classmethod
     def load(cls, path: pathlib.Path) -> ReachedMap:
         return cls(**json.loads(path.read_text()))
+
+    @functools.cached_property
+    def tests(self) -> dict[int, list[str]]:
+        """Mutant id -> the tests reaching it."""
+        by_id: dict[int, list[str]] = {}
+        for test, ids in sorted(self.reached.items()):
+            for i in ids:
+                by_id.setdefault(i, []).append(test)
+        return by_id
 
     def covering(self, mutant, text: str) -> list[str] | None:
         """The tests that reach `mutant`, cheapest first (GoogleTest's named
@@ -63,7 +73,7 @@ class ReachedMap:
         mutant_id = self.ids.get(mutant.key)
         if mutant_id is None or mutant_id in self.outside:
             return None
-        found = [t for t in self.tests.get(str(mutant_id), []) if t not in self.failing]
+        found = [t for t in self.tests.get(mutant_id, []) if t not in self.failing]
         return sorted(found, key=lambda t: (self.durations.get(t, 0.0), t))
 
     def seconds_of(self, tests: list[str]) -> float:
@@ -137,6 +147,19 @@ def measure_gtests(binary: pathlib.Path, size: int, out: pathlib.Path, jobs: int
     return reached, seconds, sorted(failing)
 
 
+def python_parts(count: int) -> list[list[str]]:
+    """The Python conformance suite's files in up to `count` parts of about
+    equal size (largest first onto the smallest part), each a pytest process
+    with its own trace file: the reach run uses every core."""
+    files = sorted((ROOT / "conformance" / "python").glob("test_*.py"), key=lambda f: -f.stat().st_size)
+    parts: list[tuple[int, list[str]]] = [(0, []) for _ in range(max(1, min(count, len(files))))]
+    for f in files:
+        size, names = min(parts, key=lambda part: part[0])
+        parts.remove((size, names))
+        parts.append((size + f.stat().st_size, [*names, f"conformance/python/{f.name}"]))
+    return [names for _, names in parts if names]
+
+
 def measure(ws: Workspace, ids: dict[str, int], layer: str, impl: str, env: dict, tree: pathlib.Path,
             out: pathlib.Path, jobs: int, timeout: float, source: str = "") -> ReachedMap:
     """Both suites (the C++ one where `layer` is cpp: the binding's mutants
@@ -170,7 +193,9 @@ def measure(ws: Workspace, ids: dict[str, int], layer: str, impl: str, env: dict
                   "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])),
                   "PYTEST_ADDOPTS": f"-p {PLUGIN} " + env.get("PYTEST_ADDOPTS", "")}
     python_began = time.monotonic()
-    failed, output = mutants.python_suite(python_out, timeout, impl, python_env, tree, ws, fail_fast=False)
+    parts = [[*files, f"--impl={impl}"] for files in python_parts(jobs)]
+    failed, output = mutants.pytest_run(parts, python_out, timeout, python_env, tree, ws, fail_fast=False,
+                                        conformance_report=True)
     suite_seconds["python conformance"] = time.monotonic() - python_began
     if any(t.startswith("<") for t in failed):
         raise RuntimeError(f"the pristine Python suite on the schemata build failed as a whole: {failed}\n"
@@ -189,11 +214,7 @@ def measure(ws: Workspace, ids: dict[str, int], layer: str, impl: str, env: dict
         outside.update(marked(part.with_suffix(".bin")))  # what its exit reached
     failing += mutants.baseline_deselect(python_out)
     names["python conformance"] = failed
-    by_id: dict[str, list[str]] = {}
-    for test, found in tests.items():
-        for i in found:
-            by_id.setdefault(str(i), []).append(test)
-    return ReachedMap({i: sorted(t) for i, t in by_id.items()}, sorted(outside), durations, dict(ids),
+    return ReachedMap({test: sorted(found) for test, found in tests.items()}, sorted(outside), durations, dict(ids),
                       sorted(set(failing)), names, source, round(time.monotonic() - began, 1),
                       {k: round(v, 1) for k, v in suite_seconds.items()})
 
@@ -216,12 +237,12 @@ def main(argv: list[str] | None = None) -> int:
     """python -m harness.mutation.reached_map MAP [KEY ...]: the tests a kept map gives."""
     path = pathlib.Path((argv or sys.argv[1:])[0])
     found = ReachedMap.load(path)
-    reached = sum(1 for i in found.ids.values() if str(i) in found.tests)
+    reached = sum(1 for i in found.ids.values() if i in found.tests)
     print(f"{path}: {len(found.ids)} mutants, {reached} reached by a test, {len(found.outside)} outside any "
           f"test, {len(found.durations)} tests, measured in {found.seconds:.0f} s")
     for key in (argv or sys.argv[1:])[1:]:
         mutant_id = found.ids.get(key)
-        print(f"  {key}: id {mutant_id}: {found.tests.get(str(mutant_id), [])}")
+        print(f"  {key}: id {mutant_id}: {found.tests.get(mutant_id, [])}")
     return 0
 
 

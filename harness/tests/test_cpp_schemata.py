@@ -226,3 +226,16 @@ def test_a_mutant_no_switch_fits_is_probed_at_its_statement_and_the_trace_marks_
 def test_a_probe_goes_where_nothing_can_jump_past_it_to_the_line(text, line, where):
     from harness.mutation.mutagen_cpp import _mask_cpp
     assert cpp_schemata.probe_line(text.split("\n"), _mask_cpp(text), line) == where
+
+
+@pytest.mark.parametrize("line, whole", [
+    ("  x = f(a);", True),
+    ("  *out = value;", True),
+    ("  return total;", True),
+    ("                  : r.chain_under(key, chain);", False),  # the end of `c ? a` on the line before
+    ("      && ready(b);", False),
+    ("  int y = f(a);", False),                                  # declares: switched on its initializer
+])
+def test_a_line_going_on_the_expression_before_it_is_no_whole_statement(line, whole):
+    from harness.mutation.mutagen_cpp import _mask_cpp
+    assert cpp_schemata.whole_statement(_mask_cpp(line)[0]) is whole

@@ -190,7 +190,7 @@ def test_a_switched_mutant_meets_only_the_tests_that_reach_it(tmp_path, monkeypa
     on = [m for m in found if m.key in switched.keys][:3]
     ids = {m.key: switched.ids[m.key] for m in on}
     reached = reached_map.ReachedMap(
-        tests={str(ids[on[0].key]): ["gtest:S.Slow", "gtest:S.Fast", "conformance/python/test_x.py::test_y"]},
+        reached={test: [ids[on[0].key]] for test in ["gtest:S.Slow", "gtest:S.Fast", "conformance/python/test_x.py::test_y"]},
         outside=[ids[on[2].key]], durations={"gtest:S.Slow": 2.0, "gtest:S.Fast": 0.5}, ids=ids)
     place = tmp_path / "toy.cpp"
     place.write_text(switched.text)
