@@ -264,6 +264,10 @@ def parser() -> argparse.ArgumentParser:
                         "`module`). Default: cpp")
     p.add_argument("--sample", type=int, default=None, metavar="N",
                    help="with --mutants auto: a reproducible random sample of N mutants (default: all)")
+    p.add_argument("--shuffle", action="store_true",
+                   help="with --mutants auto: take the chosen mutants in an order shuffled by --seed (not file "
+                        "order), so that a run stopped early (or resumed in parts) has judged a uniform random "
+                        "sample of them; which mutants are chosen, and their ids, are unchanged")
     p.add_argument("--seed", type=int, default=1, metavar="S",
                    help="with --mutants auto: the sample's seed (default: 1)")
     p.add_argument("--jobs", type=int, default=1, metavar="N",

@@ -23,6 +23,7 @@ import hashlib
 import json
 import os
 import pathlib
+import random
 import subprocess
 import sys
 import time
@@ -228,6 +229,8 @@ def run(args) -> int:
     if getattr(args, "switch", False) and not schemata:
         switch_all(targets, chosen)
     records = out / f"auto-{target.layer}.jsonl"
+    if getattr(args, "shuffle", False):  # only the order: ids and checks were made in file order
+        chosen = random.Random(args.seed).sample(chosen, len(chosen))
     digests = digests_of(chosen, target, coverage)
     reused = {}
     if getattr(args, "incremental", None) is not None:

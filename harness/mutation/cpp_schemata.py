@@ -334,9 +334,10 @@ SUSPECTS = ("early-return", "argument-swap", "negation")
 ID_SPAN = 2
 
 NEAR = 3  # lines after a switched line an error it causes may be reported at
-# An error, or where a template's error in a header was required from.
-_ERROR = re.compile(r"^(?P<file>[^:\n]+):(?P<line>\d+):(?P<col>\d+):(?: error: (?P<message>.*)|\s+required from here)",
-                    re.M)
+# An error, or where an error in a header came from: the line that required
+# a template, or that expanded the switch's macro (in a constant expression).
+_ERROR = re.compile(r"^(?P<file>[^:\n]+):(?P<line>\d+):(?P<col>\d+):(?: error: (?P<message>.*)|\s+required from here"
+                    r"| note: in expansion of macro)", re.M)
 WIDE = 60  # lines before an error a culprit is looked for where none is NEAR (a lambda's return type)
 
 

@@ -27,6 +27,7 @@ import dataclasses
 import datetime
 import hashlib
 import html
+import gzip
 import json
 import os
 import pathlib
@@ -273,7 +274,9 @@ def load(path: pathlib.Path) -> list[Outcome]:
         return outcomes_of(document)
     if path.suffix == ".json":
         return [Outcome(**o) for o in json.loads(path.read_text())["mutants"]]
-    return [Outcome(**json.loads(line)) for line in path.read_text().splitlines() if line.strip()]
+    # A journal committed compressed (doc/mutant-records/*.jsonl.gz).
+    text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
+    return [Outcome(**json.loads(line)) for line in text.splitlines() if line.strip()]
 
 
 def merge(documents: list[dict]) -> dict:

@@ -239,3 +239,33 @@ def test_a_probe_goes_where_nothing_can_jump_past_it_to_the_line(text, line, whe
 def test_a_line_going_on_the_expression_before_it_is_no_whole_statement(line, whole):
     from harness.mutation.mutagen_cpp import _mask_cpp
     assert cpp_schemata.whole_statement(_mask_cpp(line)[0]) is whole
+
+
+CONSTANT = """\
+#include <cstdio>
+constexpr int limit(int a) {
+  return a + 2;
+}
+int scaled(int a) {
+  constexpr int k = limit(3);
+  return a * k;
+}
+int main() {
+  std::printf("%d\\n", scaled(2));
+  return 0;
+}
+"""
+
+
+def test_a_switch_in_a_constant_expression_is_left_out_by_its_line_and_the_rest_kept(tmp_path):
+    """The switch reads the environment, so it cannot run in a constant
+    expression: the compiler's error is in the switch's header, and the note
+    naming the line that expanded it puts the blame there."""
+    (tmp_path / cpp_schemata.HEADER_NAME).write_text(cpp_schemata.HEADER)
+    found = mutagen.cpp_mutants("constant.cpp", CONSTANT)
+    checked = cpp_schemata.compile_check("constant.cpp", CONSTANT, found, syntax_check(tmp_path), "<stdin>")
+    lines = CONSTANT.split("\n")
+    constant = {m.key for m in found if "constexpr int k" in lines[m.line - 1] or "a + 2" in lines[m.line - 1]}
+    assert constant and constant.isdisjoint(checked.ids)
+    assert {m.key for m in found if "a * k" in lines[m.line - 1]} <= set(checked.ids)  # the rest kept
+    build(tmp_path, "constant", checked.text)
