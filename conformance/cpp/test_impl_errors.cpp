@@ -50,5 +50,22 @@ TEST_P(Conformance, AnInPlaceOpsImplErrorStillRaisesUnderFallback) {
   EXPECT_THROW(target.mul_(tensor({4, 5})), std::exception);
 }
 
+TEST_P(Conformance, APolicyScopeInsideAnotherGivesTheOuterPolicyBack) {
+  BEHAVIOUR("degrade.policy-scopes-nest");
+  REQUIRE_FEATURE("impl-error-fallback");
+  add(mul_key(), constant_cond(true), popping_then_throwing());
+  adapter().install(mul_key());
+  {
+    auto fallback = adapter().impl_error_policy("fallback");
+    {
+      auto raise = adapter().impl_error_policy("raise");
+      EXPECT_THROW(call_mul(tensor({2}), tensor({4})), std::exception);
+    }
+    EXPECT_TRUE(same(call_mul(tensor({2, 3}), tensor({4, 5})), tensor({8, 15})))
+        << "the outer scope's fallback is in force again";
+  }
+  EXPECT_THROW(call_mul(tensor({2}), tensor({4})), std::exception) << "the default is back";
+}
+
 }  // namespace
 }  // namespace conformance

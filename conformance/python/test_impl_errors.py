@@ -81,3 +81,17 @@ def test_an_interrupt_or_exit_from_an_impl_propagates_under_fallback(impl, error
     impl.install(*KEY)
     with impl.impl_error_policy("fallback"), pytest.raises(error):
         mul()
+
+
+@behaviour("degrade.policy-scopes-nest")
+def test_a_policy_scope_inside_another_gives_the_outer_policy_back(impl):
+    impl.register("flaky_dsl", *KEY, always, failing(ZeroDivisionError("no driver")))
+    impl.install(*KEY)
+    with impl.impl_error_policy("fallback"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with impl.impl_error_policy("raise"):
+            with pytest.raises(ZeroDivisionError):
+                mul()
+        assert torch.equal(mul(), STOCK), "the outer scope's fallback is in force again"
+    with pytest.raises(ZeroDivisionError):
+        mul()
