@@ -171,6 +171,8 @@ def run(args) -> int:
         # build as it is if what it is built from is pristine, never rebuild
         # it, and touch none of its sources.
         check_pristine(BUILT_FROM)
+    # What the verdicts are of: the tree as the workspaces copy it now.
+    at = (mutant_runner.tree_commit(), mutant_runner.tree_source())
     if built_spaces and not mutant_runner.prepare(built_spaces, jobs_each, build=not schemata):
         return 1
     targets = [choose_target(args, ws) for ws in spaces]
@@ -211,7 +213,7 @@ def run(args) -> int:
     if baseline is None:
         return 1
     if getattr(args, "tests_by_coverage", False) and schemata:
-        coverage = reached_of(targets[0], spaces[0], out, baseline, jobs=os.cpu_count() or 1)
+        coverage = reached_of(targets[0], spaces[0], out, baseline, jobs=os.cpu_count() or 1, source=at[1])
         if coverage is None:
             return 1
         if "python" not in baseline["timeouts"]:
@@ -245,7 +247,7 @@ def run(args) -> int:
     outcomes = mutant_runner.run_all(chosen, equivalents, records, baseline, args.resume, args.own_tests,
                                      places, digests=digests, reused=reused,
                                      check_switch=schemata and getattr(args, "check_switch", False),
-                                     shared_build=schemata)
+                                     shared_build=schemata, at=at)
     stats = figures(outcomes, equivalents)
     stats.update(candidates=len(candidates), chosen=len(chosen), seed=args.seed, requested=args.sample,
                  files=target.files, not_mutated=target.left_out, impl=target.impl, jobs=len(places),
@@ -257,7 +259,7 @@ def run(args) -> int:
         config={"layer": target.layer, "impl": target.impl, "seed": args.seed, "sample": args.sample,
                 "shard": "/".join(map(str, args.shard)) if getattr(args, "shard", None) else "1/1",
                 "candidates": len(candidates), "chosen": len(chosen), "sampled": sampled,
-                "commit": mutant_runner.tree_commit(), "seconds_total": round(stats["seconds_total"], 1)},
+                "commit": at[0], "seconds_total": round(stats["seconds_total"], 1)},
         tests=baseline.get("tests", []))
     report_path = out / f"auto-{target.layer}.mutation.json"
     mutation_report.write(document, report_path)
@@ -396,14 +398,13 @@ def coverage_of(target: Target, ws: Workspace, out: pathlib.Path, baseline: dict
     return found
 
 
-def reached_of(target: Target, ws: Workspace, out: pathlib.Path, baseline: dict, jobs: int
+def reached_of(target: Target, ws: Workspace, out: pathlib.Path, baseline: dict, jobs: int, source: str
                ) -> reached_map.ReachedMap | None:
     """Which tests reach each switched mutant of the schemata build of `ws`
     (reached_map.py): kept in out/reached-<layer>.json and measured again
     when the tree's source or the mutants' ids change (None when the
     measuring run crashes)."""
     kept = out / f"reached-{target.layer}.json"
-    source = mutant_runner.tree_source()
     ids = {key: i for s in target.switched.values() for key, i in {**s.ids, **s.probes}.items()}
     found = None
     try:

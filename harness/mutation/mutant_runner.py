@@ -341,13 +341,16 @@ def run_all(chosen: list, equivalents: dict[str, str], records: pathlib.Path, ba
             own_tests: bool, places: list[tuple[Workspace, Target, pathlib.Path]],
             digests: dict[str, tuple[str, str]] | None = None,
             reused: dict[str, Outcome] | None = None, check_switch: bool = False,
-            shared_build: bool = False) -> list[Outcome]:
+            shared_build: bool = False, at: tuple[str, str] | None = None) -> list[Outcome]:
     """Runs `chosen` over the workspaces, recording each outcome in `records`
     (keeping, with `resume`, the verdicts recorded there of this tree's source);
     the outcomes in order. Ctrl-C or a SIGTERM stops it: the mutated files
     are restored and the outcomes so far returned."""
     signal.signal(signal.SIGTERM, interrupt)
-    commit, source = tree_commit(), tree_source()
+    # `at`: the commit and source the workspaces were copied at (a run's
+    # first step), so that an edit of the tree during a long run is not
+    # what its verdicts claim to be of.
+    commit, source = at or (tree_commit(), tree_source())
     done = {**(reused or {}), **(resumed(records, chosen, source, own_tests) if resume else {})}
     if resume:
         print(f"  --resume: {len(done)} of the {len(chosen)} mutants have a verdict of this tree "
