@@ -33,7 +33,7 @@ REDEF_SETUP = """
         try:
             return "returned " + str(fn(*args).tolist())
         except Exception as e:
-            return "raised " + " ".join(str(e).split())
+            return "raised " + type(e).__name__ + ": " + " ".join(str(e).split())
 
     lib = define("foo(Tensor x) -> Tensor", lambda x: x + 1)
     impl.register("redef_dsl", NS, "foo", "CPU", lambda *a: True, lambda x: x * 7)
@@ -170,7 +170,7 @@ def test_a_native_op_whose_target_left_the_dispatcher_raises(impl):
     results = check_named_error(lines)
     for what in ("eager", "meta"):
         assert "1000" not in results[what], f"the _native op dispatched to an unrelated op: {results[what]}"
-        assert results[what].startswith("raised"), (
+        assert results[what].startswith("raised RuntimeError"), (
             f"the _native op's {what} call after its target left: {results[what]}")
         assert results["id"] in results[what] and "foo" in results[what], (
             f"the error names neither the override nor the op: {results[what]}")
