@@ -1,0 +1,74 @@
+"""Tests of the per-test reach of a C++ schemata build's mutants
+(harness/mutation/reached_map.py, reached_contexts.py) without a build: the
+tests below mark a trace file as the switch's header does (through the file
+$NR_MUTANT_TRACE names, mapped shared), in the pytest process and in a child
+process, and the plugin must give each test its own ids and put what
+collection marks outside any test."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+from harness.mutation import reached_map
+from harness.mutation.mutants import ROOT
+
+SUITE = '''
+import mmap, os, subprocess, sys
+
+def mark(i):
+    with open(os.environ["NR_MUTANT_TRACE"], "r+b") as f:
+        m = mmap.mmap(f.fileno(), 0)
+        m[i] = 1
+
+mark(0)  # at import: collection, outside any test
+
+def test_one():
+    mark(1)
+
+def test_two():
+    mark(2)
+    # A child process started with the environment marks the same file.
+    subprocess.run([sys.executable, "-c", "import mmap, os; f = open(os.environ['NR_MUTANT_TRACE'], 'r+b'); "
+                    "m = mmap.mmap(f.fileno(), 0); m[3] = 1"], check=True)
+
+def test_three():
+    pass
+'''
+
+
+def test_each_test_gets_the_ids_it_and_its_children_reached_and_collection_is_outside(tmp_path):
+    (tmp_path / "test_suite.py").write_text(textwrap.dedent(SUITE))
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    env = {**os.environ, "NR_REACHED_DIR": str(traces), "NR_REACHED_SIZE": "8",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    env.pop("NR_MUTANT_TRACE", None)
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p",
+                           reached_map.PLUGIN, "test_suite.py"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    [found] = [json.loads(p.read_text()) for p in traces.glob("*.json")]
+    assert found["tests"] == {"test_suite.py::test_one": [1], "test_suite.py::test_two": [2, 3],
+                              "test_suite.py::test_three": []}
+    assert found["outside"] == [0]
+    assert set(found["durations"]) == set(found["tests"])
+
+
+def test_the_python_parts_hold_every_test_file_once():
+    parts = reached_map.python_parts(5)
+    files = sorted(p.name for p in (ROOT / "conformance" / "python").glob("test_*.py"))
+    assert len(parts) == 5
+    assert sorted(pathlib.Path(f).name for part in parts for f in part) == files
+
+
+def test_gtest_names_are_read_as_the_filter_takes_them(tmp_path):
+    listing = tmp_path / "fake_gtest"
+    listing.write_text("#!/bin/sh\ncat <<'OUT'\nRunning main() from gtest_main.cc\nSuite.\n  First\n  Second\n"
+                       "Reference/Conformance.\n  Routes/reference  # GetParam() = 64-byte object <00>\nOUT\n")
+    listing.chmod(0o755)
+    assert reached_map.gtest_names(listing) == ["Suite.First", "Suite.Second", "Reference/Conformance.Routes/reference"]
