@@ -112,6 +112,17 @@ def test_explain_reports_a_raising_cond_with_its_message(impl):
     later.assert_not_called()
 
 
+@behaviour("explain.interrupts-propagate")
+@pytest.mark.parametrize("interrupt", [KeyboardInterrupt, SystemExit])
+def test_an_interrupt_raised_by_a_cond_leaves_explain(impl, interrupt):
+    def cond(*_args, **_kwargs):
+        raise interrupt("stop 4711")
+    impl.register("interrupting", *KEY, cond, forbidden())
+    impl.install(*KEY)
+    with pytest.raises(interrupt, match="stop 4711"):
+        impl.explain(MUL, A, B)
+
+
 @behaviour("explain.runtime-check-not-asked")
 def test_explain_does_not_ask_the_runtime_check_and_explains_the_nodes_after_it(impl):
     runtime = MagicMock(return_value=True)
