@@ -182,6 +182,16 @@ TEST_P(Conformance, ExplainReportsTheCoverageCheck) {
   EXPECT_EQ(explained_verdicts(e), std::vector<std::string>({"accepted"})) << e.table;
   EXPECT_THAT(e.coverage, HasSubstr("manifest unreadable 99"));
   EXPECT_EQ(e.kernel, "impl");
+  {
+    // Coverage checks switched off: the check is not asked, the conds decide.
+    auto covering = adapter().coverage_check(
+        [](const Key&, const c10::OperatorHandle&, c10::DispatchKeySet, const Stack&) { return true; });
+    auto off = adapter().aot_enabled(false);
+    adapter().install(mul_key());
+    const ExplainInfo switched_off = adapter().explain(explain_mul_op(), explain_args(), "");
+    EXPECT_EQ(explained_verdicts(switched_off), std::vector<std::string>({"accepted"})) << switched_off.table;
+    EXPECT_EQ(switched_off.kernel, "impl");
+  }
 }
 
 TEST_P(Conformance, ExplainPicksTheHighestKeyOfTheCallWithAGraph) {

@@ -179,6 +179,13 @@ def test_explain_reports_the_coverage_check(impl):
         assert "manifest unreadable 99" in explained.coverage
         assert explained.kernel.kind == "impl"
 
+    # Coverage checks switched off: the check is not asked, the conds decide.
+    with impl.coverage_check(lambda op, key, args, kwargs: True), impl.aot_enabled(False):
+        impl.install(*KEY)
+        explained = impl.explain(MUL, A, B)
+        assert verdicts(explained) == ["accepted"], str(explained)
+        assert explained.kernel.kind == "impl"
+
 
 @behaviour("explain.chooses-the-call-key")
 def test_explain_picks_the_highest_key_of_the_call_with_a_graph(impl):
