@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from unittest.mock import MagicMock
 
+import pytest
 import torch
 
 from conftest import behaviour, run_in_fresh_interpreter
@@ -104,6 +105,23 @@ def test_a_check_that_raises_leaves_the_call_to_the_conds(impl):
         impl.install(*KEY)
         assert torch.equal(mul(), FILLED)
     assert log == ["check", "cond"]
+
+
+@behaviour("aot.interrupts-propagate")
+@pytest.mark.parametrize("interrupt", [KeyboardInterrupt, SystemExit])
+def test_an_interrupt_raised_by_the_check_is_the_calls(impl, interrupt):
+    cond, body = MagicMock(return_value=True), MagicMock(side_effect=fill)
+
+    def check(op, key, args, kwargs):
+        raise interrupt("stop 4711")
+
+    with impl.coverage_check(check):
+        impl.register("aot_dsl", *KEY, cond, body)
+        impl.install(*KEY)
+        with pytest.raises(interrupt, match="stop 4711"):
+            mul()
+    cond.assert_not_called()
+    body.assert_not_called()
 
 
 @behaviour("aot.switch-turns-checks-off")
