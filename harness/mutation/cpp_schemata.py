@@ -338,6 +338,19 @@ NEAR = 3  # lines after a switched line an error it causes may be reported at
 # a template, or that expanded the switch's macro (in a constant expression).
 _ERROR = re.compile(r"^(?P<file>[^:\n]+):(?P<line>\d+):(?P<col>\d+):(?: error: (?P<message>.*)|\s+required from here"
                     r"| note: in expansion of macro)", re.M)
+
+
+def error_lines(stderr: str, source_name: str) -> dict[int, list[str]]:
+    """The compiler's error lines in the checked copy (read from stdin as
+    `source_name`), each with its messages ("" for a required-from or
+    macro-expansion note)."""
+    lines: dict[int, list[str]] = {}
+    for m in _ERROR.finditer(stderr):
+        if m.group("file") in (source_name, "<stdin>"):
+            lines.setdefault(int(m.group("line")), []).append(m.group("message") or "")
+    return lines
+
+
 WIDE = 60  # lines before an error a culprit is looked for where none is NEAR (a lambda's return type)
 
 
@@ -370,10 +383,7 @@ def compile_check(rel: str, text: str, mutants: list[Mutant], command: list[str]
         messages ({0: []} for errors at no line of it), the compiler's output."""
         found = schemata(rel, text, kept, first_id)
         done = subprocess.run(command, input=found.text, capture_output=True, text=True, cwd=cwd)
-        lines: dict[int, list[str]] = {}
-        for m in _ERROR.finditer(done.stderr):
-            if m.group("file") in (source_name, "<stdin>"):
-                lines.setdefault(int(m.group("line")), []).append(m.group("message") or "")
+        lines = error_lines(done.stderr, source_name)
         return found, (lines or {0: []}) if done.returncode else {}, done.stderr
 
     def clears(line: int, removed: list[int]) -> bool:
@@ -459,8 +469,7 @@ def with_probes(rel: str, text: str, chosen: list[Mutant], found: Schemata, muta
             probed.left_out = found.left_out
             probed.probes = {key: probes[n] for key, n in places.items() if n in probes}
             return probed
-        bad = {int(m.group("line")) for m in _ERROR.finditer(done.stderr)
-               if m.group("file") in (source_name, "<stdin>")}
+        bad = set(error_lines(done.stderr, source_name))
         # An error at or soon after a probed line is that probe's.
         culprits = {n for n in probes if any(n <= b <= n + NEAR for b in bad)}
         if not culprits:
