@@ -105,6 +105,8 @@ def resolve_paths(args) -> None:
         raise UsageError("--switch goes with --mutants auto")
     if args.check_switch and not (args.switch and args.mutate in ("cpp", "binding")):
         raise UsageError("--check-switch goes with --mutants auto --mutate cpp|binding --switch")
+    if args.fresh_suites and not (args.switch and args.tests_by_coverage and args.mutate in ("cpp", "binding")):
+        raise UsageError("--fresh-suites goes with --mutants auto --mutate cpp|binding --switch --tests-by-coverage")
     if args.shard is not None:
         args.shard = parse_shard(args.shard)
     if args.incremental is not None and not args.incremental.is_file():
@@ -301,6 +303,11 @@ def parser() -> argparse.ArgumentParser:
                         "-Dmutant_schemata) holds the chosen mutants, each chosen at run time by NR_MUTANT_ID; a "
                         "mutant whose switched form does not compile, or that no form fits, is rebuilt one by one "
                         "as without it")
+    p.add_argument("--fresh-suites", action="store_true",
+                   help="with --mutants auto --mutate cpp|binding --switch --tests-by-coverage: run each mutant's "
+                        "Python tests in a fresh pytest, not on the worker's warm suite (one pytest that collected "
+                        "the suite once, with the build loaded and no mutant chosen, and forks a child per mutant "
+                        "that chooses it through $NR_MUTANT_CHOICE: harness/mutation/suite_server.py)")
     p.add_argument("--check-switch", action="store_true",
                    help="with --mutants auto --mutate cpp|binding --switch: run each switched mutant rebuilt too "
                         "(its file rewritten in the same build) and compare the two verdicts, in "

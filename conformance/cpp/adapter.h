@@ -104,11 +104,15 @@ struct ExplainedNodeInfo {
   std::string node_id, dsl_name, verdict, detail;
 };
 struct ExplainInfo {
+  std::string op;            // "aten::mul.Tensor"
   std::string dispatch_key;  // of the graph explained
+  std::string why_key;       // why that key, in words
+  std::string router;        // the router's state, in words
   std::string coverage;      // what the coverage check answered, in words
   std::vector<ExplainedNodeInfo> nodes;
-  std::string kernel;          // its kind
-  std::string kernel_node_id;  // for "impl"
+  std::string kernel;           // its kind
+  std::string kernel_node_id;   // for "impl"
+  std::string kernel_dsl_name;  // for "impl"
   std::string kernel_detail;
   std::string table;  // the readable form
 };

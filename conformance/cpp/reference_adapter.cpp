@@ -191,13 +191,17 @@ class ReferenceAdapter final : public RegistryAdapter {
     ExplainInfo out;
     translated([&] {
       const nr::Explanation e = registry_.explain(op, stack, dispatch_key);
+      out.op = e.op_name;
       out.dispatch_key = e.graph.dispatch_key;
+      out.why_key = e.why_key;
+      out.router = e.router;
       out.coverage = e.coverage;
       for (const nr::ExplainedNode& node : e.nodes) {
         out.nodes.push_back({node.node_id, node.dsl_name, nr::to_string(node.verdict), node.detail});
       }
       out.kernel = nr::to_string(e.kernel);
       out.kernel_node_id = e.kernel_node_id;
+      out.kernel_dsl_name = e.kernel_dsl_name;
       out.kernel_detail = e.kernel_detail;
       out.table = e.to_string();
     });

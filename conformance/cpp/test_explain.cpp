@@ -5,7 +5,9 @@
 
 #include "suite.h"
 
+#include <algorithm>
 #include <atomic>
+#include <sstream>
 #include <stdexcept>
 
 namespace conformance {
@@ -65,6 +67,105 @@ TEST_P(Conformance, ExplainGivesEachNodesVerdictAndTheKernelAndRunsNoImpl) {
   EXPECT_EQ(adapter().graph(mul_key()).size(), 3u);
   EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({7})));
   EXPECT_EQ(runs->load(), 1);
+}
+
+std::vector<std::string> table_lines(const std::string& table) {
+  std::vector<std::string> lines;
+  std::istringstream in(table);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+// Where each of `cells` starts in `line`, found left to right (npos: missing).
+std::vector<size_t> cell_offsets(const std::string& line, const std::vector<std::string>& cells) {
+  std::vector<size_t> offsets;
+  size_t at = 0;
+  for (const std::string& cell : cells) {
+    at = line.find(cell, at);
+    offsets.push_back(at);
+    if (at == std::string::npos) break;
+    at += cell.size();
+  }
+  return offsets;
+}
+
+// Where the columns of `line` start: its first non-blank, and each non-blank after two blanks.
+std::vector<size_t> column_starts(const std::string& line) {
+  std::vector<size_t> starts;
+  for (size_t i = 0; i < line.size(); ++i) {
+    if (line[i] == ' ') continue;
+    if (starts.empty() || (i >= 2 && line[i - 1] == ' ' && line[i - 2] == ' ')) starts.push_back(i);
+  }
+  return starts;
+}
+
+bool ends_with(const std::string& text, const std::string& tail) {
+  return text.size() >= tail.size() && text.compare(text.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+// The table's layout (behaviour explain.table), as the Python side checks it.
+void check_table(const ExplainInfo& e) {
+  const std::vector<std::string> lines = table_lines(e.table);
+  ASSERT_FALSE(lines.empty());
+  EXPECT_EQ(lines[0], "explain " + e.op + " at " + e.dispatch_key) << e.table;
+  for (const std::string& text : {e.why_key, e.router, e.coverage}) {
+    EXPECT_FALSE(text.empty()) << e.table;
+    EXPECT_TRUE(std::any_of(lines.begin(), lines.end(), [&](const std::string& l) { return ends_with(l, text); }))
+        << text << "\n" << e.table;
+  }
+  for (const std::string& line : lines) EXPECT_FALSE(!line.empty() && line.back() == ' ') << e.table;
+  size_t first_row = lines.size();
+  std::vector<size_t> offsets;
+  for (size_t i = 0; i < e.nodes.size(); ++i) {
+    const auto& n = e.nodes[i];
+    const std::string position = std::to_string(i + 1);
+    auto row = std::find_if(lines.begin(), lines.end(), [&](const std::string& l) {
+      return l.find_first_not_of(' ') != std::string::npos && l.compare(l.find_first_not_of(' '), position.size() + 2,
+                                                                          position + "  ") == 0 &&
+             l.find(n.node_id) != std::string::npos;
+    });
+    ASSERT_NE(row, lines.end()) << "no row " << position << " for " << n.node_id << "\n" << e.table;
+    const size_t index = static_cast<size_t>(row - lines.begin());
+    if (i == 0) first_row = index;
+    EXPECT_EQ(index, first_row + i) << e.table;  // one row per node, in order
+    const auto found = cell_offsets(*row, {position, n.node_id, n.dsl_name, n.verdict, n.detail});
+    if (i == 0) offsets = found;
+    EXPECT_EQ(found, offsets) << e.table;
+  }
+  ASSERT_GE(first_row, 1u);
+  ASSERT_LT(first_row, lines.size());
+  EXPECT_EQ(column_starts(lines[first_row - 1]), offsets) << e.table;  // the header's columns
+  std::string kernel;
+  for (size_t k = first_row + e.nodes.size(); k < lines.size(); ++k) kernel += lines[k] + " ";
+  EXPECT_THAT(kernel, HasSubstr(e.kernel)) << e.table;
+  EXPECT_THAT(kernel, HasSubstr(e.kernel_detail)) << e.table;
+  if (e.kernel == "impl") {
+    EXPECT_THAT(kernel, HasSubstr(e.kernel_node_id)) << e.table;
+    EXPECT_THAT(kernel, HasSubstr(e.kernel_dsl_name)) << e.table;
+  }
+}
+
+TEST_P(Conformance, TheExplainTableGivesEveryFieldWithOneAlignedRowPerNode) {
+  BEHAVIOUR("explain.table");
+  REQUIRE_FEATURE("explain");
+  // dsl names shorter than their column's header, node ids longer: both widths count.
+  add(mul_key(), constant_cond(false), forbidden_impl(), "a");
+  add(mul_key(), constant_cond(true), forbidden_impl(), "bb");
+  add(mul_key(), constant_cond(true), forbidden_impl(), "c");
+  adapter().disable({{"c"}, {}, {}});
+  adapter().install(mul_key());
+  const ExplainInfo e = adapter().explain(explain_mul_op(), explain_args(), "");
+  EXPECT_EQ(explained_verdicts(e), std::vector<std::string>({"declined", "accepted", "disabled"})) << e.table;
+  check_table(e);
+}
+
+TEST_P(Conformance, TheExplainTableOfAGraphWithoutARouterGivesEveryField) {
+  BEHAVIOUR("explain.table");
+  REQUIRE_FEATURE("explain");
+  add(mul_key(), constant_cond(true), forbidden_impl(), "uninstalled_dsl");
+  const ExplainInfo e = adapter().explain(explain_mul_op(), explain_args(), "CPU");
+  EXPECT_EQ(e.kernel, "no router") << e.table;
+  check_table(e);
 }
 
 TEST_P(Conformance, ExplainNamesTheFilterEntryThatDisabledANode) {
@@ -236,6 +337,7 @@ TEST_P(Conformance, ExplainOfANativeOpNamesItsNode) {
   REQUIRE_FEATURE("explain");
   REQUIRE_FEATURE("native-op-meta");
   add(mul_key(), constant_cond(false), forbidden_impl(), "native_dsl");
+  add(mul_key(), constant_cond(false), forbidden_impl(), "other_dsl");
   adapter().install(mul_key());
   const NodeInfo node = adapter().graph(mul_key()).at(0);
   const auto native = adapter().native_op(node);
@@ -243,9 +345,19 @@ TEST_P(Conformance, ExplainOfANativeOpNamesItsNode) {
   const ExplainInfo e = adapter().explain(*native, {}, "");
   ASSERT_EQ(e.nodes.size(), 1u) << e.table;
   EXPECT_EQ(e.nodes[0].node_id, node.node_id);
+  EXPECT_EQ(e.nodes[0].dsl_name, "native_dsl");
   EXPECT_EQ(e.nodes[0].verdict, "native op");
+  EXPECT_TRUE(ends_with(e.nodes[0].detail, "enabled")) << e.table;
+  EXPECT_EQ(e.dispatch_key, "CPU");
   EXPECT_EQ(e.kernel, "impl");
   EXPECT_EQ(e.kernel_node_id, node.node_id);
+  EXPECT_EQ(e.kernel_dsl_name, "native_dsl");
+  EXPECT_FALSE(e.kernel_detail.empty() || e.router.empty() || e.coverage.empty()) << e.table;
+  adapter().disable({{"native_dsl"}, {}, {}});
+  const ExplainInfo disabled = adapter().explain(*native, {}, "");
+  ASSERT_EQ(disabled.nodes.size(), 1u) << disabled.table;
+  EXPECT_TRUE(ends_with(disabled.nodes[0].detail, "disabled")) << disabled.table;
+  EXPECT_EQ(disabled.kernel, "impl");
 }
 
 }  // namespace

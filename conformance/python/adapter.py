@@ -110,9 +110,11 @@ class Adapter(Protocol):
     def explain(self, op: Any, *args: Any, dispatch_key: str | None = None, **kwargs: Any) -> Any:
         """Feature explain: for the graph the call of op(*args, **kwargs) would
         reach (dispatch_key None: its highest key with a graph), an object with
-        dispatch_key, coverage (str), nodes (each with node_id, dsl_name,
-        verdict, detail) and kernel (kind, node_id, detail); runs no impl and
-        no runtime check. Verdicts and kernel kinds as the C++ adapter's."""
+        op ("ns::name.overload"), dispatch_key, why_key, router and coverage
+        (str, in words), nodes (each with node_id, dsl_name, verdict, detail)
+        and kernel (kind, node_id, dsl_name, detail), whose str() is its
+        table; runs no impl and no runtime check. Verdicts and kernel kinds as
+        the C++ adapter's."""
     def impl_error_policy(self, policy: str) -> AbstractContextManager[None]:
         """Feature impl-error-fallback: "raise" or "fallback" inside."""
     def disabled_in_thread(self, *, dsl_names: Sequence[str] = (), op_symbols: Sequence[str] = (),

@@ -70,6 +70,65 @@ def test_explain_takes_keyword_arguments_and_prints_a_table(impl):
     assert "kw_dsl" in table and "accepted" in table and "CPU" in table
 
 
+def cell_offsets(line, cells):
+    """Where each of `cells` starts in `line`, found left to right."""
+    offsets, at = [], 0
+    for cell in cells:
+        at = line.index(cell, at)
+        offsets.append(at)
+        at += len(cell)
+    return offsets
+
+
+def column_starts(line):
+    """The offsets where a column of `line` starts: its first non-blank, and
+    each non-blank after two blanks."""
+    first = len(line) - len(line.lstrip())
+    return sorted({first, *(i for i in range(2, len(line)) if line[i] != " " and line[i - 2:i] == "  ")})
+
+
+def check_table(explained):
+    table = str(explained)
+    lines = table.splitlines()
+    assert lines[0].split() == ["explain", explained.op, "at", explained.dispatch_key], table
+    for text in (explained.why_key, explained.router, explained.coverage):
+        assert text and any(line.endswith(text) for line in lines), (text, table)
+    assert all(line == line.rstrip() for line in lines), table
+    rows = [next(k for k, line in enumerate(lines) if line.split()[:2] == [str(i + 1), node.node_id])
+            for i, node in enumerate(explained.nodes)]
+    assert rows == list(range(rows[0], rows[0] + len(rows))), table  # one row per node, in order
+    offsets = [cell_offsets(lines[k], [str(i + 1), n.node_id, n.dsl_name, n.verdict, n.detail])
+               for i, (k, n) in enumerate(zip(rows, explained.nodes))]
+    assert all(o == offsets[0] for o in offsets), table
+    assert column_starts(lines[rows[0] - 1]) == offsets[0], table  # the header's columns
+    kernel = " ".join(lines[rows[-1] + 1:])
+    assert explained.kernel.kind in kernel and explained.kernel.detail in kernel, table
+    if explained.kernel.kind == "impl":
+        assert explained.kernel.node_id in kernel and explained.kernel.dsl_name in kernel, table
+    return lines
+
+
+@behaviour("explain.table")
+def test_the_table_gives_every_field_with_one_aligned_row_per_node(impl):
+    # dsl names shorter than their column's header, node ids longer: both widths count.
+    impl.register("a", *KEY, lambda a, b: False, forbidden())
+    impl.register("bb", *KEY, lambda a, b: True, forbidden())
+    impl.register("c", *KEY, lambda a, b: True, forbidden())
+    impl.disable(dsl_names=["c"])
+    impl.install(*KEY)
+    explained = impl.explain(MUL, A, B)
+    assert verdicts(explained) == ["declined", "accepted", "disabled"], str(explained)
+    check_table(explained)
+
+
+@behaviour("explain.table")
+def test_the_table_of_a_graph_without_a_router_gives_every_field(impl):
+    impl.register("uninstalled_dsl", *KEY, lambda a, b: True, forbidden())
+    explained = impl.explain(MUL, A, B, dispatch_key="CPU")
+    assert explained.kernel.kind == "no router"
+    check_table(explained)
+
+
 @behaviour("explain.disabled-by-filter")
 def test_explain_names_the_filter_entry_that_disabled_a_node(impl):
     for dsl in ("off_dsl", "on_dsl", "keyed_dsl"):
@@ -216,11 +275,21 @@ def test_explain_refuses_a_key_or_op_without_a_graph_naming_it(impl):
 def test_explain_of_a_native_op_names_its_node(impl):
     impl.register("native_dsl", *KEY, lambda a, b: False, forbidden())
     impl.install(*KEY)
+    impl.register("other_dsl", *KEY, lambda a, b: False, forbidden())
+    impl.install(*KEY)
     node = impl.graph(*KEY)[0]
     explained = impl.explain(impl.native_op(node), A, B)
-    assert [(n.node_id, n.verdict) for n in explained.nodes] == [(node.node_id, "native op")]
-    assert explained.kernel.kind == "impl"
-    assert explained.kernel.node_id == node.node_id
+    assert [(n.node_id, n.dsl_name, n.verdict) for n in explained.nodes] == [
+        (node.node_id, "native_dsl", "native op")]
+    assert explained.nodes[0].detail.endswith("enabled")
+    assert explained.dispatch_key == KEY[2]
+    assert (explained.kernel.kind, explained.kernel.node_id, explained.kernel.dsl_name) == (
+        "impl", node.node_id, "native_dsl")
+    assert explained.kernel.detail and explained.router and explained.coverage
+    impl.disable(dsl_names=["native_dsl"])
+    disabled = impl.explain(impl.native_op(node), A, B)
+    assert disabled.nodes[0].detail.endswith("disabled"), str(disabled)
+    assert disabled.kernel.kind == "impl"
 
 
 @behaviour("explain.predicate-conds")

@@ -230,6 +230,8 @@ def run(args) -> int:
             t.coverage, t.pristine = coverage, {rel: t.place[rel].read_text() for rel in t.files}
     if getattr(args, "switch", False) and not schemata:
         switch_all(targets, chosen)
+    for t in targets:
+        t.warm_suite = not getattr(args, "fresh_suites", False)
     records = out / f"auto-{target.layer}.jsonl"
     if getattr(args, "shuffle", False):  # only the order: ids and checks were made in file order
         chosen = random.Random(args.seed).sample(chosen, len(chosen))

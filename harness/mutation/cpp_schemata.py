@@ -52,8 +52,10 @@ from .mutation_report import span
 HEADER_NAME = "nr_mutant_switch.h"
 HEADER = """\
 // Mutant schemata: which generated mutant this process runs (harness/mutation/cpp_schemata.py).
-// A schemata build only; $NR_MUTANT_ID and $NR_MUTANT_TRACE are read once.
+// A schemata build only; $NR_MUTANT_ID, $NR_MUTANT_CHOICE and $NR_MUTANT_TRACE
+// are read once.
 #pragma once
+#include <cstdint>
 #include <cstdlib>
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -61,7 +63,25 @@ HEADER = """\
 #include <unistd.h>
 
 namespace nr_schemata {
+// $NR_MUTANT_CHOICE names a file whose first 8 bytes hold the chosen id,
+// mapped shared and read at each switch: a warm suite (suite_server.py)
+// writes it before it forks the child that runs a mutant, in a process that
+// loaded this build with none chosen. Otherwise $NR_MUTANT_ID, read once.
+inline const std::int64_t* shared_choice() {
+  static const std::int64_t* const word = [] () -> const std::int64_t* {
+    const char* path = std::getenv("NR_MUTANT_CHOICE");
+    if (path == nullptr) return nullptr;
+    const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return nullptr;
+    void* bytes = ::mmap(nullptr, sizeof(std::int64_t), PROT_READ, MAP_SHARED, fd, 0);
+    ::close(fd);
+    return bytes == MAP_FAILED ? nullptr : static_cast<const std::int64_t*>(bytes);
+  }();
+  return word;
+}
+
 inline long chosen_mutant() {
+  if (const std::int64_t* word = shared_choice()) return static_cast<long>(__atomic_load_n(word, __ATOMIC_RELAXED));
   static const long id = [] {
     const char* value = std::getenv("NR_MUTANT_ID");
     return value != nullptr ? std::strtol(value, nullptr, 10) : -1L;

@@ -16,10 +16,11 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from . import mutagen  # noqa: F401 (annotations)
-from . import mutants
+from . import mutants, suite_server
 from .mutant_records import Outcome, resumed, tail, tree_commit, tree_source
 from .mutants import FIRST, ROOT, Workspace
 from .reached_map import GTEST_PREFIX, split as split_tests
+from .schemata_build import SWITCH
 from ..progress import duration, remaining
 
 @dataclass
@@ -45,6 +46,9 @@ class Target:
     # What the suites' processes are given besides (NR_MUTANT_ID: the C++
     # mutant a schemata build runs).
     mutant_env: dict[str, str] = field(default_factory=dict)
+    # Whether a C++ schemata mutant's covering Python tests run on a warm
+    # suite (warm_tests) rather than in a fresh pytest each.
+    warm_suite: bool = True
 
 
 # What the copy's build of the core and the extension is made of; the layers
@@ -107,10 +111,10 @@ def evaluate(mutant: mutagen.Mutant, target: Target, ws: Workspace, out: pathlib
             suites = covering_suites(chosen, mutant, target, ws, out, timeouts)
     for name, spent, suite in suites:
         began = time.monotonic()
-        failed, output = suite()
+        failed, output, *counted = suite()  # a warm suite counts its tests; a report tells a fresh one's
         outcome.seconds[spent] = time.monotonic() - began
-        outcome.tests_completed += mutants.tests_in(out / ("conformance.xml" if name.startswith("c++")
-                                                           else "python.xml"))
+        outcome.tests_completed += counted[0] if counted else mutants.tests_in(
+            out / ("conformance.xml" if name.startswith("c++") else "python.xml"))
         failed = [t for t in failed if t not in baseline.get(name, [])]
         if outcome.covered_by:  # the failing tests as the coverage map names them
             ids = {covered_name(n): n for n in outcome.covered_by}
@@ -147,10 +151,55 @@ def covering_suites(chosen: list[str], mutant: mutagen.Mutant, target: Target, w
                                   timeouts.get("c++", mutants.TIMEOUT_S)),
             fail_fast=True, ws=ws, env=target.mutant_env, only=gtests)))
     if nodeids:
-        suites.append(("python conformance", "python-covering", lambda: mutants.python_tests(
-            out, covering_timeout(target.coverage.seconds_of(nodeids), timeouts["python"]),
-            target.impl, python_env(target, ws, out), target.suites_from, ws, nodeids)))
+        limit = covering_timeout(target.coverage.seconds_of(nodeids), timeouts["python"])
+        suites.append(("python conformance", "python-covering",
+                       lambda: warm_tests(target, ws, out, nodeids, limit) or mutants.python_tests(
+                           out, limit, target.impl, python_env(target, ws, out), target.suites_from, ws, nodeids)))
     return suites
+
+
+# The warm suites (suite_server.py) of this run, one per worker (its out
+# folder); warm_suites_off() stops them.
+_warm: dict[pathlib.Path, suite_server.SuiteServer] = {}
+_warm_lock = threading.Lock()
+
+
+def warm_tests(target: Target, ws: Workspace, out: pathlib.Path, nodeids: list[str], limit: float
+               ) -> tuple[list[str], str, int] | None:
+    """A C++ schemata mutant's covering Python tests on the worker's warm
+    suite: (failing tests as a suite run's report names them, output, tests
+    run); None where the warm suite cannot judge them (no C++ switch chosen,
+    --no-warm-suite, the server did not start or lost a test): a fresh
+    pytest then runs them. The caller has made sure that the mutant is
+    reached by tests only (covering() gives None for one reached outside
+    any), so the server's import and collection did not decide it."""
+    if not target.warm_suite or SWITCH not in target.mutant_env:
+        return None
+    with _warm_lock:
+        server = _warm.get(out)
+        if server is None:
+            env = {**(target.env if target.env is not None else mutants.package_env(ws, out)),
+                   **mutants.FREED_MEMORY_FILLED, **mutants.ANY_FAILURE_FAILS}
+            args = ["conformance/python", f"--impl={target.impl}", f"--basetemp={out / 'warm-tmp'}"]
+            server = _warm[out] = suite_server.SuiteServer(args, str(target.suites_from or ws.src), env,
+                                                           str(out / "warm-suite.log"))
+    reply = server.run(int(target.mutant_env[SWITCH]), nodeids, limit, str(out / "warm-child.log"))
+    if reply is None:
+        return None
+    if reply["timeout"]:
+        failed = ["<timeout>"]
+    elif reply["signal"] is not None:
+        failed = [f"<exit -{reply['signal']}>"]
+    else:
+        failed = [t if t.startswith("<") else junit_name(t) for t in reply["failed"]]
+    return failed, reply["tail"], reply["ran"]
+
+
+def warm_suites_off() -> None:
+    with _warm_lock:
+        for server in _warm.values():
+            server.close()
+        _warm.clear()
 
 
 def covered_name(test: str) -> str:
@@ -370,6 +419,8 @@ def run_all(chosen: list, equivalents: dict[str, str], records: pathlib.Path, ba
     except KeyboardInterrupt:
         print(f"\n  interrupted after {len(runner.outcomes)} mutants; the mutated files are restored; "
               f"reporting those", flush=True)
+    finally:
+        warm_suites_off()
     # The report first, then the rebuilds: a second SIGTERM (a time limit)
     # no longer stops either.
     signal.signal(signal.SIGTERM, signal.SIG_IGN)

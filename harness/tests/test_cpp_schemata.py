@@ -14,7 +14,7 @@ import subprocess
 
 import pytest
 
-from harness.mutation import cpp_schemata, mutagen
+from harness.mutation import cpp_schemata, mutagen, suite_server
 
 CXX = shutil.which("g++") or shutil.which("c++")
 pytestmark = pytest.mark.skipif(CXX is None, reason="no C++ compiler on PATH")
@@ -269,3 +269,35 @@ def test_a_switch_in_a_constant_expression_is_left_out_by_its_line_and_the_rest_
     assert constant and constant.isdisjoint(checked.ids)
     assert {m.key for m in found if "a * k" in lines[m.line - 1]} <= set(checked.ids)  # the rest kept
     build(tmp_path, "constant", checked.text)
+
+
+CHOOSER = """\
+#include <cstdio>
+#include "nr_mutant_switch.h"
+int main() {
+  std::printf("%d\\n", static_cast<int>(nr_mutant_is(4)));
+  std::fflush(stdout);
+  std::getchar();
+  std::printf("%d\\n", static_cast<int>(nr_mutant_is(4)));
+  return 0;
+}
+"""
+
+
+def test_the_choice_file_is_read_at_each_switch_and_overrides_the_variable(tmp_path):
+    # The warm suite (suite_server.py) forks its children from one process
+    # that loaded the build: the choice must be read at each switch.
+    (tmp_path / cpp_schemata.HEADER_NAME).write_text(cpp_schemata.HEADER)
+    binary = build(tmp_path, "chooser", CHOOSER)
+    choice = tmp_path / "choice.bin"
+    choice.write_bytes(bytes(8))
+    suite_server.write_choice(str(choice), 4)
+    env = {**os.environ, "NR_MUTANT_CHOICE": str(choice), "NR_MUTANT_ID": "7"}
+    proc = subprocess.Popen([str(binary)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+    assert proc.stdout.readline().strip() == "1"
+    suite_server.write_choice(str(choice), suite_server.NO_MUTANT)
+    out, _ = proc.communicate("\n", timeout=30)
+    assert out.strip() == "0"
+    # Without the file the variable chooses.
+    assert output(binary, 4).split() == ["1", "1"]
+    assert output(binary, 5).split() == ["0", "0"]
