@@ -162,6 +162,7 @@ def covering_suites(chosen: list[str], mutant: mutagen.Mutant, target: Target, w
 # folder); warm_suites_off() stops them.
 _warm: dict[pathlib.Path, suite_server.SuiteServer] = {}
 _warm_lock = threading.Lock()
+_warm_stopped = threading.Event()  # an interrupt stopped them: no fresh pytest in their place
 
 
 def warm_tests(target: Target, ws: Workspace, out: pathlib.Path, nodeids: list[str], limit: float
@@ -184,7 +185,13 @@ def warm_tests(target: Target, ws: Workspace, out: pathlib.Path, nodeids: list[s
             server = _warm[out] = suite_server.SuiteServer(args, str(target.suites_from or ws.src), env,
                                                            str(out / "warm-suite.log"))
     reply = server.run(int(target.mutant_env[SWITCH]), nodeids, limit, str(out / "warm-child.log"))
+    if reply is None and _warm_stopped.is_set():
+        return ["<interrupted>"], "", 0
     if reply is None:
+        if server.broken and not getattr(server, "reported", False):
+            server.reported = True
+            print(f"  warm suite of {out} did not start (its mutants' Python tests run in a fresh pytest "
+                  f"each); the end of {server.log}:\n{server.why_broken}", flush=True)
         return None
     if reply["timeout"]:
         failed = ["<timeout>"]
@@ -195,7 +202,9 @@ def warm_tests(target: Target, ws: Workspace, out: pathlib.Path, nodeids: list[s
     return failed, reply["tail"], reply["ran"]
 
 
-def warm_suites_off() -> None:
+def warm_suites_off(interrupted: bool = False) -> None:
+    if interrupted:
+        _warm_stopped.set()
     with _warm_lock:
         for server in _warm.values():
             server.close()
@@ -471,6 +480,7 @@ class Runner:
         except KeyboardInterrupt:
             self.stop.set()
             mutants.kill_live()
+            warm_suites_off(interrupted=True)  # the workers waiting on a warm suite's child go on
             for t in threads:
                 t.join()
             raise

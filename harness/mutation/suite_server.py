@@ -55,7 +55,7 @@ def write_choice(path: str, mutant: int) -> None:
 
 # -- the plugin: inside the suite's pytest ----------------------------------
 
-def _serve_one(session, items: dict, request: dict) -> dict:
+def _serve_one(session, items: dict, request: dict, tell) -> dict:
     wanted = request["tests"]
     missing = [t for t in wanted if t not in items]
     if missing:  # a fresh run would stop at them: the caller runs one
@@ -66,6 +66,7 @@ def _serve_one(session, items: dict, request: dict) -> dict:
         pid = os.fork()
         if pid == 0:  # the child: never returns
             _run_in_child(session, [items[t] for t in wanted], request["log"], result_path)
+        tell({"child": pid})  # so that a client stopping the run can kill its group
         return _wait_for(pid, float(request["timeout"]), request["log"], result_path)
     finally:
         write_choice(os.environ[CHOICE_VARIABLE], NO_MUTANT)
@@ -158,11 +159,13 @@ def pytest_runtestloop(session):
         os.set_inheritable(fd, False)
     items = {item.nodeid: item for item in session.items}
     with os.fdopen(read_fd, "r") as requests, os.fdopen(write_fd, "w") as replies:
-        replies.write(json.dumps({"ready": len(items)}) + "\n")
-        replies.flush()
-        for line in requests:
-            replies.write(json.dumps(_serve_one(session, items, json.loads(line))) + "\n")
+        def tell(message: dict) -> None:
+            replies.write(json.dumps(message) + "\n")
             replies.flush()
+
+        tell({"ready": len(items)})
+        for line in requests:
+            tell(_serve_one(session, items, json.loads(line), tell))
     return True
 
 
@@ -179,6 +182,8 @@ class SuiteServer:
         self.args, self.cwd, self.env, self.log = args, cwd, env, log
         self.proc: subprocess.Popen | None = None
         self.broken = False
+        self.why_broken = ""  # the end of its log, where it did not start
+        self.child = 0  # the child running a request now
         self.choice = ""
 
     def start(self) -> bool:
@@ -201,7 +206,7 @@ class SuiteServer:
         self._replies = os.fdopen(self._receive, "r")
         if self._reply(self.START_LIMIT_S) is None:
             self.close()
-            self.broken = True
+            self.broken, self.why_broken = True, _tail(self.log, 2000)
             return False
         return True
 
@@ -214,24 +219,30 @@ class SuiteServer:
         except OSError:
             self.close()
             return None
-        reply = self._reply(timeout + 60)
-        if reply is None:  # the server died or hung: a later request starts another
+        reply = self._reply(60)
+        if reply is not None and "child" in reply:
+            self.child = reply["child"]
+            reply = self._reply(timeout + 60)
+        self.child = 0
+        if reply is None:  # the server died, hung or was stopped: a later request starts another
             self.close()
             return None
         return None if reply["missing"] else reply
 
     def _reply(self, limit: float) -> dict | None:
-        ready, _, _ = select.select([self._replies], [], [], limit)
-        line = self._replies.readline() if ready else ""
+        try:
+            ready, _, _ = select.select([self._replies], [], [], limit)
+            line = self._replies.readline() if ready else ""
+        except (OSError, ValueError):  # closed by close() in another thread (an interrupt)
+            return None
         return json.loads(line) if line else None
 
     def close(self) -> None:
         if self.proc is None:
             return
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        for group in (self.child, self.proc.pid):  # the child has a group of its own
+            if group:
+                _kill_group(group)
         self.proc.wait()
         self.proc = None
         for closing in (lambda: os.close(self._send), self._replies.close):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import pathlib
 import struct
+import time
 
 import pytest
 
@@ -113,3 +114,34 @@ def test_a_suite_that_does_not_collect_serves_nothing(tmp_path):
     finally:
         broken.close()
     assert pathlib.Path(tmp_path / "server.log").read_text()  # pytest's own words on why
+
+
+def test_closing_a_server_mid_request_kills_the_child_and_ends_the_request(server):
+    import threading
+    answers = []
+    worker = threading.Thread(target=lambda: answers.append(
+        server.run(7, ["test_toy.py::test_hangs_under_seven"], 120, server.child_log)))
+    worker.start()
+    deadline = time.monotonic() + 60
+    while not server.child and time.monotonic() < deadline:
+        time.sleep(0.05)
+    child = server.child
+    assert child
+    server.close()
+    worker.join(30)
+    assert not worker.is_alive() and answers == [None]
+    assert gone(child)
+
+
+def gone(pid: int, within: float = 10.0) -> bool:
+    """Whether `pid` has ended (a zombie nobody reaped yet counts)."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            state = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError):
+            return True
+        if state in ("Z", "X"):
+            return True
+        time.sleep(0.05)
+    return False
