@@ -194,8 +194,9 @@ def test_a_switched_mutant_meets_only_the_tests_that_reach_it(tmp_path, monkeypa
         outside=[ids[on[2].key]], durations={"gtest:S.Slow": 2.0, "gtest:S.Fast": 0.5}, ids=ids)
     place = tmp_path / "toy.cpp"
     place.write_text(switched.text)
+    # The suites are stubs here: no warm suite (test_suite_server.py tests it).
     target = mutant_runner.Target("cpp", [rel], {rel: place}, switched={rel: switched}, pristine={rel: TOY},
-                                  coverage=reached)
+                                  coverage=reached, warm_suite=False)
     runs = []
     monkeypatch.setattr(mutants, "build", lambda *args, **kwargs: True)
     monkeypatch.setattr(mutants, "cpp_suite", lambda out, timeout, fail_fast=False, ws=None, env=None, only=None:
