@@ -195,6 +195,7 @@ TEST_P(Conformance, ExplainSaysAnUnconditionalNodeIsMaskedOnlyUnderTheMask) {
   adapter().disable({{"always_dsl"}, {}, {}});
   ExplainInfo e = adapter().explain(explain_mul_op(), explain_args(), "");
   EXPECT_EQ(explained_verdicts(e), std::vector<std::string>({"accepted"})) << e.table;
+  EXPECT_THAT(e.nodes.at(0).detail, HasSubstr("always_dsl")) << "named, and why it stays";
   {
     auto mask = adapter().unconditional_masked();
     e = adapter().explain(explain_mul_op(), explain_args(), "");
@@ -247,6 +248,7 @@ TEST_P(Conformance, ExplainNamesTheOpsOwnKernelWhenNoNodeTakesTheCall) {
   EXPECT_EQ(explained_verdicts(e), std::vector<std::string>({"declined"}));
   EXPECT_EQ(e.kernel, "fallback") << e.table;
   EXPECT_TRUE(e.kernel_node_id.empty());
+  EXPECT_THAT(e.kernel_detail, HasSubstr("CPU")) << "the key whose kernel was captured";
 }
 
 TEST_P(Conformance, ExplainSaysAGraphWithoutARouterLeavesTheCallToTheOp) {
@@ -256,6 +258,19 @@ TEST_P(Conformance, ExplainSaysAGraphWithoutARouterLeavesTheCallToTheOp) {
   const ExplainInfo e = adapter().explain(explain_mul_op(), explain_args(), "");
   EXPECT_EQ(e.kernel, "no router") << e.table;
   EXPECT_FALSE(adapter().router_installed(mul_key())) << "explain installs nothing";
+  EXPECT_THAT(e.kernel_detail, HasSubstr(adapter().graph(mul_key()).at(0).node_id))
+      << "what it would run once installed";
+}
+
+TEST_P(Conformance, ExplainOfAGraphWithoutARouterSaysThatOnceInstalledTheCallWouldRaise) {
+  BEHAVIOUR("explain.no-router");
+  REQUIRE_FEATURE("explain");
+  add(mul_key(), constant_cond(false), forbidden_impl(), "declines");
+  add(mul_key(), explain_throwing_cond("cond exploded 5812"), forbidden_impl(), "raises");
+  const ExplainInfo e = adapter().explain(explain_mul_op(), explain_args(), "");
+  EXPECT_EQ(e.kernel, "no router") << e.table;
+  EXPECT_EQ(explained_verdicts(e), std::vector<std::string>({"declined", "raised"})) << e.table;
+  EXPECT_THAT(e.kernel_detail, HasSubstr("cond exploded 5812")) << e.table;
 }
 
 TEST_P(Conformance, ExplainReportsTheCoverageCheck) {

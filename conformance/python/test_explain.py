@@ -150,7 +150,9 @@ def test_explain_says_an_unconditional_node_is_masked_only_under_the_mask(impl):
     impl.register("always_dsl", *KEY, None, forbidden(), unconditional_override=True)
     impl.install(*KEY)
     impl.disable(dsl_names=["always_dsl"])
-    assert verdicts(impl.explain(MUL, A, B)) == ["accepted"]
+    outside = impl.explain(MUL, A, B)
+    assert verdicts(outside) == ["accepted"]
+    assert "always_dsl" in outside.nodes[0].detail, str(outside)  # named, and why it stays
     with impl.unconditional_masked():
         explained = impl.explain(MUL, A, B)
         assert verdicts(explained) == ["masked"], str(explained)
@@ -206,6 +208,7 @@ def test_explain_names_the_op_s_own_kernel_when_no_node_takes_the_call(impl):
     assert verdicts(explained) == ["declined"]
     assert explained.kernel.kind == "fallback", str(explained)
     assert explained.kernel.node_id is None
+    assert KEY[2] in explained.kernel.detail, str(explained)  # the key whose kernel was captured
 
 
 @behaviour("explain.no-router")
@@ -214,6 +217,18 @@ def test_explain_says_a_graph_without_a_router_leaves_the_call_to_the_op(impl):
     explained = impl.explain(MUL, A, B)
     assert explained.kernel.kind == "no router", str(explained)
     assert not impl.router_installed(*KEY)
+    (node,) = impl.graph(*KEY)
+    assert node.node_id in explained.kernel.detail, str(explained)  # what it would run once installed
+
+
+@behaviour("explain.no-router")
+def test_explain_of_a_graph_without_a_router_says_that_once_installed_the_call_would_raise(impl):
+    impl.register("declines", *KEY, lambda a, b: False, forbidden())
+    impl.register("raises", *KEY, raising_cond("cond exploded 5812"), forbidden())
+    explained = impl.explain(MUL, A, B)
+    assert explained.kernel.kind == "no router", str(explained)
+    assert verdicts(explained) == ["declined", "raised"], str(explained)
+    assert "cond exploded 5812" in explained.kernel.detail, str(explained)
 
 
 @behaviour("explain.coverage-check")

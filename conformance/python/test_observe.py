@@ -265,10 +265,25 @@ def test_the_routing_logger_at_debug_logs_each_decision_and_nothing_otherwise(im
     assert {r.levelno for r in _routing_records(caplog)} == {logging.DEBUG}
     assert node.node_id in messages[0] and "mul.Tensor" in messages[0], messages
     assert node.node_id not in messages[1] and "own kernel" in messages[1], messages
+    assert "coverage" not in messages[1], messages  # declined by the cond, not covered
     caplog.clear()
     mul()
     _flush_log()
     assert _routing_records(caplog) == [], "the level is back: nothing logged"
+
+
+@behaviour("observe.routing-log")
+def test_a_call_the_coverage_check_covered_is_logged_as_covered(impl, caplog):
+    if "aot-coverage" not in impl.features:
+        pytest.skip(f"{impl.name} lacks feature aot-coverage")
+    with impl.coverage_check(lambda op, key, args, kwargs: True):
+        impl.register("covered_log_dsl", *KEY, always, returning(SEVENS))
+        impl.install(*KEY)
+        with caplog.at_level(logging.DEBUG, logger="native_registry.routing"):
+            mul()
+            _flush_log()
+    messages = [r.getMessage() for r in _routing_records(caplog)]
+    assert len(messages) == 1 and "own kernel" in messages[0] and "coverage" in messages[0], messages
 
 
 @behaviour("observe.routing-log")
