@@ -171,6 +171,18 @@ TEST_P(Conformance, AnInstallAllThatFailsPartWayInstallsNothing) {
   EXPECT_EQ(fingerprint().difference(tables), "");
 }
 
+TEST_P(Conformance, TheNativeNamespaceCanNeverBeAllowed) {
+  BEHAVIOUR("validation.native-namespace-never-allowed");
+  REQUIRE_FEATURE("namespaces");
+  try {
+    adapter().allow_namespace("_native");
+    ADD_FAILURE() << "the _native namespace was put on the allowlist";
+  } catch (const InvalidArgument& e) {
+    EXPECT_THAT(e.what(), HasSubstr("_native"));
+  }
+  EXPECT_FALSE(adapter().namespace_allowed("_native"));
+}
+
 TEST_P(Conformance, AnAllowedNamespaceIsThenAccepted) {
   BEHAVIOUR("validation.allowed-namespace-accepted");
   REQUIRE_FEATURE("namespaces");

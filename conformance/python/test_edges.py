@@ -162,6 +162,14 @@ def test_an_install_all_that_fails_part_way_installs_nothing(impl, namespaces):
 
 # ---- allow_namespace -----------------------------------------------------------
 
+@behaviour("validation.native-namespace-never-allowed")
+def test_the_native_namespace_can_never_be_allowed(impl):
+    before = set(impl.allowed_namespaces())
+    with pytest.raises(ValueError, match="_native"):
+        impl.allow_namespace("_native")
+    assert set(impl.allowed_namespaces()) == before
+
+
 @behaviour("validation.allowed-namespace-accepted")
 def test_an_allowed_namespace_is_then_accepted(impl):
     with twice_namespaces() as (ns_twice, ns2_twice):

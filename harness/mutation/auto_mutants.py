@@ -150,19 +150,17 @@ def run(args) -> int:
     begin = time.monotonic()
     equivalents = load_equivalents()
     reference = args.implementations[0].python == "adapters.reference:make"
-    spaces = mutants.workspaces(args.jobs)
     # Each workspace of a C++ or binding run builds the core and the
     # extension; Python-layer workspaces share the extension of --build;
     # another implementation's module needs none.
-    built_spaces = spaces if reference and args.mutate in BUILT_LAYERS else []
-    # --switch of a C++ layer: each workspace's schemata build stands for its
-    # build (schemata_build.py), built once the mutants are chosen.
-    schemata = bool(built_spaces) and getattr(args, "switch", False)
-    if schemata:
-        # ONE schemata build: --jobs N workers run its switched mutants side
-        # by side (nothing is rebuilt for them); the first worker rebuilds
-        # the others one by one once the switched ones are done.
-        spaces = built_spaces = [schemata_build.space(spaces[0])]
+    built = reference and args.mutate in BUILT_LAYERS
+    # --switch of a C++ layer: ONE schemata build (schemata_build.py, built
+    # once the mutants are chosen) stands for the build; --jobs N workers run
+    # its switched mutants side by side (nothing is rebuilt for them); the
+    # first worker rebuilds the others one by one once the switched ones are done.
+    schemata = built and getattr(args, "switch", False)
+    spaces = [schemata_build.space(mutants.workspaces(1)[0])] if schemata else mutants.workspaces(args.jobs)
+    built_spaces = spaces if built else []
     jobs_each = max(1, (os.cpu_count() or 2) // len(built_spaces)) if built_spaces else 1
     if args.own_tests and not reference:
         raise SystemExit("harness/run: error: --own-tests runs the reference's own tests: mutate the reference")
@@ -368,36 +366,53 @@ def baseline_of(coverage: coverage_map.CoverageMap) -> dict:
 COVERAGE_RUN_LIMIT_S = 3 * 3600
 
 
-def coverage_of(target: Target, ws: Workspace, out: pathlib.Path, baseline: dict) -> coverage_map.CoverageMap | None:
-    """The per-test coverage of the target's files under the pristine Python
-    suite: kept in out/coverage-<layer>.json and measured again only when
-    the tree's source changed (None when the measuring run crashes)."""
-    kept = out / f"coverage-{target.layer}.json"
-    source = mutant_runner.tree_source()
-    if kept.exists():
-        found = coverage_map.CoverageMap.load(kept)
-        if found.source == source:
-            print(f"  tests by coverage: the map of this tree in {kept}", flush=True)
-            return found
-    env = target.env if target.env is not None else mutants.package_env(ws, out)
-    print("== tests by coverage: the pristine Python suite once under coverage.py, per test "
-          "(child interpreters included)", flush=True)
-    began = time.monotonic()
+def suite_env(target: Target, ws: Workspace, out: pathlib.Path) -> dict:
+    """The pristine suite's environment: the target's, else the package staged from the workspace's build."""
+    return target.env if target.env is not None else mutants.package_env(ws, out)
+
+
+def kept_or_measured(kept: pathlib.Path, load, current, measure, heading: str, summary):
+    """A map of the pristine suite kept in `kept`: the kept one where it
+    loads and `current(found)` says it is of this tree; else measured again
+    (`measure()`, announced by `heading`), saved, and told by `summary(found)`.
+    None when the measuring run crashes (RuntimeError)."""
+    found = None
     try:
-        found = coverage_map.measure(
-            {rel: target.place[rel] for rel in target.files},
-            ["conformance/python", f"--impl={target.impl}",
-             *(f"--deselect={nodeid}" for nodeid in baseline.get("deselect", []))],
-            out / "coverage-run", env, target.suites_from or ws.src,
-            3 * baseline["timeouts"]["python"] if "python" in baseline["timeouts"] else COVERAGE_RUN_LIMIT_S, source)
+        found = load(kept) if kept.exists() else None
+    except (TypeError, ValueError):
+        pass  # kept in an older form: measured again
+    if found is not None and current(found):
+        print(f"  tests by coverage: the map of this tree in {kept}", flush=True)
+        return found
+    print(heading, flush=True)
+    try:
+        found = measure()
     except RuntimeError as exc:
         print(f"tests by coverage: {exc}")
         return None
     found.save(kept)
-    covered = sum(len(lines) for lines in found.tests.values())
-    print(f"  {len(found.durations)} tests, {covered} lines executed by a test, in "
-          f"{time.monotonic() - began:.0f} s; kept in {kept}", flush=True)
+    print(f"  {summary(found)}; kept in {kept}", flush=True)
     return found
+
+
+def coverage_of(target: Target, ws: Workspace, out: pathlib.Path, baseline: dict) -> coverage_map.CoverageMap | None:
+    """The per-test coverage of the target's files under the pristine Python
+    suite: kept in out/coverage-<layer>.json and measured again only when
+    the tree's source changed (None when the measuring run crashes)."""
+    source = mutant_runner.tree_source()
+    began = time.monotonic()
+    return kept_or_measured(
+        out / f"coverage-{target.layer}.json", coverage_map.CoverageMap.load, lambda found: found.source == source,
+        lambda: coverage_map.measure(
+            {rel: target.place[rel] for rel in target.files},
+            ["conformance/python", f"--impl={target.impl}",
+             *(f"--deselect={nodeid}" for nodeid in baseline.get("deselect", []))],
+            out / "coverage-run", suite_env(target, ws, out), target.suites_from or ws.src,
+            3 * baseline["timeouts"]["python"] if "python" in baseline["timeouts"] else COVERAGE_RUN_LIMIT_S, source),
+        "== tests by coverage: the pristine Python suite once under coverage.py, per test "
+        "(child interpreters included)",
+        lambda found: f"{len(found.durations)} tests, {sum(len(lines) for lines in found.tests.values())} lines "
+                      f"executed by a test, in {time.monotonic() - began:.0f} s")
 
 
 def reached_of(target: Target, ws: Workspace, out: pathlib.Path, baseline: dict, jobs: int, source: str
@@ -406,17 +421,19 @@ def reached_of(target: Target, ws: Workspace, out: pathlib.Path, baseline: dict,
     (reached_map.py): kept in out/reached-<layer>.json and measured again
     when the tree's source or the mutants' ids change (None when the
     measuring run crashes)."""
-    kept = out / f"reached-{target.layer}.json"
     ids = {key: i for s in target.switched.values() for key, i in {**s.ids, **s.probes}.items()}
-    found = None
-    try:
-        found = reached_map.ReachedMap.load(kept) if kept.exists() else None
-    except (TypeError, ValueError):
-        pass  # kept in an older form: measured again
-    if found is not None:
-        if found.source == source and found.ids == ids:
-            print(f"  tests by coverage: the reach of these mutants at this tree in {kept}", flush=True)
-            return found
+    return kept_or_measured(
+        out / f"reached-{target.layer}.json", reached_map.ReachedMap.load,
+        lambda found: found.source == source and found.ids == ids,
+        lambda: reached_map.measure(ws, ids, target.layer, target.impl, suite_env(target, ws, out),
+                                    target.suites_from or ws.src,
+                                    out / "reached-run", jobs,
+                                    baseline["timeouts"].get("python", COVERAGE_RUN_LIMIT_S), source),
+        f"== tests by coverage: which tests reach each of the {len(ids)} switched or probed mutants (both suites "
+        f"pristine, per test, child processes included)",
+        lambda found: f"{len(found.durations)} tests; {sum(1 for i in ids.values() if i in found.tests)} of the "
+                      f"{len(ids)} switched mutants reached by a test, {len(found.outside)} outside any; "
+                      f"{found.seconds:.0f} s")
     env = target.env if target.env is not None else mutants.package_env(ws, out)
     print(f"== tests by coverage: which tests reach each of the {len(ids)} switched or probed mutants (both suites "
           f"pristine, per test, child processes included)", flush=True)

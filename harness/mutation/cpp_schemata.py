@@ -142,6 +142,16 @@ class Schemata:
     # (marked in a trace as a switch is, never chosen: see probe_line).
     probes: dict[str, int] = field(default_factory=dict)
 
+    def told(self, rel: str, mutants: int, seconds: float, left_out_as: str = "left out", indent: str = "") -> str:
+        """A line on the file's check: how many switched, left out (and
+        probed among them), then each reason with its count."""
+        reasons: dict[str, int] = {}
+        for why in self.left_out.values():
+            reasons[why.split("\n")[0]] = reasons.get(why.split("\n")[0], 0) + 1
+        return (f"{indent}{rel}: {mutants} mutants, {len(self.ids)} switched, {len(self.left_out)} {left_out_as} "
+                f"({len(self.probes)} of them probed) ({seconds:.0f} s)"
+                + "".join(f"\n{indent}  {n}: {why}" for why, n in reasons.items()))
+
 
 def comment_at(masked: str, line: str) -> int:
     """Where a line's trailing // comment starts (len(line) for none)."""
@@ -546,12 +556,7 @@ def main(argv: list[str] | None = None) -> int:
         copy.parent.mkdir(parents=True, exist_ok=True)
         copy.write_text(result.text)
         first += ID_SPAN * len(found)
-        reasons: dict[str, int] = {}
-        for why in result.left_out.values():
-            reasons[why.split("\n")[0]] = reasons.get(why.split("\n")[0], 0) + 1
-        print(f"{rel}: {len(found)} mutants, {len(result.ids)} switched, {len(result.left_out)} left out "
-              f"({len(result.probes)} of them probed) "
-              f"({time.monotonic() - began:.0f} s)" + "".join(f"\n  {n}: {why}" for why, n in reasons.items()))
+        print(result.told(rel, len(found), time.monotonic() - began))
     return 0
 
 

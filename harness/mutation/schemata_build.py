@@ -108,12 +108,7 @@ def switch(targets: list, spaces: list[Workspace], chosen: list[Mutant], jobs_ea
         original = (first.src / rel).read_text()
         command = cpp_schemata.compile_command(first.build, rel, first.schemata)
         found = compile_checked(first, rel, original, mine, command, first_id)
-        reasons: dict[str, int] = {}
-        for why in found.left_out.values():
-            reasons[why.split("\n")[0]] = reasons.get(why.split("\n")[0], 0) + 1
-        said = (f"  {rel}: {len(mine)} mutants, {len(found.ids)} switched, {len(found.left_out)} rebuilt one by one "
-                f"({len(found.probes)} of them probed) "
-                f"({time.monotonic() - checking:.0f} s)" + "".join(f"\n    {n}: {why}" for why, n in reasons.items()))
+        said = found.told(rel, len(mine), time.monotonic() - checking, "rebuilt one by one", "  ")
         return CppSwitched(found.text, original, found.ids, found.left_out, found.probes), said
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs_each * len(spaces))) as pool:

@@ -72,3 +72,42 @@ def test_gtest_names_are_read_as_the_filter_takes_them(tmp_path):
                        "Reference/Conformance.\n  Routes/reference  # GetParam() = 64-byte object <00>\nOUT\n")
     listing.chmod(0o755)
     assert reached_map.gtest_names(listing) == ["Suite.First", "Suite.Second", "Reference/Conformance.Routes/reference"]
+
+
+class _Map:
+    def __init__(self, source):
+        self.source = source
+
+    def save(self, path):
+        path.write_text(self.source)
+
+    @classmethod
+    def load(cls, path):
+        text = path.read_text()
+        if text == "old form":
+            raise ValueError("kept in an older form")
+        return cls(text)
+
+
+def test_a_kept_map_is_used_while_current_and_measured_again_otherwise(tmp_path):
+    from harness.mutation.auto_mutants import kept_or_measured
+    kept, measured = tmp_path / "map.json", []
+
+    def measure(source):
+        def run():
+            measured.append(source)
+            if source == "crash":
+                raise RuntimeError("the measuring run crashed")
+            return _Map(source)
+        return run
+
+    def get(source):
+        return kept_or_measured(kept, _Map.load, lambda m: m.source == source, measure(source), "measuring",
+                                lambda m: f"measured {m.source}")
+
+    assert get("a").source == "a" and measured == ["a"]
+    assert get("a").source == "a" and measured == ["a"]  # kept: not measured again
+    assert get("b").source == "b" and measured == ["a", "b"]  # another tree: measured again
+    kept.write_text("old form")
+    assert get("b").source == "b" and measured == ["a", "b", "b"]
+    assert get("crash") is None and kept.read_text() == "b"  # a crash keeps the last map
