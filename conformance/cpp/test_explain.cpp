@@ -347,6 +347,40 @@ TEST_P(Conformance, ExplainRefusesAKeyWithoutAGraphNamingItAndChangesNothing) {
   EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({7})));
 }
 
+TEST_P(Conformance, ExplainOfAGraphChangedSinceItsInstallTellsWhatTheRouterDoesNow) {
+  BEHAVIOUR("explain.unpublished-changes");
+  REQUIRE_FEATURE("explain");
+  auto later = std::make_shared<std::atomic<int>>(0);
+  add(mul_key(), constant_cond(false), forbidden_impl(), "installed_dsl");
+  adapter().install(mul_key());
+  add(mul_key(), counting_cond(later, true), forbidden_impl(), "later_dsl");  // not installed since
+  const ExplainInfo e = adapter().explain(explain_mul_op(), explain_args(), "");
+  EXPECT_EQ(explained_verdicts(e), std::vector<std::string>({"declined", "not published"})) << e.table;
+  EXPECT_EQ(e.kernel, "fallback") << e.table;
+  EXPECT_EQ(later->load(), 0);
+}
+
+TEST_P(Conformance, ExplainOfAGraphReorderedSinceItsInstallListsTheRoutersOrder) {
+  BEHAVIOUR("explain.unpublished-changes");
+  REQUIRE_FEATURE("explain");
+  add(mul_key(), constant_cond(false), forbidden_impl(), "first_dsl");
+  add(mul_key(), constant_cond(true), forbidden_impl(), "second_dsl");
+  adapter().install(mul_key());
+  std::vector<std::string> routed;
+  for (const NodeInfo& n : adapter().graph(mul_key())) routed.push_back(n.node_id);
+  adapter().reorder([](const std::string&, const std::string&, const std::vector<NodeInfo>& graph) {
+    std::vector<std::string> ids;
+    for (auto it = graph.rbegin(); it != graph.rend(); ++it) ids.push_back(it->node_id);
+    return ids;
+  });  // not reinstalled
+  const ExplainInfo e = adapter().explain(explain_mul_op(), explain_args(), "");
+  std::vector<std::string> listed;
+  for (const auto& n : e.nodes) listed.push_back(n.node_id);
+  EXPECT_EQ(listed, routed) << e.table;  // once each, as routed
+  EXPECT_EQ(explained_verdicts(e), std::vector<std::string>({"declined", "accepted"})) << e.table;
+  EXPECT_EQ(e.kernel_node_id, routed.at(1)) << e.table;
+}
+
 TEST_P(Conformance, ExplainOfANativeOpNamesItsNode) {
   BEHAVIOUR("explain.native-op");
   REQUIRE_FEATURE("explain");

@@ -286,6 +286,32 @@ def test_explain_refuses_a_key_or_op_without_a_graph_naming_it(impl):
     assert torch.equal(mul(), torch.full_like(A, 7.0))
 
 
+@behaviour("explain.unpublished-changes")
+def test_explain_of_a_graph_changed_since_its_install_tells_what_the_router_does_now(impl):
+    later = MagicMock(return_value=True)
+    impl.register("installed_dsl", *KEY, lambda a, b: False, forbidden())
+    impl.install(*KEY)
+    impl.register("later_dsl", *KEY, later, forbidden())  # not installed since
+    explained = impl.explain(MUL, A, B)
+    assert verdicts(explained) == ["declined", "not published"], str(explained)
+    assert explained.kernel.kind == "fallback", str(explained)
+    later.assert_not_called()
+
+
+@behaviour("explain.unpublished-changes")
+def test_explain_of_a_graph_reordered_since_its_install_lists_the_router_s_order(impl):
+    impl.register("first_dsl", *KEY, lambda a, b: False, forbidden())
+    impl.register("second_dsl", *KEY, lambda a, b: True, forbidden())
+    impl.install(*KEY)
+    routed = [n.node_id for n in impl.graph(*KEY)]
+    impl.reorder(lambda op, key, graph: list(reversed(graph)))  # not reinstalled
+    assert [n.node_id for n in impl.graph(*KEY)] == routed[::-1]
+    explained = impl.explain(MUL, A, B)
+    assert [n.node_id for n in explained.nodes] == routed, str(explained)  # once each, as routed
+    assert verdicts(explained) == ["declined", "accepted"], str(explained)
+    assert explained.kernel.node_id == routed[1]
+
+
 @behaviour("explain.native-op")
 def test_explain_of_a_native_op_names_its_node(impl):
     impl.register("native_dsl", *KEY, lambda a, b: False, forbidden())
