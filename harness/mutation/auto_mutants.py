@@ -366,11 +366,6 @@ def baseline_of(coverage: coverage_map.CoverageMap) -> dict:
 COVERAGE_RUN_LIMIT_S = 3 * 3600
 
 
-def suite_env(target: Target, ws: Workspace, out: pathlib.Path) -> dict:
-    """The pristine suite's environment: the target's, else the package staged from the workspace's build."""
-    return target.env if target.env is not None else mutants.package_env(ws, out)
-
-
 def kept_or_measured(kept: pathlib.Path, load, current, measure, heading: str, summary):
     """A map of the pristine suite kept in `kept`: the kept one where it
     loads and `current(found)` says it is of this tree; else measured again
@@ -407,7 +402,7 @@ def coverage_of(target: Target, ws: Workspace, out: pathlib.Path, baseline: dict
             {rel: target.place[rel] for rel in target.files},
             ["conformance/python", f"--impl={target.impl}",
              *(f"--deselect={nodeid}" for nodeid in baseline.get("deselect", []))],
-            out / "coverage-run", suite_env(target, ws, out), target.suites_from or ws.src,
+            out / "coverage-run", mutant_runner.pristine_env(target, ws, out), target.suites_from or ws.src,
             3 * baseline["timeouts"]["python"] if "python" in baseline["timeouts"] else COVERAGE_RUN_LIMIT_S, source),
         "== tests by coverage: the pristine Python suite once under coverage.py, per test "
         "(child interpreters included)",
@@ -425,7 +420,7 @@ def reached_of(target: Target, ws: Workspace, out: pathlib.Path, baseline: dict,
     return kept_or_measured(
         out / f"reached-{target.layer}.json", reached_map.ReachedMap.load,
         lambda found: found.source == source and found.ids == ids,
-        lambda: reached_map.measure(ws, ids, target.layer, target.impl, suite_env(target, ws, out),
+        lambda: reached_map.measure(ws, ids, target.layer, target.impl, mutant_runner.pristine_env(target, ws, out),
                                     target.suites_from or ws.src,
                                     out / "reached-run", jobs,
                                     baseline["timeouts"].get("python", COVERAGE_RUN_LIMIT_S), source),
@@ -434,21 +429,6 @@ def reached_of(target: Target, ws: Workspace, out: pathlib.Path, baseline: dict,
         lambda found: f"{len(found.durations)} tests; {sum(1 for i in ids.values() if i in found.tests)} of the "
                       f"{len(ids)} switched mutants reached by a test, {len(found.outside)} outside any; "
                       f"{found.seconds:.0f} s")
-    env = target.env if target.env is not None else mutants.package_env(ws, out)
-    print(f"== tests by coverage: which tests reach each of the {len(ids)} switched or probed mutants (both suites "
-          f"pristine, per test, child processes included)", flush=True)
-    try:
-        found = reached_map.measure(ws, ids, target.layer, target.impl, env, target.suites_from or ws.src,
-                                    out / "reached-run", jobs, baseline["timeouts"].get("python", COVERAGE_RUN_LIMIT_S),
-                                    source)
-    except RuntimeError as exc:
-        print(f"tests by coverage: {exc}")
-        return None
-    found.save(kept)
-    reached = sum(1 for i in ids.values() if i in found.tests)
-    print(f"  {len(found.durations)} tests; {reached} of the {len(ids)} switched mutants reached by a test, "
-          f"{len(found.outside)} outside any; {found.seconds:.0f} s; kept in {kept}", flush=True)
-    return found
 
 
 def reusable(earlier: list[Outcome], digests: dict[str, tuple[str, str]], own_tests: bool) -> dict[str, Outcome]:

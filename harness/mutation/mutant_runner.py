@@ -170,7 +170,7 @@ def warm_tests(target: Target, ws: Workspace, out: pathlib.Path, nodeids: list[s
     """A C++ schemata mutant's covering Python tests on the worker's warm
     suite: (failing tests as a suite run's report names them, output, tests
     run); None where the warm suite cannot judge them (no C++ switch chosen,
-    --no-warm-suite, the server did not start or lost a test): a fresh
+    --fresh-suites, the server did not start or lost a test): a fresh
     pytest then runs them. The caller has made sure that the mutant is
     reached by tests only (covering() gives None for one reached outside
     any), so the server's import and collection did not decide it."""
@@ -179,8 +179,7 @@ def warm_tests(target: Target, ws: Workspace, out: pathlib.Path, nodeids: list[s
     with _warm_lock:
         server = _warm.get(out)
         if server is None:
-            env = {**(target.env if target.env is not None else mutants.package_env(ws, out)),
-                   **mutants.FREED_MEMORY_FILLED, **mutants.ANY_FAILURE_FAILS}
+            env = {**pristine_env(target, ws, out), **mutants.FREED_MEMORY_FILLED, **mutants.ANY_FAILURE_FAILS}
             args = ["conformance/python", f"--impl={target.impl}", f"--basetemp={out / 'warm-tmp'}"]
             server = _warm[out] = suite_server.SuiteServer(args, str(target.suites_from or ws.src), env,
                                                            str(out / "warm-suite.log"))
@@ -188,7 +187,7 @@ def warm_tests(target: Target, ws: Workspace, out: pathlib.Path, nodeids: list[s
     if reply is None and _warm_stopped.is_set():
         return ["<interrupted>"], "", 0
     if reply is None:
-        if server.broken and not getattr(server, "reported", False):
+        if server.broken and not server.reported:
             server.reported = True
             print(f"  warm suite of {out} did not start (its mutants' Python tests run in a fresh pytest "
                   f"each); the end of {server.log}:\n{server.why_broken}", flush=True)
@@ -265,7 +264,13 @@ def python_env(target: Target, ws: Workspace, out: pathlib.Path) -> dict | None:
     staged from the workspace's build), with the mutant's switch."""
     if not target.mutant_env:
         return target.env
-    return {**(target.env if target.env is not None else mutants.package_env(ws, out)), **target.mutant_env}
+    return {**pristine_env(target, ws, out), **target.mutant_env}
+
+
+def pristine_env(target: Target, ws: Workspace, out: pathlib.Path) -> dict:
+    """The Python suite's environment with no mutant chosen: the target's,
+    else the package staged from the workspace's build."""
+    return target.env if target.env is not None else mutants.package_env(ws, out)
 
 
 # The reference's own tests (beyond the conformance suites), by layer.

@@ -183,6 +183,7 @@ class SuiteServer:
         self.proc: subprocess.Popen | None = None
         self.broken = False
         self.why_broken = ""  # the end of its log, where it did not start
+        self.reported = False  # whether the terminal was told it did not start
         self.child = 0  # the child running a request now
         self.choice = ""
 
