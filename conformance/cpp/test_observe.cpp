@@ -5,6 +5,8 @@
 
 #include <atomic>
 #include <functional>
+#include <future>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -96,6 +98,48 @@ TEST_P(Conformance, APerThreadDisableLeavesFiltersGraphsAndTheDispatcherAlone) {
     EXPECT_EQ(first_value_on_another_thread(), 7);
   }
   EXPECT_EQ(fingerprint().difference(before), "");
+  EXPECT_EQ(first_value(), 7);
+}
+
+// The c10 warnings of the thread it is installed on, while it is.
+struct ThisThreadsWarnings : c10::WarningHandler {
+  std::vector<std::string> messages;
+  void process(const c10::Warning& warning) override { messages.push_back(warning.msg()); }
+};
+
+TEST_P(Conformance, APerThreadScopeClosedOnAnotherThreadSaysSoAndTheOpenersDisablesStay) {
+  BEHAVIOUR("thread.scope-closed-on-another-thread");
+  REQUIRE_FEATURE("thread-disables");
+  REQUIRE_FEATURE("concurrent-control-plane");  // the scope is opened on a thread of its own
+  add(mul_key(), constant_cond(true), fill_impl(7), "dsl_a");
+  add(mul_key(), constant_cond(true), fill_impl(9), "dsl_b");
+  adapter().install(mul_key());
+  // The opener is a thread of its own: the disables it is left with end with it.
+  std::unique_ptr<Scope> scope;
+  std::promise<void> opened, closed_elsewhere;
+  float opener_before = 0, opener_after = 0;
+  std::thread opener([&] {
+    scope = adapter().disabled_in_thread({{"dsl_a"}, {}, {}});
+    opener_before = first_value();
+    opened.set_value();
+    closed_elsewhere.get_future().wait();
+    opener_after = first_value();
+  });
+  opened.get_future().wait();
+  ThisThreadsWarnings warned;
+  float closer = 0;
+  std::thread([&] {
+    c10::WarningUtils::WarningHandlerGuard guard(&warned);
+    scope.reset();  // destroyed on a thread that did not open it
+    closer = first_value();
+  }).join();
+  closed_elsewhere.set_value();
+  opener.join();
+  EXPECT_EQ(opener_before, 9);
+  ASSERT_EQ(warned.messages.size(), 1u) << "closing another thread's scope said nothing";
+  EXPECT_NE(warned.messages[0].find("thread"), std::string::npos) << warned.messages[0];
+  EXPECT_EQ(closer, 7) << "the closing thread had nothing disabled";
+  EXPECT_EQ(opener_after, 9) << "the opener's disables were lifted by another thread";
   EXPECT_EQ(first_value(), 7);
 }
 

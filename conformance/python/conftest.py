@@ -230,6 +230,14 @@ def pytest_collection_modifyitems(config, items):
         if deselected:
             config.hook.pytest_deselected(items=deselected)
             items[:] = [item for item in items if wanted & set(behaviours_of(item))]
+    # Set by ci_mutants (harness/mutation/ci_mutants.py), one node id a line:
+    # these run first, in this order, the rest as collected, so that a run
+    # stopping at its first failure meets the tests a record says killed its
+    # mutants early.
+    first = [nodeid for nodeid in os.environ.get("NR_CONFORMANCE_RUN_FIRST", "").splitlines() if nodeid]
+    if first:
+        rank = {nodeid: i for i, nodeid in enumerate(first)}
+        items.sort(key=lambda item: rank.get(item.nodeid, len(rank)))  # stable: the rest keep their order
 
 
 def failure_message(report) -> str:

@@ -59,6 +59,22 @@ def test_an_impl_written_on_a_registered_node_routes_from_the_next_install(impl)
     assert torch.equal(mul(), NINE), "the written impl was ignored"
 
 
+@behaviour("binding.written-impl-reaches-the-native-op")
+def test_the_native_op_of_a_node_runs_the_impl_written_on_it_once_installed_again(impl):
+    impl.register("test_dsl", *KEY, always, seven)
+    impl.install(*KEY)
+    node = impl.graph(*KEY)[0]
+    node_id = node.node_id
+    assert torch.equal(impl.native_op(node)(A, B), SEVEN)
+    node.impl_fn = nine
+    impl.install_all()
+    (written,) = impl.graph(*KEY)
+    assert written.node_id == node_id
+    assert torch.equal(mul(), NINE), "the written impl does not route"
+    assert torch.equal(impl.native_op(written)(A, B), NINE), \
+        "the node's _native op still runs the impl it was first installed with"
+
+
 @behaviour("binding.node-callable-writes-route")
 def test_a_node_written_before_its_first_install_routes_by_what_was_written(impl):
     impl.register("test_dsl", *KEY, lambda *a, **k: False, seven)

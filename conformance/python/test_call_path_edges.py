@@ -78,6 +78,7 @@ def test_a_native_op_brought_back_by_a_restore_shape_infers_again(impl, held):
     impl.install(*KEY)
     node = impl.graph(*KEY)[0]
     kept = impl.native_op(node) if held else None
+    table = torch._C._dispatch_dump_table(f"_native::{node.node_id}")
     inner = impl.scope()
     inner.__enter__()
     outer.__exit__(None, None, None)
@@ -89,6 +90,8 @@ def test_a_native_op_brought_back_by_a_restore_shape_infers_again(impl, held):
     with FakeTensorMode():
         out = native(torch.empty(3, 4), torch.empty(3, 4))
     assert out.shape == torch.Size([3, 4]) and out.dtype == torch.float32
+    assert torch._C._dispatch_dump_table(f"_native::{node.node_id}") == table, \
+        "the _native op's kernels differ from those it had before the teardown"
     # Left as the inner scope found it: installed. The test's own scope
     # tears it down.
 

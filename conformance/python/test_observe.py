@@ -63,6 +63,35 @@ def test_a_per_thread_disable_skips_the_override_on_this_thread_only(impl):
     assert torch.equal(mul(), SEVENS)
 
 
+@behaviour("thread.scope-closed-on-another-thread")
+def test_a_per_thread_scope_left_on_another_thread_raises_and_the_openers_disables_stay(impl):
+    impl.register("dsl_a", *KEY, always, returning(SEVENS))
+    impl.register("dsl_b", *KEY, always, returning(NINES))
+    impl.install(*KEY)
+    scope = impl.disabled_in_thread(dsl_names=["dsl_a"])
+    scope.__enter__()
+    try:
+        seen = {}
+
+        def leave_it_here():
+            try:
+                scope.__exit__(None, None, None)
+            except RuntimeError as error:
+                seen["error"] = str(error)
+            seen["routed"] = mul()
+
+        elsewhere = threading.Thread(target=leave_it_here)
+        elsewhere.start()
+        elsewhere.join()
+        assert "error" in seen, "leaving another thread's scope said nothing"
+        assert "thread" in seen["error"], seen["error"]
+        assert torch.equal(seen["routed"], SEVENS), "the leaving thread had nothing disabled"
+        assert torch.equal(mul(), NINES), "the opener's disables were lifted by another thread"
+    finally:
+        scope.__exit__(None, None, None)
+    assert torch.equal(mul(), SEVENS)
+
+
 @behaviour("thread.disables-nest-and-restore")
 def test_per_thread_disables_nest_and_closing_the_inner_restores_the_outer(impl):
     impl.register("dsl_a", *KEY, always, returning(SEVENS))

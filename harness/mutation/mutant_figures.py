@@ -36,17 +36,10 @@ import pathlib
 import sys
 
 from .. import ROOT
-from . import auto_mutants, mutagen, mutation_report
+from . import auto_mutants, mutagen, mutant_records, mutation_report
 
 RECORDS = ROOT / "results" / "mutant-runs"
 SAMPLES = ROOT / "doc" / "mutant-samples-2026-12-01.json"
-KILLED = ROOT / "fixtures" / "faults" / "killed_mutants.txt"
-KILLED_HEAD = """\
-# The generated mutants of the Python layer that a run of the conformance
-# suites killed, one key (mutagen.py's) a line: harness/mutation/ci_mutants.py fails
-# when one of them survives. Written by python3 -m harness.mutation.mutant_figures
-# --record-killed from the records under results/mutant-runs/ (it only adds).
-"""
 
 
 def outcomes(path: pathlib.Path) -> list[auto_mutants.Outcome]:
@@ -204,23 +197,20 @@ def populations() -> None:
 
 # ---- the killed keys harness/mutation/ci_mutants.py reads ----------------------------------------
 
-def killed_keys() -> set[str]:
-    """The keys fixtures/faults/killed_mutants.txt holds."""
-    if not KILLED.exists():
-        return set()
-    return {line for line in KILLED.read_text().splitlines() if line and not line.startswith("#")}
-
-
 def record_killed() -> int:
+    """Adds the killed Python-layer mutants of the records (and the test each
+    record names as failing first) to fixtures/faults/killed_mutants.txt."""
     layer = auto_mutants.LAYERS["python"].rsplit("/", 1)[0] + "/"
-    keys = killed_keys()
-    before = len(keys)
+    killed = mutant_records.read_killed()
+    before = dict(killed)
     for path in sorted([*RECORDS.glob("**/*.jsonl"), *RECORDS.glob("**/*.mutation.json")]):
         for record in outcomes(path):
             if record.verdict == "killed" and record.key.startswith(layer):
-                keys.add(record.key)
-    KILLED.write_text(KILLED_HEAD + "".join(f"{key}\n" for key in sorted(keys)))
-    print(f"{KILLED.relative_to(ROOT)}: {len(keys)} keys ({len(keys) - before} new from {RECORDS.relative_to(ROOT)})")
+                killed[record.key] = mutant_records.killing_test(record) or killed.get(record.key, "")
+    mutant_records.write_killed(killed)
+    print(f"{mutant_records.KILLED.relative_to(ROOT)}: {len(killed)} keys ({len(killed.keys() - before.keys())} "
+          f"new, {sum(1 for k, t in killed.items() if t and t != before.get(k))} killing tests named anew, "
+          f"from {RECORDS.relative_to(ROOT)})")
     return 0
 
 

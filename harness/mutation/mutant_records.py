@@ -190,3 +190,40 @@ def write_report(stem: pathlib.Path, stats: dict, outcomes: list[Outcome], equiv
     lines += [f"| {o.where} | {o.kind}: `{o.change}` | {o.verdict} | {o.killed_by} "
               f"({', '.join(o.failing[:2])}) | {o.seconds.get('total', 0):.0f} |" for o in outcomes]
     stem.with_suffix(".md").write_text("\n".join(lines) + "\n")
+
+
+# ---- fixtures/faults/killed_mutants.txt: what ci_mutants tells a regression by ------------
+
+KILLED = ROOT / "fixtures" / "faults" / "killed_mutants.txt"
+KILLED_HEAD = """\
+# The generated mutants of the Python layer that a run of the conformance
+# suites killed, one a line: its key (mutagen.py's), then, after a tab, the
+# conformance test that failed first in that run where the record names one.
+# harness/mutation/ci_mutants.py samples them, runs those tests first and fails
+# when one of them survives. Written by python3 -m harness.mutation.mutant_figures
+# --record-killed from the records under results/mutant-runs/ (it only adds).
+"""
+
+
+def read_killed() -> dict[str, str]:
+    """killed_mutants.txt: each key, with the test that killed it ("" where
+    no record named one)."""
+    if not KILLED.exists():
+        return {}
+    killed = {}
+    for line in KILLED.read_text().splitlines():
+        if line and not line.startswith("#"):
+            key, _, test = line.partition("\t")
+            killed[key] = test
+    return killed
+
+
+def write_killed(killed: dict[str, str]) -> None:
+    KILLED.write_text(KILLED_HEAD + "".join(f"{key}\t{test}\n" if test else f"{key}\n"
+                                            for key, test in sorted(killed.items())))
+
+
+def killing_test(outcome: Outcome) -> str:
+    """The Python conformance test a killed outcome names as failing ("" if none)."""
+    return next((t for t in outcome.failing if t.startswith("conformance/python/") and "::" in t), "")
+

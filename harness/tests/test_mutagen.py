@@ -222,6 +222,34 @@ def test_ci_sample_fails_on_a_regression_only():
     killed = ci_mutants.killed_before()
     assert killed and all(k.startswith("reference/python/native_registry/") for k in killed), \
         "fixtures/faults/killed_mutants.txt lists the killed Python-layer mutants"
+    assert all(not test or test.startswith("conformance/python/test_") and "::" in test
+               for test in killed.values()), "a killing test is a node id of the Python suite"
+
+
+def test_ci_sample_draws_only_todays_killed_mutants_and_the_same_each_seed():
+    from harness.mutation import ci_mutants
+    rel = "reference/python/native_registry/ordering_env.py"
+    today = [m.key for m in mutagen.mutants_of(rel, (ROOT / rel).read_text())]
+    gone = f"{rel}|constant|1 -> 0|0000000000|1"  # a line no longer there
+    killed = {**{key: "" for key in today[:6]}, gone: ""}
+    assert ci_mutants.todays(set(killed)) == set(today[:6])
+    drawn = ci_mutants.draw(killed, 4, 20261204)
+    assert len(drawn) == 4 and set(drawn) <= set(today[:6])
+    assert drawn == ci_mutants.draw(killed, 4, 20261204) and ci_mutants.draw(killed, 99, 1) != []
+    assert sorted(ci_mutants.draw(killed, 99, 1)) == sorted(today[:6])
+
+
+def test_killed_list_round_trips_with_and_without_a_killing_test(tmp_path, monkeypatch):
+    from harness.mutation import mutant_records
+    monkeypatch.setattr(mutant_records, "KILLED", tmp_path / "killed.txt")
+    killed = {"a|k|c|1|1": "conformance/python/test_x.py::test_y[a, b]", "b|k|c|2|1": ""}
+    mutant_records.write_killed(killed)
+    assert mutant_records.read_killed() == killed
+    text = (tmp_path / "killed.txt").read_text()
+    assert text.startswith("#") and "b|k|c|2|1\n" in text and "a|k|c|1|1\tconformance/" in text
+    outcome = mutant_records.Outcome("k", "w", "kind", "c", "o", "m", verdict="killed",
+                                     failing=["<exit 1>", "conformance/python/test_x.py::test_y"])
+    assert mutant_records.killing_test(outcome) == "conformance/python/test_x.py::test_y"
 
 
 def test_resume_keeps_only_verdicts_of_this_source_and_with_the_own_tests_when_asked(tmp_path):
@@ -284,6 +312,23 @@ def test_each_workspace_keeps_to_the_files_of_its_mutants(tmp_path):
     # Nothing of its own file or a free one left: it shares another's file.
     runner = mutant_runner.Runner(chosen[:3], {}, tmp_path / "r.jsonl", {}, {}, {})
     assert [runner.take(ws)[1].key for ws in (one, two, two)] == ["a1", "a2", "a3"]
+
+
+def test_the_tests_ci_mutants_names_run_first_in_its_order_and_the_rest_as_collected():
+    def collected(first: str) -> list[str]:
+        proc = subprocess.run([sys.executable, "-m", "pytest", "conformance/python/test_binding_edges.py",
+                               "conformance/python/test_routing.py", "--collect-only", "-q", "-p", "no:cacheprovider"],
+                              cwd=ROOT, capture_output=True, text=True, timeout=300,
+                              env={**os.environ, "NR_CONFORMANCE_RUN_FIRST": first})
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+        return [line for line in proc.stdout.splitlines() if "::" in line]
+
+    as_collected = collected("")
+    late = [t for t in as_collected if "test_routing.py" in t][-2:]
+    first = [late[1], late[0]]
+    reordered = collected("\n".join([*first, "conformance/python/test_none.py::test_unknown"]))
+    assert reordered[:2] == first
+    assert reordered[2:] == [t for t in as_collected if t not in first]
 
 
 def test_the_behaviours_option_runs_only_the_tests_naming_them():

@@ -249,11 +249,12 @@ def test_ci_s_sample_is_judged_from_the_report_and_runs_switched(tmp_path, monke
     from harness.mutation import ci_mutants
     outcomes = outcomes_of_source()
     survivor = next(o for o in outcomes if o.verdict == "survived")
+    killer = "conformance/python/test_routing.py::test_x"
     started = []
 
     class Run:  # the harness run ci_mutants starts: it writes the report
         def __init__(self, cmd, **kwargs):
-            started.append(cmd)
+            started.append((cmd, kwargs["env"]))
             results = pathlib.Path(cmd[cmd.index("--results") + 1])
             mutation_report.write(mutation_report.report(outcomes, {}, {REL: SOURCE}, {"chosen": 9}),
                                   results / "mutants" / "auto-python.mutation.json")
@@ -262,13 +263,22 @@ def test_ci_s_sample_is_judged_from_the_report_and_runs_switched(tmp_path, monke
             return 1
 
     monkeypatch.setattr(ci_mutants.subprocess, "Popen", Run)
-    monkeypatch.setattr(ci_mutants, "killed_before", lambda: set())
+    monkeypatch.setattr(ci_mutants, "todays", lambda keys: keys)  # the outcomes' keys stand for today's
+    # A sample from the killed keys: those run (--only), their killing tests first.
+    monkeypatch.setattr(ci_mutants, "killed_before", lambda: {"other-key": killer})
     assert ci_mutants.main(["--build", str(tmp_path), "--results", str(tmp_path / "r")]) == 0
-    assert "--switch" in started[0]
+    cmd, env = started[0]
+    assert "--switch" in cmd and cmd[cmd.index("--only") + 1] == f"@{tmp_path / 'r' / 'sample-keys.txt'}"
+    assert (tmp_path / "r" / "sample-keys.txt").read_text() == "other-key\n"
+    assert env[ci_mutants.RUN_FIRST] == killer
     said = capsys.readouterr().out
     verdicts = [o.verdict for o in outcomes]
     assert (f"{len(outcomes)} of 9 run: {verdicts.count('killed')} killed, {verdicts.count('survived')} survived"
             in said and "unreviewed survivor" in said)
-    monkeypatch.setattr(ci_mutants, "killed_before", lambda: {survivor.key})
+    monkeypatch.setattr(ci_mutants, "killed_before", lambda: {survivor.key: ""})
     assert ci_mutants.main(["--build", str(tmp_path), "--results", str(tmp_path / "r")]) == 1
     assert "REGRESSION" in capsys.readouterr().out
+    # Nothing listed is among today's mutants: nothing runs, nothing fails.
+    monkeypatch.setattr(ci_mutants, "todays", lambda keys: set())
+    assert ci_mutants.main(["--build", str(tmp_path), "--results", str(tmp_path / "r")]) == 0
+    assert len(started) == 2 and "nothing to judge" in capsys.readouterr().out

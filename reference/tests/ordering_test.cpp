@@ -37,6 +37,19 @@ class OrderingTest : public RegistryTest {
   NodePtr a_, b_, c_;
 };
 
+// An empty std::function is a bad argument (not an abort of the reorder, which
+// a function throws on purpose), refused before any graph is looked at.
+TEST_F(OrderingTest, AnEmptyOrderingFunctionIsABadArgumentAndChangesNothing) {
+  try {
+    registry().reorder_graphs(OrderingFn{});
+    FAIL() << "an empty ordering function was accepted";
+  } catch (const InvalidArgumentError& error) {
+    EXPECT_THAT(error.what(), HasSubstr("the ordering function must be callable"));
+  }
+  EXPECT_THAT(registry().graph(mul_cpu()), ElementsAre(c_, a_, b_));
+  EXPECT_TRUE(warnings.empty());
+}
+
 TEST_F(OrderingTest, OrderingFunctionReordersEveryGraph) {
   auto bmm_b = register_override(bmm_cpu(), constant_cond(true), fill_impl(1), {}, "dsl_b");
   auto bmm_a = register_override(bmm_cpu(), constant_cond(true), fill_impl(1), {}, "dsl_a");
@@ -107,6 +120,19 @@ TEST_F(OrderingTest, ReorderWithReinstallRepublishesChangedGraphs) {
   registry().reorder_graphs(alphabetical, /*reinstall=*/true);
   EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({1})));
   EXPECT_THAT(registry().published_chain(mul_cpu()), ElementsAre(a_, b_, c_));
+}
+
+// reorder_graphs answers with the graphs it changed, and only those: a graph
+// the function handed back in its own order, or refused, is not among them.
+TEST_F(OrderingTest, ReorderAnswersWithTheKeysOfTheGraphsItChanged) {
+  const NodePtr bmm = register_override(bmm_cpu(), constant_cond(true), fill_impl(1));
+  EXPECT_THAT(registry().reorder_graphs(alphabetical), ElementsAre(mul_cpu()));
+  EXPECT_THAT(registry().reorder_graphs(alphabetical), ElementsAre()) << "already in order";
+  EXPECT_THAT(registry().reorder_graphs([&](const std::string& op, const std::string&, const Graph& g) {
+                return op == "mul.Tensor" ? Graph{a_, a_} : g;  // refused, with the warning
+              }),
+              ElementsAre());
+  EXPECT_THAT(registry().graph(bmm_cpu()), ElementsAre(bmm));
 }
 
 TEST_F(OrderingTest, RegisterThenReorderIntegration) {

@@ -11,6 +11,7 @@
 #include "support.h"
 
 #include <native_registry/call_hooks.h>
+#include <native_registry/router_kind.h>
 
 #include <atomic>
 #include <stdexcept>
@@ -207,6 +208,18 @@ TEST_F(ImplErrorPolicyTest, AnOpThatWritesItsArgumentsStillRaises) {
   registry().install_graph(inplace);
   at::Tensor target = tensor({2});
   EXPECT_THROW(target.mul_(tensor({4})), std::runtime_error);
+}
+
+// The process-wide choice of router kernel (typed for common signatures, or
+// boxed for every op) reads back as it was last set: the benchmarks switch it
+// and name their rows by it.
+TEST(RouterKindTest, TheTypedRoutersSwitchReadsBackWhatWasSet) {
+  const bool before = typed_routers_enabled();
+  set_typed_routers_enabled(false);
+  EXPECT_FALSE(typed_routers_enabled());
+  set_typed_routers_enabled(true);
+  EXPECT_TRUE(typed_routers_enabled());
+  set_typed_routers_enabled(before);
 }
 
 }  // namespace

@@ -15,6 +15,23 @@ class TeardownTest : public RegistryTest {
   }
 };
 
+// A default-made Snapshot holds no state: restoring it is a bad argument
+// (the type a caller checks for), and leaves the registry as it was.
+TEST_F(TeardownTest, RestoringAnEmptySnapshotIsABadArgumentAndChangesNothing) {
+  const NodePtr node = register_override(mul_cpu(), constant_cond(true), fill_impl(1));
+  registry().install_graph(mul_cpu());
+  const auto before = fingerprint();
+  try {
+    registry().restore(Snapshot{});
+    FAIL() << "an empty snapshot was restored";
+  } catch (const InvalidArgumentError& error) {
+    EXPECT_STREQ(error.what(), "restore: the snapshot is empty");
+  }
+  EXPECT_EQ(fingerprint().difference(before), "");
+  EXPECT_THAT(registry().graph(mul_cpu()), ElementsAre(node));
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({1})));
+}
+
 TEST_F(TeardownTest, RestoreRemovesRoutersAndNativeOpsInstalledSince) {
   const auto before = fingerprint();
   const Snapshot snapshot = registry().snapshot();

@@ -68,6 +68,19 @@ def test_importable_from_repository_root_and_elsewhere(cwd, tmp_path):
     assert out.stdout.strip() == "['aten']"
 
 
+def test_a_routed_program_writes_nothing_to_stderr():
+    """The registry speaks through warnings, logging and exceptions; its own
+    set-up (the fork handlers, the router's first install) prints nothing."""
+    script = ("import torch, native_registry.registry as r\n"
+              "r.register_op_override('d', 'aten', 'mul.Tensor', 'CPU', lambda *a, **k: True,\n"
+              "                       lambda a, b: torch.full_like(a, 7.0))\n"
+              "r.register_all_overrides()\n"
+              "assert (torch.ones(2) * torch.ones(2) == 7).all()\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "[native_registry]" not in out.stderr, out.stderr
+
+
 def test_override_node_fields_and_defaults():
     node = registry._OverrideNode("test_dsl", "aten", "add.Tensor", "CPU", true_cond, identity,
                                   "test_node")
