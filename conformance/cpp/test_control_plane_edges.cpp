@@ -162,6 +162,23 @@ TEST_P(Conformance, ANodeInstalledAgainAfterAScopeKeepsItsNativeOp) {
   EXPECT_TRUE(same(stack.at(0).toTensor(), tensor({7, 7})));
 }
 
+TEST_P(Conformance, ANodeRegisteredDisabledIntoAnInstalledGraphGetsItsNativeOpOnceEnabled) {
+  BEHAVIOUR("installation.native-ops-follow-reinstalls");
+  REQUIRE_FEATURE("native-op-meta");
+  add(mul_key(), constant_cond(false), fill_impl(7), "dsl_a");
+  adapter().install(mul_key());
+  adapter().disable({{"dsl_b"}, {}, {}});  // before dsl_b exists
+  add(mul_key(), constant_cond(true), fill_impl(8), "dsl_b");
+  EXPECT_TRUE(same(cpe::mul_2_3_by_4_5(), tensor({8, 15})));
+  adapter().enable({{"dsl_b"}, {}, {}});  // goes into the chain of the router already in
+  EXPECT_TRUE(same(cpe::mul_2_3_by_4_5(), tensor({8, 8})));
+  auto native = adapter().native_op(adapter().graph(mul_key()).at(1));
+  ASSERT_TRUE(native.has_value()) << "no _native op for the enabled node";
+  Stack stack{tensor({2, 3}), tensor({4, 5})};
+  native->callBoxed(&stack);
+  EXPECT_TRUE(same(stack.at(0).toTensor(), tensor({8, 8})));
+}
+
 TEST_P(Conformance, InstallingAllSkipsAnUnresolvableOpWhoseOverridesAreAllDisabled) {
   BEHAVIOUR("validation.empty-chain-needs-no-op");
   REQUIRE_FEATURE("namespaces");

@@ -203,6 +203,19 @@ def test_a_node_added_to_an_installed_graph_gets_its_native_op(impl):
 
 
 @behaviour("installation.native-ops-follow-reinstalls")
+def test_a_node_registered_disabled_into_an_installed_graph_gets_its_native_op_once_enabled(impl):
+    impl.register("dsl_a", *KEY, lambda *a, **k: False, cpe_fill(7.0))
+    impl.install(*KEY)
+    impl.disable(dsl_names=["dsl_b"])  # before dsl_b exists
+    impl.register("dsl_b", *KEY, cpe_accept, cpe_fill(8.0))
+    assert torch.equal(mul(), STOCK)
+    impl.enable(dsl_names=["dsl_b"])  # goes into the chain of the router already in
+    assert torch.equal(mul(), torch.tensor([8.0, 8.0]))
+    node = impl.graph(*KEY)[1]
+    assert torch.equal(impl.native_op(node)(A, B), torch.tensor([8.0, 8.0])), node.node_id
+
+
+@behaviour("installation.native-ops-follow-reinstalls")
 def test_a_node_installed_again_after_a_scope_routes_and_keeps_its_native_op(impl):
     impl.register("dsl_a", *KEY, cpe_accept, cpe_fill(7.0))
     with impl.scope():  # (a scope may start empty: what it installs is not asserted)

@@ -55,11 +55,17 @@ def write_choice(path: str, mutant: int) -> None:
 
 # -- the plugin: inside the suite's pytest ----------------------------------
 
+def _reply(failed=(), ran=0, missing=(), timeout=False, signal=None, tail="") -> dict:
+    """A request's answer (the shape the module's head gives)."""
+    return {"failed": list(failed), "ran": ran, "missing": list(missing), "timeout": timeout,
+            "signal": signal, "tail": tail}
+
+
 def _serve_one(session, items: dict, request: dict, tell) -> dict:
     wanted = request["tests"]
     missing = [t for t in wanted if t not in items]
     if missing:  # a fresh run would stop at them: the caller runs one
-        return {"failed": [], "ran": 0, "missing": missing, "timeout": False, "signal": None, "tail": ""}
+        return _reply(missing=missing)
     result_path = request["log"] + ".result"
     write_choice(os.environ[CHOICE_VARIABLE], int(request["mutant"]))
     try:
@@ -116,7 +122,7 @@ def _wait_for(pid: int, timeout: float, log: str, result_path: str) -> dict:
         if time.monotonic() > deadline:
             _kill_group(pid)
             os.waitpid(pid, 0)
-            return {"failed": [], "ran": 0, "missing": [], "timeout": True, "signal": None, "tail": _tail(log)}
+            return _reply(timeout=True, tail=_tail(log))
         time.sleep(0.02)
     _kill_group(pid)  # what its tests left running
     found = {"failed": [], "ran": 0, "tail": ""}
@@ -127,8 +133,7 @@ def _wait_for(pid: int, timeout: float, log: str, result_path: str) -> dict:
     crashed = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
     if crashed is None and not (os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0):
         found["failed"] = found["failed"] or [f"<exit {os.WEXITSTATUS(status)}>"]
-    return {**found, "missing": [], "timeout": False, "signal": crashed,
-            "tail": found["tail"] or _tail(log)}
+    return _reply(found["failed"], found["ran"], signal=crashed, tail=found["tail"] or _tail(log))
 
 
 def _kill_group(pid: int) -> None:

@@ -32,6 +32,21 @@ TEST_F(TeardownTest, RestoringAnEmptySnapshotIsABadArgumentAndChangesNothing) {
   EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({1})));
 }
 
+// A router whose graph was erased (erase_graph keeps the router) comes back
+// from a snapshot taken under another unconditional mask with the chain the
+// mask of now allows of its graph: none, the graph being gone.
+TEST_F(TeardownTest, RestoreUnderAnotherMaskOfARouterWithoutItsGraphRoutesNothing) {
+  register_override(mul_cpu(), constant_cond(true), fill_impl(1));
+  registry().install_graph(mul_cpu());
+  registry().erase_graph(mul_cpu());
+  const Snapshot erased = registry().snapshot();
+  Registry::UnconditionalMask mask(registry());
+  registry().restore(erased);
+  EXPECT_EQ(registry().router_state(mul_cpu()), RouterState::kDormant);
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({8})));
+  registry().check_invariants();
+}
+
 TEST_F(TeardownTest, RestoreRemovesRoutersAndNativeOpsInstalledSince) {
   const auto before = fingerprint();
   const Snapshot snapshot = registry().snapshot();
