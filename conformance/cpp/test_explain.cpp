@@ -15,6 +15,7 @@ namespace {
 
 using namespace native_registry::fixtures;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 const c10::OperatorHandle& explain_mul_op() {
   static const c10::OperatorHandle op =
@@ -287,7 +288,16 @@ TEST_P(Conformance, ExplainReportsTheCoverageCheck) {
     EXPECT_EQ(explained_verdicts(e), std::vector<std::string>({"not reached"})) << e.table;
     EXPECT_EQ(e.kernel, "fallback");
     EXPECT_THAT(e.coverage, HasSubstr("covered"));
+    EXPECT_THAT(e.coverage, Not(HasSubstr("not covered")));
     EXPECT_EQ(conds->load(), 0) << "a covered call asks no cond";
+  }
+  {
+    auto declining = adapter().coverage_check(
+        [](const Key&, const c10::OperatorHandle&, c10::DispatchKeySet, const Stack&) { return false; });
+    adapter().install(mul_key());
+    const ExplainInfo e = adapter().explain(explain_mul_op(), explain_args(), "");
+    EXPECT_EQ(explained_verdicts(e), std::vector<std::string>({"accepted"})) << e.table;
+    EXPECT_THAT(e.coverage, HasSubstr("not covered"));
   }
   auto raising = adapter().coverage_check(
       [](const Key&, const c10::OperatorHandle&, c10::DispatchKeySet, const Stack&) -> bool {
@@ -297,6 +307,7 @@ TEST_P(Conformance, ExplainReportsTheCoverageCheck) {
   const ExplainInfo e = adapter().explain(explain_mul_op(), explain_args(), "");
   EXPECT_EQ(explained_verdicts(e), std::vector<std::string>({"accepted"})) << e.table;
   EXPECT_THAT(e.coverage, HasSubstr("manifest unreadable 99"));
+  EXPECT_THAT(e.coverage, HasSubstr("not covered"));
   EXPECT_EQ(e.kernel, "impl");
   {
     // Coverage checks switched off: the check is not asked, the conds decide.
@@ -307,6 +318,7 @@ TEST_P(Conformance, ExplainReportsTheCoverageCheck) {
     const ExplainInfo switched_off = adapter().explain(explain_mul_op(), explain_args(), "");
     EXPECT_EQ(explained_verdicts(switched_off), std::vector<std::string>({"accepted"})) << switched_off.table;
     EXPECT_EQ(switched_off.kernel, "impl");
+    EXPECT_THAT(switched_off.coverage, HasSubstr("not asked"));
   }
 }
 
@@ -328,13 +340,18 @@ TEST_P(Conformance, ExplainRefusesAKeyWithoutAGraphNamingItAndChangesNothing) {
   BEHAVIOUR("explain.bad-input");
   REQUIRE_FEATURE("explain");
   add(mul_key(), constant_cond(true), fill_impl(7), "only_cpu");
+  add({"aten", "mul.Tensor", "AutogradCPU"}, constant_cond(false), fill_impl(9), "autograd");
   adapter().install(mul_key());
   const auto before = fingerprint();
+  // The keys with a graph, each as a word of its own.
+  const auto names_graph_keys = ::testing::AllOf(::testing::ContainsRegex("(^|[^A-Za-z])CPU($|[^A-Za-z])"),
+                                                 ::testing::ContainsRegex("(^|[^A-Za-z])AutogradCPU($|[^A-Za-z])"));
   try {
     adapter().explain(explain_mul_op(), explain_args(), "AutocastCPU");
     ADD_FAILURE() << "explain at a key with no graph must raise";
   } catch (const InvalidArgument& e) {
     EXPECT_THAT(e.what(), HasSubstr("AutocastCPU"));
+    EXPECT_THAT(e.what(), names_graph_keys);
   }
   const auto& bmm = c10::Dispatcher::singleton().findSchemaOrThrow("aten::bmm", "");
   try {
@@ -342,6 +359,8 @@ TEST_P(Conformance, ExplainRefusesAKeyWithoutAGraphNamingItAndChangesNothing) {
     ADD_FAILURE() << "explain of an op with no graph must raise";
   } catch (const InvalidArgument& e) {
     EXPECT_THAT(e.what(), HasSubstr("bmm"));
+    EXPECT_THAT(e.what(), HasSubstr("none")) << "the op has a graph nowhere";
+    EXPECT_THAT(e.what(), ::testing::ContainsRegex("(^|[^A-Za-z])CPU($|[^A-Za-z])")) << "the key the call visits";
   }
   EXPECT_EQ(fingerprint().difference(before), "");
   EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({7})));

@@ -6,6 +6,7 @@ nothing. Beyond upstream (issue 30): `recommended`, feature `explain`."""
 
 from __future__ import annotations
 
+import re
 from unittest.mock import MagicMock
 
 import pytest
@@ -240,8 +241,14 @@ def test_explain_reports_the_coverage_check(impl):
         explained = impl.explain(MUL, A, B)
         assert verdicts(explained) == ["not reached"], str(explained)
         assert explained.kernel.kind == "fallback"
-        assert "covered" in explained.coverage
+        assert "covered" in explained.coverage and "not covered" not in explained.coverage
         cond.assert_not_called()
+
+    with impl.coverage_check(lambda op, key, args, kwargs: False):
+        impl.install(*KEY)
+        explained = impl.explain(MUL, A, B)
+        assert verdicts(explained) == ["accepted"], str(explained)
+        assert "not covered" in explained.coverage
 
     def raising(op, key, args, kwargs):
         raise RuntimeError("manifest unreadable 99")
@@ -250,7 +257,7 @@ def test_explain_reports_the_coverage_check(impl):
         impl.install(*KEY)
         explained = impl.explain(MUL, A, B)
         assert verdicts(explained) == ["accepted"], str(explained)
-        assert "manifest unreadable 99" in explained.coverage
+        assert "manifest unreadable 99" in explained.coverage and "not covered" in explained.coverage
         assert explained.kernel.kind == "impl"
 
     # Coverage checks switched off: the check is not asked, the conds decide.
@@ -259,6 +266,7 @@ def test_explain_reports_the_coverage_check(impl):
         explained = impl.explain(MUL, A, B)
         assert verdicts(explained) == ["accepted"], str(explained)
         assert explained.kernel.kind == "impl"
+        assert "not asked" in explained.coverage
 
 
 @behaviour("explain.chooses-the-call-key")
@@ -275,13 +283,19 @@ def test_explain_picks_the_highest_key_of_the_call_with_a_graph(impl):
 @behaviour("explain.bad-input")
 def test_explain_refuses_a_key_or_op_without_a_graph_naming_it(impl):
     impl.register("only_cpu", *KEY, lambda a, b: True, lambda a, b: torch.full_like(a, 7.0))
+    impl.register("autograd", "aten", "mul.Tensor", "AutogradCPU", lambda a, b: False, forbidden())
     impl.install(*KEY)
     before = dispatcher_state()
-    with pytest.raises(ValueError, match="AutocastCPU"):
+    with pytest.raises(ValueError, match="AutocastCPU") as refused:
         impl.explain(MUL, A, B, dispatch_key="AutocastCPU")
+    words = re.findall(r"[A-Za-z]+", str(refused.value))
+    assert "CPU" in words and "AutogradCPU" in words, f"the keys with a graph go unnamed: {refused.value}"
     x = torch.ones(1, 2, 2)
-    with pytest.raises(ValueError, match="bmm"):
+    with pytest.raises(ValueError, match="bmm") as refused:
         impl.explain(torch.ops.aten.bmm.default, x, x)
+    words = re.findall(r"[A-Za-z]+", str(refused.value))
+    assert "none" in words, f"that the op has a graph nowhere goes unsaid: {refused.value}"
+    assert "CPU" in words, f"the keys the call visits go unnamed: {refused.value}"
     assert dispatcher_state() == before
     assert torch.equal(mul(), torch.full_like(A, 7.0))
 

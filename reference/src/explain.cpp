@@ -148,6 +148,7 @@ std::string filter_detail(const detail::FilterEntries::Naming& naming, const Ove
 
 }  // namespace
 
+// ---- explain by name --------------------------------------------------------
 Explanation Registry::explain(const std::string& op_name, const Stack& stack,
                               const std::string& dispatch_key) const {
   const auto separator = op_name.find("::");
@@ -167,6 +168,7 @@ Explanation Registry::explain(const std::string& op_name, const Stack& stack,
   return explain(*op, stack, dispatch_key);
 }
 
+// ---- explain ----------------------------------------------------------------
 Explanation Registry::explain(const c10::OperatorHandle& op, const Stack& stack,
                               const std::string& dispatch_key) const {
   const c10::OperatorName& name = op.operator_name();

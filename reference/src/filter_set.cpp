@@ -53,6 +53,7 @@ void FilterSet::enable(const Filter& filter) {
   for (const auto& name : filter.dispatch_keys) entries_.dispatch_keys.erase(name);
 }
 
+// ---- invariants -------------------------------------------------------------
 void FilterSet::check() const {
   if (mask_depth_ < 0) throw std::logic_error("invariant: negative unconditional mask depth");
 }

@@ -70,6 +70,7 @@ std::set<GraphKey> GraphTable::keys_named_by(const Filter& filter) const {
   return keys;
 }
 
+// ---- invariants -------------------------------------------------------------
 void GraphTable::check(uint64_t registry_serial) const {
   auto fail = [](const std::string& what) { throw std::logic_error("invariant: " + what); };
   for (const auto& [key, graph] : graphs_) {

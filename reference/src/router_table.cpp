@@ -82,6 +82,7 @@ void RouterTable::remove_all(Released& released) {
   routers_.clear();
 }
 
+// ---- invariants -------------------------------------------------------------
 void RouterTable::check(uint64_t registry_serial) const {
   auto fail = [](const std::string& what) { throw std::logic_error("invariant: " + what); };
   auto admitted = [&fail](const GraphKey& key) {
