@@ -250,6 +250,14 @@ TEST_P(Conformance, ExplainNamesTheOpsOwnKernelWhenNoNodeTakesTheCall) {
   EXPECT_EQ(e.kernel, "fallback") << e.table;
   EXPECT_TRUE(e.kernel_node_id.empty());
   EXPECT_THAT(e.kernel_detail, HasSubstr("CPU")) << "the key whose kernel was captured";
+  // At a key that was a fallthrough before the router, the next key's kernel runs.
+  const Key autocast{"aten", "mul.Tensor", "AutocastCPU"};
+  add(autocast, constant_cond(false), forbidden_impl(), "declining");
+  adapter().install(autocast);
+  const ExplainInfo at_autocast = adapter().explain(explain_mul_op(), explain_args(), "AutocastCPU");
+  EXPECT_EQ(at_autocast.kernel, "fallthrough") << at_autocast.table;
+  EXPECT_TRUE(at_autocast.kernel_node_id.empty());
+  EXPECT_THAT(at_autocast.kernel_detail, HasSubstr("AutocastCPU"));
 }
 
 TEST_P(Conformance, ExplainSaysAGraphWithoutARouterLeavesTheCallToTheOp) {

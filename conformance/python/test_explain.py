@@ -210,6 +210,13 @@ def test_explain_names_the_op_s_own_kernel_when_no_node_takes_the_call(impl):
     assert explained.kernel.kind == "fallback", str(explained)
     assert explained.kernel.node_id is None
     assert KEY[2] in explained.kernel.detail, str(explained)  # the key whose kernel was captured
+    # At a key that was a fallthrough before the router, the next key's kernel runs.
+    autocast = (KEY[0], KEY[1], "AutocastCPU")
+    impl.register("declining", *autocast, lambda a, b: False, forbidden())
+    impl.install(*autocast)
+    explained = impl.explain(MUL, A, B, dispatch_key="AutocastCPU")
+    assert explained.kernel.kind == "fallthrough", str(explained)
+    assert explained.kernel.node_id is None and "AutocastCPU" in explained.kernel.detail, str(explained)
 
 
 @behaviour("explain.no-router")
