@@ -58,10 +58,6 @@ NOT_MUTATED = {
                                     "step; a check fires only when another part is wrong, and no "
                                     "implementation's conformance is judged by them",
     "reference/python/native_registry/predicates.py": "as predicates.cpp: beyond upstream",
-    "reference/python/native_registry/check.py": "check_overrides (issue 30's opcheck for overrides) is a "
-                                                 "tool run over a registry, not a registry's behaviour: no "
-                                                 "behaviour of the catalogue, no adapter calls it (the "
-                                                 "reference's own tests, test_check_overrides.py, judge it)",
     "reference/python/native_registry/upstream_compat.py": "run only by --upstream-tests (upstream's "
                                                            "own test file), never by the conformance suites",
 }
