@@ -146,6 +146,15 @@ def test_a_program_traced_inside_a_per_thread_disable_leaves_the_override_out(im
     with impl.disabled_in_thread(dsl_names=["dsl_a"]):
         assert torch.equal(compiled()(A, B), STOCK)
     assert calls == [], "traced and run inside the scope, the program does not call the override"
+    # With an override after it, that one takes the traced call instead.
+    impl.register("dsl_b", *KEY, always, returning(NINES))
+    impl.install(*KEY)
+    with impl.disabled_in_thread(dsl_names=["dsl_a"]):
+        program = compiled()
+        assert torch.equal(program(A, B), NINES), "the next override did not take the traced call"
+    # Decided at trace time: run outside the scope, the program still calls that one.
+    assert torch.equal(program(A, B), NINES), "the traced program leaves the choice to run time"
+    assert calls == []
     assert torch.equal(compiled()(A, B), SEVENS)
     assert calls, "traced outside any scope, it does"
     torch._dynamo.reset()
