@@ -164,5 +164,8 @@ def test_the_compile_router_declines_a_covered_call(impl):
         router = impl.decomp_table(overrides_only=True)[torch.ops.aten.mul.Tensor]
         assert router(A, B) is NotImplemented
         assert [q[:2] for q in check.questions] == [("mul.Tensor", "CPU")]
+        (_, _, args, kwargs), = check.questions
+        assert len(args) == 2 and args[0] is A and args[1] is B and kwargs == {}, \
+            "the check is not given the call's arguments as the eager router gives them"
         check.answer = False
         assert torch.equal(router(A, B), FILLED), "not covered: the cond routes"

@@ -284,13 +284,14 @@ def test_a_declared_module_registers_once_its_ops_resolve(impl, declaring):
 
 @behaviour("declared.check-and-register")
 @pytest.mark.parametrize("flaw", ["unresolved-op", "variants-disagree", "default-undeclared",
-                                  "variant-not-callable", "no-namespace"])
+                                  "default-missing", "variant-not-callable", "no-namespace"])
 def test_a_flawed_declaration_is_refused_naming_the_flaw(impl, declaring, flaw):
     declared = impl.declared_overrides()
     message = {
         "unresolved-op": f"{LATE_NS}::missing",
         "variants-disagree": "_VARIANTS covers",
         "default-undeclared": "default variant 'gone'",
+        "default-missing": "_DEFAULT_VARIANTS",
         "variant-not-callable": "no callable impl",
         "no-namespace": "_NAMESPACE",
     }[flaw]
@@ -302,6 +303,8 @@ def test_a_flawed_declaration_is_refused_naming_the_flaw(impl, declaring, flaw):
         declaring._VARIANTS["extra"] = {"kernel": _Variant(1.0)}
     elif flaw == "default-undeclared":
         declaring._DEFAULT_VARIANTS["declared"] = "gone"
+    elif flaw == "default-missing":
+        del declaring._DEFAULT_VARIANTS["declared"]
     elif flaw == "variant-not-callable":
         declaring._VARIANTS["declared"]["other"].impl = None
     else:
