@@ -167,6 +167,17 @@ def test_a_runtime_check_on_an_unconditional_node_is_refused(reg):
     assert node.try_initialize_runtime is None
 
 
+def test_a_node_read_before_a_reorder_that_returned_its_copy_reports_the_copys_callables(reg):
+    """Nodes are views of the core's one record: the object a user holds
+    follows the node an ordering function's copy put in the graph."""
+    node = installed_node(reg)
+    reg.reorder_graphs_from_user_function(
+        lambda op, key, graph: [dataclasses.replace(graph[0], impl_fn=nine)], reregister_overrides=True)
+    assert node.impl_fn is nine, "the node read before the reorder still reports the replaced impl"
+    assert reg.graph(*KEY)[0].impl_fn is nine
+    assert torch.equal(torch.ones(2) * torch.ones(2), torch.full((2,), 9.0))
+
+
 def test_a_write_on_a_node_no_longer_in_its_graph_is_refused(reg):
     node = installed_node(reg)
     reg.reorder_graphs_from_user_function(lambda op, key, graph: [])
