@@ -155,6 +155,43 @@ def test_torch_disable_native_aot_starts_with_checks_off(impl):
     assert lines == ["[102.0, 103.0] 0"], lines
 
 
+@behaviour("aot.covered-call-runs-the-op")
+def test_the_check_gets_the_arguments_of_an_op_defined_again_with_another_schema(impl):
+    """The check is asked of the op as it is at the call: after its library
+    is destroyed and the op defined again with more arguments, a call hands
+    the check all of them (the op's entry, which the router keeps, holds the
+    new schema where the old one was)."""
+    supported = "namespaces" in impl.features
+    if not supported:
+        pytest.skip(f"unsupported: {impl.name} lacks feature namespaces")
+    lines = run_in_fresh_interpreter(impl, """
+        NS = "_native_registry_aot_redef"
+        impl.allow_namespace(NS)
+        x = torch.ones(2)
+        asked = []
+        def check(op_symbol, dispatch_key, args, kwargs):
+            asked.append(len(args) + len(kwargs))
+            return False
+        def define(schema, kernel):
+            lib = torch.library.Library(NS, "DEF")
+            lib.define(schema)
+            lib.impl("foo", kernel, "CPU")
+            return lib
+        with impl.scope(), impl.coverage_check(check):
+            lib = define("foo(Tensor x) -> Tensor", lambda x: x + 1)
+            impl.register("first", NS, "foo", "CPU", lambda *a, **k: False, lambda *a, **k: x)
+            impl.install(NS, "foo", "CPU")
+            getattr(torch.ops, NS).foo(x)
+            impl.disable(dsl_names=["first"])
+            lib._destroy()
+            lib = define("foo(Tensor x, Tensor y, Tensor z) -> Tensor", lambda x, y, z: x + y + z)
+            impl.register("second", NS, "foo", "CPU", lambda *a, **k: False, lambda *a, **k: x)
+            impl.install(NS, "foo", "CPU")
+            print(getattr(torch.ops, NS).foo(x, x, x).tolist(), asked)
+        """)
+    assert lines[-1] == "[3.0, 3.0] [1, 3]", lines
+
+
 @behaviour("aot.compile-router-asks-too")
 def test_the_compile_router_declines_a_covered_call(impl):
     check = Recorder(True, [])
