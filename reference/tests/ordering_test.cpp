@@ -78,6 +78,22 @@ TEST_F(OrderingTest, ThrowingFunctionKeepsTheGraphAndWarns) {
                   "unknown exception");
 }
 
+// A registry with no log sink writes its warnings to stderr, prefixed, and
+// nothing else (its info lines go nowhere).
+TEST(RegistryWithoutALogSinkTest, WarnsOnStderr) {
+  Registry plain;
+  plain.register_op_override("dsl_x", "aten", "mul.Tensor", "CPU", constant_cond(true), fill_impl(1));
+  ::testing::internal::CaptureStderr();
+  plain.reorder_graphs([](const std::string&, const std::string&, const Graph&) -> Graph {
+    throw std::runtime_error("ordering failed 77");
+  });
+  const std::string said = ::testing::internal::GetCapturedStderr();
+  EXPECT_THAT(said, ::testing::StartsWith("[native_registry] warning: "));
+  EXPECT_THAT(said, HasSubstr("Graph transformation failed"));
+  EXPECT_THAT(said, HasSubstr("ordering failed 77"));
+  EXPECT_EQ(std::count(said.begin(), said.end(), '\n'), 1) << said;
+}
+
 TEST_F(OrderingTest, JunkResultsKeepTheGraphAndWarn) {
   expect_rejected([&](auto&&...) { return Graph{a_, a_}; }, "appears twice");
   expect_rejected([&](auto&&...) { return Graph{a_, nullptr}; }, "null node");
