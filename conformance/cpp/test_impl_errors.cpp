@@ -37,6 +37,16 @@ TEST_P(Conformance, UnderFallbackAnImplErrorRunsTheOpOnTheCallsArguments) {
   EXPECT_THROW(call_mul(tensor({2}), tensor({4})), std::exception) << "the policy is back to raise";
 }
 
+TEST_P(Conformance, UnderFallbackAnImplThatReturnsGivesItsResult) {
+  BEHAVIOUR("degrade.fallback-runs-the-op");
+  REQUIRE_FEATURE("impl-error-fallback");
+  add(mul_key(), constant_cond(true), fill_impl(7));
+  adapter().install(mul_key());
+  auto fallback = adapter().impl_error_policy("fallback");
+  EXPECT_TRUE(same(call_mul(tensor({2, 3}), tensor({4, 5})), tensor({7, 7})))
+      << "an impl that returned was taken for one that failed";
+}
+
 TEST_P(Conformance, AnInPlaceOpsImplErrorStillRaisesUnderFallback) {
   BEHAVIOUR("degrade.writing-ops-still-raise");
   REQUIRE_FEATURE("impl-error-fallback");

@@ -43,6 +43,17 @@ def test_under_fallback_an_impl_error_runs_the_op_and_by_default_it_raises(impl)
         mul()  # the policy is back to "raise"
 
 
+@behaviour("degrade.fallback-runs-the-op")
+def test_under_fallback_an_impl_that_returns_gives_its_result_and_says_nothing(impl):
+    sevens = torch.full_like(A, 7.0)
+    impl.register("steady_dsl", *KEY, always, lambda *args, **kwargs: sevens)
+    impl.install(*KEY)
+    with impl.impl_error_policy("fallback"), warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        assert torch.equal(mul(), sevens), "an impl that returned was taken for one that failed"
+    assert not [w for w in said if issubclass(w.category, RuntimeWarning)], [str(w.message) for w in said]
+
+
 @behaviour("degrade.warns-once-per-override")
 def test_the_first_fallback_of_each_override_warns_naming_it_the_op_and_the_error(impl):
     impl.register("flaky_dsl", *KEY, lambda a, b: a.numel() == 2, failing(ZeroDivisionError("no driver")))
