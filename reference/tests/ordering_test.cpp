@@ -177,6 +177,19 @@ TEST_F(OrderingTest, ReplaceGraphSetsTheOrderAndInstallsNothing) {
 // erase_graph forgets the graph and its index entries, not the router;
 // uninstall_graph takes the router out and keeps the graph; router_id tells
 // one router from the next at the same key.
+// Erasing a graph the registry does not have changes nothing; erasing one
+// leaves the index entries of the other graphs of its dsl, op and key.
+TEST_F(OrderingTest, EraseGraphOfAnUnknownKeyChangesNothingAndKeepsOtherIndexEntries) {
+  registry().erase_graph(bmm_cpu());
+  EXPECT_THAT(registry().graph(mul_cpu()), ElementsAre(c_, a_, b_));
+  EXPECT_THAT(registry().get_dsl_operations("dsl_a"), ElementsAre("mul.Tensor"));
+  const NodePtr bmm = register_override(bmm_cpu(), constant_cond(true), fill_impl(1), {}, "dsl_a");
+  registry().erase_graph(mul_cpu());
+  EXPECT_THAT(registry().get_dsl_operations("dsl_a"), ElementsAre("bmm"));
+  EXPECT_THAT(registry().get_dsl_operations("dsl_b"), ::testing::IsEmpty());
+  registry().check_invariants();
+}
+
 TEST_F(OrderingTest, EraseGraphForgetsTheGraphAndKeepsTheRouter) {
   registry().install_graph(mul_cpu());
   const uint64_t first = registry().router_id(mul_cpu());
