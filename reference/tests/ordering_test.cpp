@@ -184,9 +184,14 @@ TEST_F(OrderingTest, EraseGraphOfAnUnknownKeyChangesNothingAndKeepsOtherIndexEnt
   EXPECT_THAT(registry().graph(mul_cpu()), ElementsAre(c_, a_, b_));
   EXPECT_THAT(registry().get_dsl_operations("dsl_a"), ElementsAre("mul.Tensor"));
   const NodePtr bmm = register_override(bmm_cpu(), constant_cond(true), fill_impl(1), {}, "dsl_a");
+  EXPECT_THAT(registry().graphs_by_op_symbol().at("mul.Tensor"), ElementsAre(mul_cpu()))
+      << "a graph is indexed once, however many nodes it holds";
   registry().erase_graph(mul_cpu());
   EXPECT_THAT(registry().get_dsl_operations("dsl_a"), ElementsAre("bmm"));
   EXPECT_THAT(registry().get_dsl_operations("dsl_b"), ::testing::IsEmpty());
+  // An emptied graph put back is not indexed by its op.
+  registry().replace_graph(mul_cpu(), {});
+  EXPECT_EQ(registry().graphs_by_op_symbol().count("mul.Tensor"), 0u);
   registry().check_invariants();
 }
 
