@@ -75,5 +75,50 @@ TEST_F(ConcurrencyTest, CallsSeeWholeChainsWhileTheControlPlaneChurns) {
   RecordProperty("control_rounds", std::to_string(round));
 }
 
+// A coverage check replaced (or unset) while calls run: a call that read the
+// old one before the change still runs it whole, so every check a router was
+// given lives as long as the router. Each check reads what it captured; a
+// freed one (the allocator fills freed memory in mutant runs) reads garbage
+// or crashes.
+TEST_F(ConcurrencyTest, ACoverageCheckReplacedWhileCallsRunStaysWholeForThem) {
+  register_override(mul_cpu(), constant_cond(true), fill_impl(1), {}, "dsl_a");
+  registry().install_graph(mul_cpu());
+  std::atomic<bool> stop{false};
+  std::atomic<long> calls{0}, bad{0};
+  std::vector<std::thread> callers;
+  for (int t = 0; t < 4; ++t) {
+    callers.emplace_back([&] {
+      const at::Tensor a = tensor({2, 2});
+      const at::Tensor b = tensor({4, 4});
+      while (!stop.load()) {
+        const float first = call_mul(a, b)[0].item<float>();
+        if (first != 1.f && first != 8.f) ++bad;  // routed, or covered
+        ++calls;
+      }
+    });
+  }
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(1000);
+  int round = 0;
+  while (std::chrono::steady_clock::now() < until) {
+    if (++round % 3 == 0) {
+      registry().set_coverage_check({});
+    } else {
+      auto tag = std::make_shared<std::string>("alive, round " + std::to_string(round));
+      registry().set_coverage_check([tag, &bad](const GraphKey&, const c10::OperatorHandle&,
+                                                c10::DispatchKeySet, const Stack&) {
+        if (tag->rfind("alive, round ", 0) != 0) ++bad;
+        return tag->size() % 2 == 0;
+      });
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(500));
+  }
+  stop = true;
+  for (auto& caller : callers) caller.join();
+  registry().set_coverage_check({});
+  EXPECT_EQ(bad.load(), 0) << "a call ran a coverage check that had been freed";
+  EXPECT_GT(calls.load(), 0);
+  EXPECT_GT(round, 6);
+}
+
 }  // namespace
 }  // namespace native_registry::testing
