@@ -9,6 +9,7 @@
 #include <ATen/ops/full.h>
 
 #include <chrono>
+#include <functional>
 #include <set>
 #include <thread>
 
@@ -16,6 +17,24 @@ namespace native_registry::testing {
 namespace {
 
 using ConcurrencyTest = RegistryTest;
+
+// `count` threads calling mul on (2, 2) and (4, 4) until `stop`, each result
+// handed to `judge`, every call counted in `calls`.
+std::vector<std::thread> start_callers(int count, const std::atomic<bool>& stop, std::atomic<long>& calls,
+                                       const std::function<void(const at::Tensor&)>& judge) {
+  std::vector<std::thread> callers;
+  for (int t = 0; t < count; ++t) {
+    callers.emplace_back([&stop, &calls, judge] {
+      const at::Tensor a = tensor({2, 2});
+      const at::Tensor b = tensor({4, 4});
+      while (!stop.load()) {
+        judge(call_mul(a, b));
+        ++calls;
+      }
+    });
+  }
+  return callers;
+}
 
 TEST_F(ConcurrencyTest, CallsSeeWholeChainsWhileTheControlPlaneChurns) {
   register_override(mul_cpu(), constant_cond(true), fill_impl(1), {}, "dsl_a");
@@ -26,19 +45,10 @@ TEST_F(ConcurrencyTest, CallsSeeWholeChainsWhileTheControlPlaneChurns) {
   const std::set<float> possible{8.f, 1.f, 2.f, 3.f};
   std::atomic<bool> stop{false};
   std::atomic<long> calls{0}, bad{0};
-  std::vector<std::thread> callers;
-  for (int t = 0; t < 4; ++t) {
-    callers.emplace_back([&] {
-      const at::Tensor a = tensor({2, 2});
-      const at::Tensor b = tensor({4, 4});
-      while (!stop.load()) {
-        const at::Tensor out = call_mul(a, b);
-        const float first = out[0].item<float>();
-        if (!possible.count(first) || out[1].item<float>() != first) ++bad;
-        ++calls;
-      }
-    });
-  }
+  std::vector<std::thread> callers = start_callers(4, stop, calls, [&](const at::Tensor& out) {
+    const float first = out[0].item<float>();
+    if (!possible.count(first) || out[1].item<float>() != first) ++bad;
+  });
 
   const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(1500);
   int round = 0;
@@ -85,18 +95,10 @@ TEST_F(ConcurrencyTest, ACoverageCheckReplacedWhileCallsRunStaysWholeForThem) {
   registry().install_graph(mul_cpu());
   std::atomic<bool> stop{false};
   std::atomic<long> calls{0}, bad{0};
-  std::vector<std::thread> callers;
-  for (int t = 0; t < 4; ++t) {
-    callers.emplace_back([&] {
-      const at::Tensor a = tensor({2, 2});
-      const at::Tensor b = tensor({4, 4});
-      while (!stop.load()) {
-        const float first = call_mul(a, b)[0].item<float>();
-        if (first != 1.f && first != 8.f) ++bad;  // routed, or covered
-        ++calls;
-      }
-    });
-  }
+  std::vector<std::thread> callers = start_callers(4, stop, calls, [&](const at::Tensor& out) {
+    const float first = out[0].item<float>();
+    if (first != 1.f && first != 8.f) ++bad;  // routed, or covered
+  });
   const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(1000);
   int round = 0;
   while (std::chrono::steady_clock::now() < until) {
