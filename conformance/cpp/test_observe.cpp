@@ -3,6 +3,8 @@
 
 #include "suite.h"
 
+#include "warning_recorder.h"
+
 #include <atomic>
 #include <functional>
 #include <future>
@@ -101,12 +103,6 @@ TEST_P(Conformance, APerThreadDisableLeavesFiltersGraphsAndTheDispatcherAlone) {
   EXPECT_EQ(first_value(), 7);
 }
 
-// The c10 warnings of the thread it is installed on, while it is.
-struct ThisThreadsWarnings : c10::WarningHandler {
-  std::vector<std::string> messages;
-  void process(const c10::Warning& warning) override { messages.push_back(warning.msg()); }
-};
-
 TEST_P(Conformance, APerThreadScopeClosedOnAnotherThreadSaysSoAndTheOpenersDisablesStay) {
   BEHAVIOUR("thread.scope-closed-on-another-thread");
   REQUIRE_FEATURE("thread-disables");
@@ -126,7 +122,7 @@ TEST_P(Conformance, APerThreadScopeClosedOnAnotherThreadSaysSoAndTheOpenersDisab
     opener_after = first_value();
   });
   opened.get_future().wait();
-  ThisThreadsWarnings warned;
+  WarningRecorder warned;
   float closer = 0;
   std::thread([&] {
     c10::WarningUtils::WarningHandlerGuard guard(&warned);

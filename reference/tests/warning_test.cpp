@@ -7,6 +7,7 @@
 #include <native_registry/native_registry.h>
 
 #include "../src/quiet_override_warning.h"
+#include "warning_recorder.h"
 
 #include <ATen/ops/full_like.h>
 #include <gtest/gtest.h>
@@ -19,17 +20,7 @@
 namespace native_registry::testing {
 namespace {
 
-class Recorder final : public c10::WarningHandler {
- public:
-  void process(const c10::Warning& warning) override { messages.push_back(warning.msg()); }
-  bool saw(const std::string& fragment) const {
-    for (const auto& m : messages) {
-      if (m.find(fragment) != std::string::npos) return true;
-    }
-    return false;
-  }
-  std::vector<std::string> messages;
-};
+using Recorder = fixtures::WarningRecorder;
 
 constexpr const char* kNotice = "Overriding a previously registered kernel";
 
