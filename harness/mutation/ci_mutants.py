@@ -49,12 +49,6 @@ from . import mutagen, mutant_records, mutation_report
 RUN_FIRST = "NR_CONFORMANCE_RUN_FIRST"
 
 
-def killed_before() -> dict[str, str]:
-    """The Python-layer mutants a record says the suites killed: key -> the
-    test that failed first ("" where the record names none)."""
-    return mutant_records.read_killed()
-
-
 def todays(keys: set[str]) -> set[str]:
     """Those of `keys` that today's generator still makes from today's files."""
     made = set()
@@ -95,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     seed = daily_seed() if args.seed is None else args.seed
     results = args.results or args.build / "ci-mutants"
-    killed = killed_before()
+    killed = mutant_records.read_killed()  # key -> the test that failed first, or ""
     sample = draw(killed, args.sample, seed)
     print(f"ci mutants: {len(sample)} of the Python-layer mutants a record says were killed "
           f"({len(killed)} listed), seed {seed}, budget {args.budget} s", flush=True)

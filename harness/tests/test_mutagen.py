@@ -219,7 +219,8 @@ def test_ci_sample_fails_on_a_regression_only():
     assert [o["key"] for o in unreviewed] == ["new"]
     import datetime
     assert ci_mutants.daily_seed(datetime.date(2026, 12, 2)) == 20261202
-    killed = ci_mutants.killed_before()
+    from harness.mutation import mutant_records
+    killed = mutant_records.read_killed()
     assert killed and all(k.startswith("reference/python/native_registry/") for k in killed), \
         "fixtures/faults/killed_mutants.txt lists the killed Python-layer mutants"
     assert all(not test or test.startswith("conformance/python/test_") and "::" in test

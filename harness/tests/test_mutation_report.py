@@ -265,7 +265,7 @@ def test_ci_s_sample_is_judged_from_the_report_and_runs_switched(tmp_path, monke
     monkeypatch.setattr(ci_mutants.subprocess, "Popen", Run)
     monkeypatch.setattr(ci_mutants, "todays", lambda keys: keys)  # the outcomes' keys stand for today's
     # A sample from the killed keys: those run (--only), their killing tests first.
-    monkeypatch.setattr(ci_mutants, "killed_before", lambda: {"other-key": killer})
+    monkeypatch.setattr(ci_mutants.mutant_records, "read_killed", lambda: {"other-key": killer})
     assert ci_mutants.main(["--build", str(tmp_path), "--results", str(tmp_path / "r")]) == 0
     cmd, env = started[0]
     assert "--switch" in cmd and cmd[cmd.index("--only") + 1] == f"@{tmp_path / 'r' / 'sample-keys.txt'}"
@@ -275,7 +275,7 @@ def test_ci_s_sample_is_judged_from_the_report_and_runs_switched(tmp_path, monke
     verdicts = [o.verdict for o in outcomes]
     assert (f"{len(outcomes)} of 9 run: {verdicts.count('killed')} killed, {verdicts.count('survived')} survived"
             in said and "unreviewed survivor" in said)
-    monkeypatch.setattr(ci_mutants, "killed_before", lambda: {survivor.key: ""})
+    monkeypatch.setattr(ci_mutants.mutant_records, "read_killed", lambda: {survivor.key: ""})
     assert ci_mutants.main(["--build", str(tmp_path), "--results", str(tmp_path / "r")]) == 1
     assert "REGRESSION" in capsys.readouterr().out
     # Nothing listed is among today's mutants: nothing runs, nothing fails.
