@@ -170,3 +170,76 @@ def test_switch_goes_with_generated_mutants_of_every_layer():
     assert main.main(["--check-args", "--mutants", "auto", "--mutate", "cpp", "--switch", "--check-switch"]) == 0
     assert main.main(["--check-args", "--mutants", "auto", "--mutate", "cpp", "--check-switch"]) == 2
     assert main.main(["--check-args", "--mutants", "auto", "--mutate", "python", "--switch", "--check-switch"]) == 2
+
+
+def run_toy_chosen_late(tmp_path, text, key):
+    """The toy imported with no mutant chosen, then `key` chosen by setting
+    its global, as the warm suite's child does."""
+    (tmp_path / "toy.py").write_text(text)
+    env = {k: v for k, v in os.environ.items() if k != "NR_MUTANT"}
+    probe = (f"import toy; toy._nr_mutant_ = {key!r}; "
+             "print(toy.clamp(-5), toy.clamp(50), toy.ALIAS(3), toy.Box().grow(1))")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True)
+    return done.stdout.strip() or done.stderr.strip().splitlines()[-1]
+
+
+def test_a_mutant_in_a_body_is_chosen_at_each_call_after_the_import(tmp_path):
+    found = {m.key: m for m in mutagen.python_mutants("toy.py", TOY)}
+    switched = mutant_switches.instrument("toy.py", TOY, list(found.values()))
+    heads = {k for k, m in found.items() if m.original.lstrip().startswith(("def ", "@"))}
+    assert heads and switched.call_time == switched.keys - heads  # a def's line is read at import
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    differs = 0
+    # decorate's body runs at the import, before the choice: the runner sends
+    # such a mutant (its line run outside any test) to a fresh process.
+    for key in sorted(k for k in switched.call_time if found[k].line != TOY.split("\n").index("    return f") + 1):
+        rewritten = run_toy(tmp_path / "b", found[key].apply(TOY))
+        assert run_toy_chosen_late(tmp_path / "a", switched.text, key) == rewritten, key
+        differs += rewritten != "0 10 3 3"
+    assert differs
+
+
+SHARING = '''\
+LIMIT = 3
+count = 0
+
+
+def gen(xs):
+    for x in xs:
+        return x
+
+
+def bump():
+    global count
+    count += 1
+
+
+def shadowing(y):
+    LIMIT = y
+    return LIMIT
+
+
+def dropped(y):
+    z = y + 1
+    return y
+'''
+
+
+@pytest.mark.parametrize("line,mutated,shared", [
+    (7, "        yield x", False),          # a generator where the function is not: not one function
+    (12, "    count -= 1", False),          # a body declaring a global name
+    (16, "    pass", False),                # LIMIT no longer local: the rewritten file reads the module's
+    (21, "    pass", True),                 # z no longer local, and nothing else defines it
+    (22, "    return (-1)", True),
+])
+def test_a_mutant_shares_its_function_s_body_only_where_python_sees_one_function(line, mutated, shared):
+    lines = SHARING.split("\n")
+    m = mutagen.Mutant("s.py", line, "k", "c", lines[line - 1], mutated, f"s.py|k|c|{line}|1")
+    switched = mutant_switches.instrument("s.py", SHARING, [m])
+    assert switched.keys == {m.key}
+    assert (m.key in switched.call_time) == shared
+    assert mutant_switches.resolve(switched.text, m.key) == mutant_switches.resolve(m.apply(SHARING), "")
+    namespace: dict = {}
+    exec(compile(switched.text, "s.py", "exec"), namespace)
+    assert namespace["shadowing"](5) == 5 and namespace["dropped"](2) == 2 and namespace["gen"]([4]) == 4
