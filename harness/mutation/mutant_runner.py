@@ -20,6 +20,7 @@ from . import mutants, suite_server
 from .mutant_records import Outcome, resumed, tail, tree_commit, tree_source
 from .mutants import FIRST, ROOT, Workspace
 from .reached_map import GTEST_PREFIX, split as split_tests
+from .mutant_switches import ENVIRONMENT
 from .schemata_build import SWITCH
 from ..progress import duration, remaining
 
@@ -44,8 +45,11 @@ class Target:
     # which `place` holds for the whole run.
     switched: dict[str, object] = field(default_factory=dict)
     # What the suites' processes are given besides (NR_MUTANT_ID: the C++
-    # mutant a schemata build runs).
+    # mutant a schemata build runs; NR_MUTANT: the Python one).
     mutant_env: dict[str, str] = field(default_factory=dict)
+    # A Python mutant switched inside its function's body (call_time), which
+    # a warm suite's child can choose after the import; "": none.
+    python_mutant: str = ""
     # Whether a C++ schemata mutant's covering Python tests run on a warm
     # suite (warm_tests) rather than in a fresh pytest each.
     warm_suite: bool = True
@@ -167,23 +171,26 @@ _warm_stopped = threading.Event()  # an interrupt stopped them: no fresh pytest 
 
 def warm_tests(target: Target, ws: Workspace, out: pathlib.Path, nodeids: list[str], limit: float
                ) -> tuple[list[str], str, int] | None:
-    """A C++ schemata mutant's covering Python tests on the worker's warm
-    suite: (failing tests as a suite run's report names them, output, tests
-    run); None where the warm suite cannot judge them (no C++ switch chosen,
-    --fresh-suites, the server did not start or lost a test): a fresh
-    pytest then runs them. The caller has made sure that the mutant is
+    """A switched mutant's covering Python tests on the worker's warm suite
+    (a C++ schemata mutant, or a Python one switched inside its function's
+    body): (failing tests as a suite run's report names them, output, tests
+    run); None where the warm suite cannot judge them (no such switch
+    chosen, --fresh-suites, the server did not start or lost a test): a
+    fresh pytest then runs them. The caller has made sure that the mutant is
     reached by tests only (covering() gives None for one reached outside
     any), so the server's import and collection did not decide it."""
-    if not target.warm_suite or SWITCH not in target.mutant_env:
+    if not target.warm_suite or (SWITCH not in target.mutant_env and not target.python_mutant):
         return None
     with _warm_lock:
         server = _warm.get(out)
         if server is None:
-            env = {**pristine_env(target, ws, out), **mutants.FREED_MEMORY_FILLED, **mutants.ANY_FAILURE_FAILS}
+            env = {k: v for k, v in pristine_env(target, ws, out).items() if k != ENVIRONMENT}
+            env = {**env, **mutants.FREED_MEMORY_FILLED, **mutants.ANY_FAILURE_FAILS}
             args = ["conformance/python", f"--impl={target.impl}", f"--basetemp={out / 'warm-tmp'}"]
             server = _warm[out] = suite_server.SuiteServer(args, str(target.suites_from or ws.src), env,
                                                            str(out / "warm-suite.log"))
-    reply = server.run(int(target.mutant_env[SWITCH]), nodeids, limit, str(out / "warm-child.log"))
+    reply = server.run(int(target.mutant_env.get(SWITCH, suite_server.NO_MUTANT)), nodeids, limit,
+                       str(out / "warm-child.log"), python_mutant=target.python_mutant)
     if reply is None and _warm_stopped.is_set():
         return ["<interrupted>"], "", 0
     if reply is None:

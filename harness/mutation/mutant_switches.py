@@ -60,7 +60,8 @@ from dataclasses import dataclass, field
 from .mutagen_core import Mutant
 
 VARIABLE = "_nr_mutant_"
-HEADER = f'import os as _nr_os; {VARIABLE} = _nr_os.environ.get("NR_MUTANT", ""); del _nr_os'
+ENVIRONMENT = "NR_MUTANT"
+HEADER = f'import os as _nr_os; {VARIABLE} = _nr_os.environ.get("{ENVIRONMENT}", ""); del _nr_os'
 INDENT = "    "
 
 
@@ -81,8 +82,11 @@ class Switched:
         return self.rewritable(m).apply(text)
 
     def choosing(self, target, m: Mutant):
-        """`target` as the suites see it running the switched mutant `m`."""
-        return dataclasses.replace(target, env={**target.env, "NR_MUTANT": m.key})
+        """`target` as the suites see it running the switched mutant `m`: a
+        fresh process is given $NR_MUTANT; a warm suite's child may choose a
+        `call_time` one after the import (suite_server.py)."""
+        return dataclasses.replace(target, mutant_env={ENVIRONMENT: m.key},
+                                   python_mutant=m.key if m.key in self.call_time else "")
 
 
 def units(tree: ast.Module) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:

@@ -1,4 +1,5 @@
-"""A warm Python conformance suite for a C++ schemata build's mutants: one
+"""A warm Python conformance suite for switched mutants (a C++ schemata
+build's, and the Python layer's switched inside a function's body): one
 pytest process per worker imports torch and the build and collects the
 whole suite once, with no mutant chosen; for each mutant it forks, and the
 child runs that mutant's covering tests (in order, stopping at the first
@@ -11,7 +12,10 @@ int64 (the chosen id, -1: none) that the schemata header maps shared and
 reads at each switch (cpp_schemata.HEADER): the server writes it before it
 forks, so the child, and every interpreter the child's tests start (they
 inherit the variable), run the mutant, while the loaded build stays the one
-the server loaded. This is sound only for a mutant whose switch the server's
+the server loaded. A Python mutant is chosen in the child, after the fork:
+the `_nr_mutant_` global of each instrumented module in sys.modules, and
+$NR_MUTANT for what is imported or started later (mutant_switches.py).
+This is sound only for a mutant whose switch the server's
 own import and collection did not evaluate: one reached outside any test
 (reached_map.ReachedMap.outside) was decided there and runs in a fresh
 process instead (the caller's choice, covering() returns None for it).
@@ -21,7 +25,7 @@ Two halves in one file:
   the harness): with $NR_SUITE_SERVER_FDS="<read fd>,<write fd>" set, its
   pytest_runtestloop serves requests, one JSON line each, instead of
   running the session: {"mutant": id, "tests": [node ids], "timeout": s,
-  "log": path} -> {"failed": [...], "ran": n, "missing": [...],
+  "log": path, "python_mutant": key or ""} -> {"failed": [...], "ran": n, "missing": [...],
   "timeout": bool, "signal": n|null, "tail": text};
 - SuiteServer, the harness's client: starts one, sends requests, stops it.
 """
@@ -41,6 +45,10 @@ import time
 import pytest
 
 CHOICE_VARIABLE = "NR_MUTANT_CHOICE"
+# A Python mutant's choice (mutant_switches.ENVIRONMENT and .VARIABLE; the
+# plugin imports nothing of the harness, test_suite_server checks the two agree).
+PYTHON_ENVIRONMENT = "NR_MUTANT"
+PYTHON_VARIABLE = "_nr_mutant_"
 FDS_VARIABLE = "NR_SUITE_SERVER_FDS"
 PLUGIN = "harness.mutation.suite_server"
 NO_MUTANT = -1
@@ -71,17 +79,31 @@ def _serve_one(session, items: dict, request: dict, tell) -> dict:
     try:
         pid = os.fork()
         if pid == 0:  # the child: never returns
-            _run_in_child(session, [items[t] for t in wanted], request["log"], result_path)
+            _run_in_child(session, [items[t] for t in wanted], request["log"], result_path,
+                          request.get("python_mutant", ""))
         tell({"child": pid})  # so that a client stopping the run can kill its group
         return _wait_for(pid, float(request["timeout"]), request["log"], result_path)
     finally:
         write_choice(os.environ[CHOICE_VARIABLE], NO_MUTANT)
 
 
-def _run_in_child(session, chosen: list, log: str, result_path: str) -> None:
+def _choose_python_mutant(key: str) -> None:
+    """Chooses a Python mutant switched inside its function's body
+    (mutant_switches.py) in this process after its import: the global each
+    instrumented module reads at each call, and $NR_MUTANT for the modules
+    imported from here on and the interpreters the tests start."""
+    os.environ[PYTHON_ENVIRONMENT] = key
+    for module in list(sys.modules.values()):
+        if PYTHON_VARIABLE in getattr(module, "__dict__", {}):
+            setattr(module, PYTHON_VARIABLE, key)
+
+
+def _run_in_child(session, chosen: list, log: str, result_path: str, python_mutant: str = "") -> None:
     status = 1
     try:
         os.setpgid(0, 0)  # its own group: a timeout kills the interpreters its tests started too
+        if python_mutant:
+            _choose_python_mutant(python_mutant)
         fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(fd, 1)
         os.dup2(fd, 2)
@@ -216,10 +238,12 @@ class SuiteServer:
             return False
         return True
 
-    def run(self, mutant: int, tests: list[str], timeout: float, log: str) -> dict | None:
+    def run(self, mutant: int, tests: list[str], timeout: float, log: str, python_mutant: str = ""
+            ) -> dict | None:
         if not self.start():
             return None
-        request = {"mutant": mutant, "tests": tests, "timeout": timeout, "log": log}
+        request = {"mutant": mutant, "tests": tests, "timeout": timeout, "log": log,
+                   "python_mutant": python_mutant}
         try:
             os.write(self._send, (json.dumps(request) + "\n").encode())
         except OSError:

@@ -145,3 +145,56 @@ def gone(pid: int, within: float = 10.0) -> bool:
             return True
         time.sleep(0.05)
     return False
+
+
+# A module instrumented as the Python layer's are, and a suite over it.
+PY_MODULE = '''\
+def double(x):
+    return x * 2
+
+
+def triple(x):
+    return x * 3
+'''
+
+PY_SUITE = '''
+import subprocess, sys
+import toy_module
+
+def test_double():
+    assert toy_module.double(2) == 4
+
+def test_triple():
+    assert toy_module.triple(2) == 6
+
+def test_a_child_interpreter_imports_the_same_mutant():
+    code = "import toy_module; print(toy_module.double(2))"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "4"
+'''
+
+
+def test_a_python_mutant_switched_in_a_body_is_chosen_in_the_child_after_the_collection(tmp_path):
+    from harness.mutation import mutagen, mutant_switches
+    assert (suite_server.PYTHON_ENVIRONMENT, suite_server.PYTHON_VARIABLE) == \
+        (mutant_switches.ENVIRONMENT, mutant_switches.VARIABLE)
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    found = mutagen.python_mutants("toy_module.py", PY_MODULE)
+    switched = mutant_switches.instrument("toy_module.py", PY_MODULE, found)
+    (suite / "toy_module.py").write_text(switched.text)
+    (suite / "test_py.py").write_text(PY_SUITE)
+    doubling = next(m for m in found if m.key in switched.call_time and m.mutated == "    return x * 3")
+    env = {k: v for k, v in os.environ.items() if k != "NR_MUTANT"}
+    served = suite_server.SuiteServer(["test_py.py", f"--basetemp={tmp_path / 'tmp'}"], str(suite),
+                                      {**env, "PYTHONPATH": str(suite)}, str(tmp_path / "server.log"))
+    log = str(tmp_path / "child.log")
+    try:
+        tests = ["test_py.py::test_triple", "test_py.py::test_double"]
+        killed = served.run(suite_server.NO_MUTANT, tests, 60, log, python_mutant=doubling.key)
+        assert (killed["failed"], killed["ran"]) == (["test_py.py::test_double"], 2), killed
+        child = "test_py.py::test_a_child_interpreter_imports_the_same_mutant"
+        assert served.run(suite_server.NO_MUTANT, [child], 60, log, python_mutant=doubling.key)["failed"] == [child]
+        pristine = served.run(suite_server.NO_MUTANT, tests + [child], 60, log)
+        assert (pristine["failed"], pristine["ran"]) == ([], 3)  # the server itself never chose it
+    finally:
+        served.close()
