@@ -306,9 +306,11 @@ def switch_all(targets: list[Target], chosen: list[mutagen.Mutant]) -> None:
     copies, holding the chosen mutants that can be switched (the others are
     rewritten there, mutant by mutant, as without --switch)."""
     began = time.monotonic()
+    os.environ.pop(mutant_switches.ENVIRONMENT, None)  # the pristine runs and the warm suites choose none
     for t in targets:
         if t.needs_build:
             raise SystemExit("harness/run: error: --switch switches Python-layer mutants only")
+        t.env = {k: v for k, v in t.env.items() if k != mutant_switches.ENVIRONMENT}
         t.pristine = t.pristine or {rel: t.place[rel].read_text() for rel in t.files}
         for rel in t.files:
             mine = [m for m in chosen if m.file == rel]

@@ -20,7 +20,6 @@ from . import mutants, suite_server
 from .mutant_records import Outcome, resumed, tail, tree_commit, tree_source
 from .mutants import FIRST, ROOT, Workspace
 from .reached_map import GTEST_PREFIX, split as split_tests
-from .mutant_switches import ENVIRONMENT
 from .schemata_build import SWITCH
 from ..progress import duration, remaining
 
@@ -184,8 +183,7 @@ def warm_tests(target: Target, ws: Workspace, out: pathlib.Path, nodeids: list[s
     with _warm_lock:
         server = _warm.get(out)
         if server is None:
-            env = {k: v for k, v in pristine_env(target, ws, out).items() if k != ENVIRONMENT}
-            env = {**env, **mutants.FREED_MEMORY_FILLED, **mutants.ANY_FAILURE_FAILS}
+            env = {**pristine_env(target, ws, out), **mutants.FREED_MEMORY_FILLED, **mutants.ANY_FAILURE_FAILS}
             args = ["conformance/python", f"--impl={target.impl}", f"--basetemp={out / 'warm-tmp'}"]
             server = _warm[out] = suite_server.SuiteServer(args, str(target.suites_from or ws.src), env,
                                                            str(out / "warm-suite.log"))

@@ -138,10 +138,6 @@ def compiled(text: str, name: str):
         return None
 
 
-def compiles(text: str, name: str) -> bool:
-    return compiled(text, name) is not None
-
-
 # The flags that make a function a generator or a coroutine: the variants
 # merged into one body must agree on them.
 _KIND_FLAGS = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR | \

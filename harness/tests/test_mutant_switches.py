@@ -138,10 +138,13 @@ def test_the_runner_selects_a_switched_mutant_by_its_id_and_writes_no_file(tmp_p
     rel = "toy.py"
     place = tmp_path / rel
     found = mutagen.python_mutants(rel, TOY)
-    target = mutant_runner.Target("python", [rel], {rel: place}, env={"X": "1"}, needs_build=False,
-                                  suites_from=tmp_path)
+    target = mutant_runner.Target("python", [rel], {rel: place}, env={"X": "1", "NR_MUTANT": "stray"},
+                                  needs_build=False, suites_from=tmp_path)
+    monkeypatch.setenv("NR_MUTANT", "stray")
     place.write_text(TOY)
     auto_mutants.switch_all([target], found)
+    # A choice inherited from the caller's environment reaches no pristine run or warm suite.
+    assert target.env == {"X": "1"} and "NR_MUTANT" not in os.environ
     instrumented = place.read_text()
     seen = []
 
