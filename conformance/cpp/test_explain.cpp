@@ -206,6 +206,38 @@ TEST_P(Conformance, ExplainSaysAnUnconditionalNodeIsMaskedOnlyUnderTheMask) {
   }
 }
 
+TEST_P(Conformance, EveryNodeAfterTheDecidingOneIsNotReachedAndNamesWhatDecided) {
+  BEHAVIOUR("explain.node-verdicts-and-kernel");
+  REQUIRE_FEATURE("explain");
+  auto later = std::make_shared<std::atomic<int>>(0);
+  add(mul_key(), constant_cond(true), forbidden_impl(), "taker");
+  for (int k = 0; k < 3; ++k) {
+    add(mul_key(), counting_cond(later, true), forbidden_impl(), "after_" + std::to_string(k));
+  }
+  adapter().install(mul_key());
+  const std::string taker = adapter().graph(mul_key()).at(0).node_id;
+  const ExplainInfo e = adapter().explain(explain_mul_op(), explain_args(), "");
+  EXPECT_EQ(explained_verdicts(e),
+            std::vector<std::string>({"accepted", "not reached", "not reached", "not reached"}))
+      << e.table;
+  for (size_t i = 1; i < e.nodes.size(); ++i) EXPECT_THAT(e.nodes[i].detail, HasSubstr(taker)) << e.table;
+  EXPECT_EQ(later->load(), 0);
+}
+
+TEST_P(Conformance, EveryNodeAfterARaisingCondIsNotReachedAndNamesThatCond) {
+  BEHAVIOUR("explain.cond-raised");
+  REQUIRE_FEATURE("explain");
+  add(mul_key(), explain_throwing_cond("cond exploded 6120"), forbidden_impl(), "raising");
+  add(mul_key(), constant_cond(true), forbidden_impl(), "later_a");
+  add(mul_key(), constant_cond(true), forbidden_impl(), "later_b");
+  adapter().install(mul_key());
+  const std::string raising = adapter().graph(mul_key()).at(0).node_id;
+  const ExplainInfo e = adapter().explain(explain_mul_op(), explain_args(), "");
+  EXPECT_EQ(explained_verdicts(e), std::vector<std::string>({"raised", "not reached", "not reached"}))
+      << e.table;
+  for (size_t i = 1; i < e.nodes.size(); ++i) EXPECT_THAT(e.nodes[i].detail, HasSubstr(raising)) << e.table;
+}
+
 TEST_P(Conformance, ExplainReportsARaisingCondWithItsMessage) {
   BEHAVIOUR("explain.cond-raised");
   REQUIRE_FEATURE("explain");
@@ -240,6 +272,45 @@ TEST_P(Conformance, ExplainDoesNotAskTheRuntimeCheckAndExplainsTheNodesAfterIt) 
   EXPECT_THAT(e.kernel_detail, HasSubstr(graph[2].node_id)) << "what runs if the runtime is unavailable";
 }
 
+TEST_P(Conformance, ANodeBehindARuntimeCheckThatAloneAcceptsIsTheKernel) {
+  BEHAVIOUR("explain.runtime-check-not-asked");
+  REQUIRE_FEATURE("explain");
+  REQUIRE_FEATURE("runtime-init");
+  auto checks = std::make_shared<std::atomic<int>>(0);
+  add(mul_key(), constant_cond(false), forbidden_impl(), "declining");
+  add(mul_key(), constant_cond(true), forbidden_impl(), "jit_only", [checks] { ++*checks; return true; });
+  add(mul_key(), constant_cond(false), forbidden_impl(), "declining_too");
+  adapter().install(mul_key());
+  const auto graph = adapter().graph(mul_key());
+  const ExplainInfo e = adapter().explain(explain_mul_op(), explain_args(), "");
+  EXPECT_EQ(explained_verdicts(e), std::vector<std::string>({"declined", "runtime check", "declined"}))
+      << e.table;
+  EXPECT_EQ(e.kernel, "impl") << e.table;
+  EXPECT_EQ(e.kernel_node_id, graph[1].node_id) << e.table;
+  EXPECT_EQ(e.kernel_dsl_name, "jit_only") << e.table;
+  EXPECT_THAT(e.kernel_detail, HasSubstr("CPU")) << "else the op's own kernel at CPU";
+  EXPECT_EQ(checks->load(), 0);
+}
+
+TEST_P(Conformance, TheKernelsDetailNamesEachLaterNodeInTheOrderTheyWouldBeTried) {
+  BEHAVIOUR("explain.runtime-check-not-asked");
+  REQUIRE_FEATURE("explain");
+  REQUIRE_FEATURE("runtime-init");
+  add(mul_key(), constant_cond(true), forbidden_impl(), "jit_a", [] { return true; });
+  add(mul_key(), constant_cond(true), forbidden_impl(), "jit_b", [] { return true; });
+  add(mul_key(), constant_cond(true), forbidden_impl(), "backup");
+  adapter().install(mul_key());
+  const auto graph = adapter().graph(mul_key());
+  const ExplainInfo e = adapter().explain(explain_mul_op(), explain_args(), "");
+  EXPECT_EQ(explained_verdicts(e), std::vector<std::string>({"runtime check", "runtime check", "accepted"}))
+      << e.table;
+  EXPECT_EQ(e.kernel_node_id, graph[0].node_id);
+  const auto b = e.kernel_detail.find(graph[1].node_id), backup = e.kernel_detail.find(graph[2].node_id);
+  EXPECT_NE(b, std::string::npos) << e.table;
+  EXPECT_NE(backup, std::string::npos) << e.table;
+  EXPECT_LT(b, backup) << e.table;
+}
+
 TEST_P(Conformance, ExplainNamesTheOpsOwnKernelWhenNoNodeTakesTheCall) {
   BEHAVIOUR("explain.fallback-when-none-accepts");
   REQUIRE_FEATURE("explain");
@@ -258,6 +329,15 @@ TEST_P(Conformance, ExplainNamesTheOpsOwnKernelWhenNoNodeTakesTheCall) {
   EXPECT_EQ(at_autocast.kernel, "fallthrough") << at_autocast.table;
   EXPECT_TRUE(at_autocast.kernel_node_id.empty());
   EXPECT_THAT(at_autocast.kernel_detail, HasSubstr("AutocastCPU"));
+  // At a key where the op had no kernel before the router (aten has none at XLA
+  // without torch_xla), a call no node takes raises: the kind says so.
+  const Key xla{"aten", "mul.Tensor", "XLA"};
+  add(xla, constant_cond(false), forbidden_impl(), "declining");
+  adapter().install(xla);
+  const ExplainInfo at_xla = adapter().explain(explain_mul_op(), explain_args(), "XLA");
+  EXPECT_EQ(at_xla.kernel, "no kernel") << at_xla.table;
+  EXPECT_TRUE(at_xla.kernel_node_id.empty());
+  EXPECT_THAT(at_xla.kernel_detail, HasSubstr("XLA"));
 }
 
 TEST_P(Conformance, ExplainSaysAGraphWithoutARouterLeavesTheCallToTheOp) {
@@ -269,6 +349,7 @@ TEST_P(Conformance, ExplainSaysAGraphWithoutARouterLeavesTheCallToTheOp) {
   EXPECT_FALSE(adapter().router_installed(mul_key())) << "explain installs nothing";
   EXPECT_THAT(e.kernel_detail, HasSubstr(adapter().graph(mul_key()).at(0).node_id))
       << "what it would run once installed";
+  EXPECT_TRUE(e.kernel_node_id.empty() && e.kernel_dsl_name.empty()) << e.table;
 }
 
 TEST_P(Conformance, ExplainOfAGraphWithoutARouterSaysThatOnceInstalledTheCallWouldRaise) {
@@ -294,7 +375,9 @@ TEST_P(Conformance, ExplainReportsTheCoverageCheck) {
     adapter().install(mul_key());
     const ExplainInfo e = adapter().explain(explain_mul_op(), explain_args(), "");
     EXPECT_EQ(explained_verdicts(e), std::vector<std::string>({"not reached"})) << e.table;
+    EXPECT_THAT(e.nodes.at(0).detail, HasSubstr("coverage")) << e.table;
     EXPECT_EQ(e.kernel, "fallback");
+    EXPECT_THAT(e.kernel_detail, HasSubstr("CPU")) << "the op's own kernel at CPU";
     EXPECT_THAT(e.coverage, HasSubstr("covered"));
     EXPECT_THAT(e.coverage, Not(HasSubstr("not covered")));
     EXPECT_EQ(conds->load(), 0) << "a covered call asks no cond";
@@ -306,6 +389,7 @@ TEST_P(Conformance, ExplainReportsTheCoverageCheck) {
     const ExplainInfo e = adapter().explain(explain_mul_op(), explain_args(), "");
     EXPECT_EQ(explained_verdicts(e), std::vector<std::string>({"accepted"})) << e.table;
     EXPECT_THAT(e.coverage, HasSubstr("not covered"));
+    EXPECT_THAT(e.coverage, Not(HasSubstr("raise"))) << "it answered: nothing raised";
   }
   auto raising = adapter().coverage_check(
       [](const Key&, const c10::OperatorHandle&, c10::DispatchKeySet, const Stack&) -> bool {
@@ -370,6 +454,13 @@ TEST_P(Conformance, ExplainRefusesAKeyWithoutAGraphNamingItAndChangesNothing) {
     EXPECT_THAT(e.what(), HasSubstr("none")) << "the op has a graph nowhere";
     EXPECT_THAT(e.what(), ::testing::ContainsRegex("(^|[^A-Za-z])CPU($|[^A-Za-z])")) << "the key the call visits";
   }
+  try {
+    adapter().explain(explain_mul_op(), {tensor({2})}, "");
+    ADD_FAILURE() << "explain with a stack short of the schema's arguments must raise";
+  } catch (const InvalidArgument& e) {
+    EXPECT_THAT(e.what(), ::testing::ContainsRegex("(^|[^0-9])2([^0-9]|$)")) << "the arguments the schema takes";
+    EXPECT_THAT(e.what(), ::testing::ContainsRegex("(^|[^0-9])1([^0-9]|$)")) << "the arguments the stack holds";
+  }
   EXPECT_EQ(fingerprint().difference(before), "");
   EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({7})));
 }
@@ -406,6 +497,11 @@ TEST_P(Conformance, ExplainOfAGraphReorderedSinceItsInstallListsTheRoutersOrder)
   EXPECT_EQ(listed, routed) << e.table;  // once each, as routed
   EXPECT_EQ(explained_verdicts(e), std::vector<std::string>({"declined", "accepted"})) << e.table;
   EXPECT_EQ(e.kernel_node_id, routed.at(1)) << e.table;
+  // A node registered since, after the reordered ones: listed too, once.
+  add(mul_key(), constant_cond(true), forbidden_impl(), "third_dsl");
+  const ExplainInfo with_third = adapter().explain(explain_mul_op(), explain_args(), "");
+  EXPECT_EQ(explained_verdicts(with_third), std::vector<std::string>({"declined", "accepted", "not published"}))
+      << with_third.table;
 }
 
 TEST_P(Conformance, ExplainOfANativeOpNamesItsNode) {
@@ -434,6 +530,31 @@ TEST_P(Conformance, ExplainOfANativeOpNamesItsNode) {
   ASSERT_EQ(disabled.nodes.size(), 1u) << disabled.table;
   EXPECT_TRUE(ends_with(disabled.nodes[0].detail, "disabled")) << disabled.table;
   EXPECT_EQ(disabled.kernel, "impl");
+}
+
+TEST_P(Conformance, ExplainOfANativeOpWhoseOverrideIsGoneRefusesItNamingIt) {
+  BEHAVIOUR("explain.native-op", "explain.bad-input");
+  REQUIRE_FEATURE("explain");
+  REQUIRE_FEATURE("native-op-meta");
+  std::optional<c10::OperatorHandle> native;
+  std::string node_id;
+  {
+    auto inner = adapter().scope();
+    add(mul_key(), constant_cond(false), forbidden_impl(), "gone_dsl");
+    adapter().install(mul_key());
+    const NodeInfo node = adapter().graph(mul_key()).at(0);
+    node_id = node.node_id;
+    native = adapter().native_op(node);
+    ASSERT_TRUE(native.has_value());
+  }
+  const auto before = fingerprint();
+  try {
+    adapter().explain(*native, {}, "");
+    ADD_FAILURE() << "explain of a native op whose override is gone must raise";
+  } catch (const InvalidArgument& e) {
+    EXPECT_THAT(e.what(), HasSubstr(node_id));
+  }
+  EXPECT_EQ(fingerprint().difference(before), "");
 }
 
 }  // namespace

@@ -12,10 +12,11 @@ from unittest.mock import MagicMock
 import pytest
 import torch
 
-from conftest import behaviour
+from conftest import behaviour, run_in_fresh_interpreter
 
 from fixtures.python.torch_fixtures import A, B, dispatcher_state, mul
 from fixtures.python.torch_fixtures import MUL_CPU as KEY
+from test_robustness import REDEF_SETUP, script
 
 MUL = torch.ops.aten.mul.Tensor
 
@@ -46,6 +47,7 @@ def test_explain_gives_each_node_s_verdict_and_the_kernel_and_runs_no_impl(impl)
     graph = impl.graph(*KEY)
     before = dispatcher_state()
     explained = impl.explain(MUL, A, B)
+    assert explained.op == "aten::mul.Tensor"  # its overload named
     assert explained.dispatch_key == "CPU"
     assert [n.node_id for n in explained.nodes] == [n.node_id for n in graph]
     assert [n.dsl_name for n in explained.nodes] == ["first", "second", "third"]
@@ -59,6 +61,21 @@ def test_explain_gives_each_node_s_verdict_and_the_kernel_and_runs_no_impl(impl)
     assert len(impl.graph(*KEY)) == 3
     assert torch.equal(mul(), torch.full_like(A, 7.0))
     assert body.call_count == 1
+
+
+@behaviour("explain.node-verdicts-and-kernel")
+def test_every_node_after_the_deciding_one_is_not_reached_and_names_what_decided(impl):
+    later = [MagicMock(return_value=True) for _ in range(3)]
+    impl.register("taker", *KEY, lambda a, b: True, forbidden())
+    for k, cond in enumerate(later):
+        impl.register(f"after_{k}", *KEY, cond, forbidden())
+    impl.install(*KEY)
+    taker = impl.graph(*KEY)[0]
+    explained = impl.explain(MUL, A, B)
+    assert verdicts(explained) == ["accepted"] + ["not reached"] * 3, str(explained)
+    assert all(taker.node_id in n.detail for n in explained.nodes[1:]), str(explained)
+    for cond in later:
+        cond.assert_not_called()
 
 
 @behaviour("explain.node-verdicts-and-kernel")
@@ -104,6 +121,7 @@ def check_table(explained):
     assert column_starts(lines[rows[0] - 1]) == offsets[0], table  # the header's columns
     kernel = " ".join(lines[rows[-1] + 1:])
     assert explained.kernel.kind in kernel and explained.kernel.detail in kernel, table
+    assert kernel.index(explained.kernel.kind) < kernel.index(explained.kernel.detail), table  # kind first
     if explained.kernel.kind == "impl":
         assert explained.kernel.node_id in kernel and explained.kernel.dsl_name in kernel, table
     return lines
@@ -174,6 +192,18 @@ def test_explain_reports_a_raising_cond_with_its_message(impl):
     later.assert_not_called()
 
 
+@behaviour("explain.cond-raised")
+def test_every_node_after_a_raising_cond_is_not_reached_and_names_that_cond(impl):
+    impl.register("raising", *KEY, raising_cond("cond exploded 6120"), forbidden())
+    impl.register("later_a", *KEY, lambda a, b: True, forbidden())
+    impl.register("later_b", *KEY, lambda a, b: True, forbidden())
+    impl.install(*KEY)
+    raising = impl.graph(*KEY)[0]
+    explained = impl.explain(MUL, A, B)
+    assert verdicts(explained) == ["raised", "not reached", "not reached"], str(explained)
+    assert all(raising.node_id in n.detail for n in explained.nodes[1:]), str(explained)
+
+
 @behaviour("explain.interrupts-propagate")
 @pytest.mark.parametrize("interrupt", [KeyboardInterrupt, SystemExit])
 def test_an_interrupt_raised_by_a_cond_leaves_explain(impl, interrupt):
@@ -201,6 +231,35 @@ def test_explain_does_not_ask_the_runtime_check_and_explains_the_nodes_after_it(
     assert graph[2].node_id in explained.kernel.detail
 
 
+@behaviour("explain.runtime-check-not-asked")
+def test_a_node_behind_a_runtime_check_that_alone_accepts_is_the_kernel(impl):
+    impl.register("declining", *KEY, lambda a, b: False, forbidden())
+    impl.register("jit_only", *KEY, lambda a, b: True, forbidden(), try_initialize_runtime=forbidden())
+    impl.register("declining_too", *KEY, lambda a, b: False, forbidden())
+    impl.install(*KEY)
+    graph = impl.graph(*KEY)
+    explained = impl.explain(MUL, A, B)
+    assert verdicts(explained) == ["declined", "runtime check", "declined"], str(explained)
+    assert (explained.kernel.kind, explained.kernel.node_id, explained.kernel.dsl_name) == (
+        "impl", graph[1].node_id, "jit_only"), str(explained)
+    assert KEY[2] in explained.kernel.detail, str(explained)  # else the op's own kernel at CPU
+
+
+@behaviour("explain.runtime-check-not-asked")
+def test_the_kernel_s_detail_names_each_later_node_in_the_order_they_would_be_tried(impl):
+    impl.register("jit_a", *KEY, lambda a, b: True, forbidden(), try_initialize_runtime=forbidden())
+    impl.register("jit_b", *KEY, lambda a, b: True, forbidden(), try_initialize_runtime=forbidden())
+    impl.register("backup", *KEY, lambda a, b: True, forbidden())
+    impl.install(*KEY)
+    graph = impl.graph(*KEY)
+    explained = impl.explain(MUL, A, B)
+    assert verdicts(explained) == ["runtime check", "runtime check", "accepted"], str(explained)
+    assert explained.kernel.node_id == graph[0].node_id
+    detail = explained.kernel.detail
+    assert graph[1].node_id in detail and graph[2].node_id in detail, str(explained)
+    assert detail.index(graph[1].node_id) < detail.index(graph[2].node_id), str(explained)
+
+
 @behaviour("explain.fallback-when-none-accepts")
 def test_explain_names_the_op_s_own_kernel_when_no_node_takes_the_call(impl):
     impl.register("declining", *KEY, lambda a, b: False, forbidden())
@@ -217,6 +276,14 @@ def test_explain_names_the_op_s_own_kernel_when_no_node_takes_the_call(impl):
     explained = impl.explain(MUL, A, B, dispatch_key="AutocastCPU")
     assert explained.kernel.kind == "fallthrough", str(explained)
     assert explained.kernel.node_id is None and "AutocastCPU" in explained.kernel.detail, str(explained)
+    # At a key where the op had no kernel before the router (aten has none at XLA without
+    # torch_xla), a call no node takes raises: the kind says so.
+    xla = (KEY[0], KEY[1], "XLA")
+    impl.register("declining", *xla, lambda a, b: False, forbidden())
+    impl.install(*xla)
+    explained = impl.explain(MUL, A, B, dispatch_key="XLA")
+    assert explained.kernel.kind == "no kernel", str(explained)
+    assert explained.kernel.node_id is None and "XLA" in explained.kernel.detail, str(explained)
 
 
 @behaviour("explain.no-router")
@@ -227,6 +294,7 @@ def test_explain_says_a_graph_without_a_router_leaves_the_call_to_the_op(impl):
     assert not impl.router_installed(*KEY)
     (node,) = impl.graph(*KEY)
     assert node.node_id in explained.kernel.detail, str(explained)  # what it would run once installed
+    assert explained.kernel.node_id is None and explained.kernel.dsl_name is None, str(explained)
 
 
 @behaviour("explain.no-router")
@@ -246,16 +314,22 @@ def test_explain_reports_the_coverage_check(impl):
         impl.register("covered_dsl", *KEY, cond, forbidden())
         impl.install(*KEY)
         explained = impl.explain(MUL, A, B)
-        assert verdicts(explained) == ["not reached"], str(explained)
+        impl.register("covered_too", *KEY, cond, forbidden())
+        impl.install(*KEY)
+        explained = impl.explain(MUL, A, B)
+        assert verdicts(explained) == ["not reached", "not reached"], str(explained)
+        assert all("coverage" in n.detail for n in explained.nodes), str(explained)
         assert explained.kernel.kind == "fallback"
+        assert KEY[2] in explained.kernel.detail, str(explained)  # the op's own kernel at CPU
         assert "covered" in explained.coverage and "not covered" not in explained.coverage
         cond.assert_not_called()
 
     with impl.coverage_check(lambda op, key, args, kwargs: False):
         impl.install(*KEY)
         explained = impl.explain(MUL, A, B)
-        assert verdicts(explained) == ["accepted"], str(explained)
+        assert verdicts(explained) == ["accepted", "not reached"], str(explained)
         assert "not covered" in explained.coverage
+        assert "raise" not in explained.coverage, explained.coverage  # it answered: nothing raised
 
     def raising(op, key, args, kwargs):
         raise RuntimeError("manifest unreadable 99")
@@ -263,7 +337,7 @@ def test_explain_reports_the_coverage_check(impl):
     with impl.coverage_check(raising):
         impl.install(*KEY)
         explained = impl.explain(MUL, A, B)
-        assert verdicts(explained) == ["accepted"], str(explained)
+        assert verdicts(explained) == ["accepted", "not reached"], str(explained)
         assert "manifest unreadable 99" in explained.coverage and "not covered" in explained.coverage
         assert explained.kernel.kind == "impl"
 
@@ -271,7 +345,7 @@ def test_explain_reports_the_coverage_check(impl):
     with impl.coverage_check(lambda op, key, args, kwargs: True), impl.aot_enabled(False):
         impl.install(*KEY)
         explained = impl.explain(MUL, A, B)
-        assert verdicts(explained) == ["accepted"], str(explained)
+        assert verdicts(explained) == ["accepted", "not reached"], str(explained)
         assert explained.kernel.kind == "impl"
         assert "not asked" in explained.coverage
 
@@ -331,6 +405,11 @@ def test_explain_of_a_graph_reordered_since_its_install_lists_the_router_s_order
     assert [n.node_id for n in explained.nodes] == routed, str(explained)  # once each, as routed
     assert verdicts(explained) == ["declined", "accepted"], str(explained)
     assert explained.kernel.node_id == routed[1]
+    # A node registered since, after the reordered ones: listed too, once.
+    impl.register("third_dsl", *KEY, lambda a, b: True, forbidden())
+    explained = impl.explain(MUL, A, B)
+    assert [n.dsl_name for n in explained.nodes] == ["first_dsl", "second_dsl", "third_dsl"], str(explained)
+    assert verdicts(explained) == ["declined", "accepted", "not published"], str(explained)
 
 
 @behaviour("explain.native-op")
@@ -354,6 +433,19 @@ def test_explain_of_a_native_op_names_its_node(impl):
     assert disabled.kernel.kind == "impl"
 
 
+@behaviour("explain.native-op", "explain.bad-input")
+def test_explain_of_a_native_op_whose_override_is_gone_refuses_it_naming_it(impl):
+    with impl.scope():
+        impl.register("gone_dsl", *KEY, lambda a, b: False, forbidden())
+        impl.install(*KEY)
+        node = impl.graph(*KEY)[0]
+        op = impl.native_op(node)
+    before = dispatcher_state()
+    with pytest.raises(ValueError, match=re.escape(node.node_id)):
+        impl.explain(op, A, B)
+    assert dispatcher_state() == before
+
+
 @behaviour("explain.predicate-conds")
 def test_explain_evaluates_predicate_conds_as_the_call_would(impl):
     P = impl.predicates_module()
@@ -363,3 +455,33 @@ def test_explain_evaluates_predicate_conds_as_the_call_would(impl):
     half = impl.explain(MUL, A.half(), B.half())
     assert verdicts(half) == ["accepted"], str(half)
     assert half.kernel.kind == "impl"
+
+
+@behaviour("explain.router-op-gone")
+def test_explain_of_a_graph_whose_router_s_op_left_the_dispatcher_says_the_call_raises(impl):
+    """The op the router was installed for destroyed and defined again (the
+    same schema, a kernel for every backend but none at CPU, where the router
+    still is), the graph not installed since: the call raises, and explain
+    says so, asking no cond; installed again, it routes."""
+    lines = run_in_fresh_interpreter(impl, script(REDEF_SETUP, """
+        impl.register("later_dsl", NS, "foo", "CPU", lambda *a: True, lambda x: x * 9)
+        impl.install(NS, "foo", "CPU")
+        lib._destroy()
+        lib = torch.library.Library(NS, "DEF")
+        lib.define("foo(Tensor x) -> Tensor")
+        lib.impl("foo", lambda x: x + 2, "CompositeExplicitAutograd")
+        op = getattr(torch.ops, NS).foo.default
+        explained = impl.explain(op, x)
+        print("kernel: " + explained.kernel.kind)
+        print("verdicts: " + ",".join(n.verdict for n in explained.nodes))
+        print("coverage: " + explained.coverage)
+        print("call: " + outcome(op, x))
+        impl.install(NS, "foo", "CPU")
+        print("after install: " + impl.explain(op, x).kernel.kind + " " + outcome(op, x))
+    """), timeout=120)
+    results = dict(line.split(": ", 1) for line in lines if ": " in line)
+    assert results["call"].startswith("raised"), results  # what explain must foresee
+    assert results["kernel"] == "raises", results
+    assert results["verdicts"] == "not reached,not reached", results
+    assert "not asked" in results["coverage"], results
+    assert results["after install"] == "impl returned [7.0, 7.0]", results

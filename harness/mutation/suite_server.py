@@ -32,6 +32,7 @@ Two halves in one file:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -281,6 +282,7 @@ class SuiteServer:
             except OSError:
                 pass
         if self.choice:
-            os.unlink(self.choice)
+            with contextlib.suppress(FileNotFoundError):  # a run's cleanup of /tmp may have taken it
+                os.unlink(self.choice)
             self.choice = ""
 

@@ -78,6 +78,22 @@ def test_a_run_s_records_are_a_valid_report_that_gives_back_every_outcome():
     assert mutation_report.equivalents_of(doc) == {survivor.key: "changes nothing a caller sees"}
 
 
+def test_without_jsonschema_a_report_is_refused_unless_written_unvalidated_on_purpose(tmp_path, monkeypatch,
+                                                                                      capsys):
+    doc = document()
+    monkeypatch.setitem(sys.modules, "jsonschema", None)  # its import now raises ModuleNotFoundError
+    monkeypatch.delenv(mutation_report.UNVALIDATED, raising=False)
+    with pytest.raises(ModuleNotFoundError):
+        mutation_report.write(doc, tmp_path / "r.mutation.json")
+    assert not (tmp_path / "r.mutation.json").exists()
+    monkeypatch.setenv(mutation_report.UNVALIDATED, "1")  # the lent machine's choice: no pip there
+    mutation_report.write(doc, tmp_path / "r.mutation.json")
+    assert json.loads((tmp_path / "r.mutation.json").read_text()) == doc
+    assert "without validation" in capsys.readouterr().out
+    monkeypatch.delitem(sys.modules, "jsonschema")
+    mutation_report.validate(json.loads((tmp_path / "r.mutation.json").read_text()))  # reading validates
+
+
 def test_a_test_named_twice_by_a_suite_run_is_killed_by_once():
     o = Outcome("k", f"{REL}:2", "relational", "== -> !=", "if a == b:", "if a != b:", verdict="killed",
                 killed_by="python conformance",

@@ -457,7 +457,9 @@ Explanation Registry::explain(const c10::OperatorHandle& op, const Stack& stack,
   // The rows: in graph order, a chain node where its graph node stands (a
   // node given new callables since the install is walked with the old ones,
   // which the router still calls); in chain order instead if the router's
-  // chain is in an older order; then chain nodes the graph no longer has.
+  // chain is in an older order or holds a node the graph no longer has (its
+  // ids are then not the graph's in order: same_order is false). Then the
+  // graph's nodes the chain does not hold.
   auto in_chain = [&](const OverrideNode& node) -> const ExplainedNode* {
     for (size_t i = 0; i < r.chain.size(); ++i) {
       if (r.chain[i]->node_id == node.node_id) return &walked[i];
@@ -494,14 +496,6 @@ Explanation Registry::explain(const c10::OperatorHandle& op, const Stack& stack,
       out.nodes.push_back({node.node_id, node.dsl_name, ExplainVerdict::kNotPublished,
                            "enabled, not in the router's chain: registered or re-enabled since its "
                            "last install (install again)"});
-    }
-  }
-  if (same_order) {
-    for (size_t i = 0; i < r.chain.size(); ++i) {
-      const bool in_graph = std::any_of(r.graph.begin(), r.graph.end(), [&](const NodePtr& n) {
-        return n->node_id == r.chain[i]->node_id;
-      });
-      if (!in_graph) out.nodes.push_back(walked[i]);
     }
   }
   return out;

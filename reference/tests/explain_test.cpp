@@ -46,6 +46,125 @@ TEST_F(ExplainTest, TheTableShowsTheKeyEachNodeAndTheKernel) {
   EXPECT_EQ(e.coverage, "none set");
 }
 
+// The table's exact text, written out by hand: two blanks between columns,
+// each column as wide as its widest cell (header included), the last
+// column unpadded, no blank at a line's end, and the kernel line naming a
+// node only for an impl.
+TEST(ExplainTable, ColumnsAreAlignedTwoBlanksApartWithNoTrailingBlanks) {
+  Explanation e;
+  e.graph = GraphKey{"aten", "mul.Tensor", "CPU"};
+  e.op_name = "aten::mul.Tensor";
+  e.why_key = "CPU: chosen";
+  e.router = "active";
+  e.coverage = "none set";
+  e.nodes = {{"n_1", "a", ExplainVerdict::kDeclined, "the cond said false"},
+             {"node_long_22", "dsl_b", ExplainVerdict::kAccepted, ""},
+             {"n3", "c", ExplainVerdict::kNotReached, "x"}};
+  e.kernel = ExplainKernel::kNodeImpl;
+  e.kernel_node_id = "node_long_22";
+  e.kernel_dsl_name = "dsl_b";
+  e.kernel_detail = "the node's impl runs";
+  EXPECT_EQ(e.to_string(),
+            "explain aten::mul.Tensor at CPU\n"
+            "  key:      CPU: chosen\n"
+            "  router:   active\n"
+            "  coverage: none set\n"
+            "  #  node_id       dsl    verdict      detail\n"
+            "  1  n_1           a      declined     the cond said false\n"
+            "  2  node_long_22  dsl_b  accepted\n"
+            "  3  n3            c      not reached  x\n"
+            "  kernel:   impl of node_long_22 (dsl dsl_b): the node's impl runs\n");
+}
+
+TEST(ExplainTable, AKernelOtherThanAnImplNamesNoNodeAndNoNodesSaySo) {
+  Explanation e;
+  e.graph = GraphKey{"aten", "mul.Tensor", "CPU"};
+  e.op_name = "aten::mul.Tensor";
+  e.why_key = "k";
+  e.router = "r";
+  e.coverage = "c";
+  e.kernel = ExplainKernel::kFallback;
+  e.kernel_node_id = "stale";  // read only for an impl
+  e.kernel_dsl_name = "stale";
+  e.kernel_detail = "the op's own kernel";
+  EXPECT_EQ(e.to_string(),
+            "explain aten::mul.Tensor at CPU\n"
+            "  key:      k\n"
+            "  router:   r\n"
+            "  coverage: c\n"
+            "  (no nodes)\n"
+            "  kernel:   fallback: the op's own kernel\n");
+}
+
+// The texts an explanation gives, written out by hand from what each part of
+// the walk knows: the reader of a table relies on them to tell why a key was
+// chosen, what the router is doing and what would run once it is installed.
+TEST_F(ExplainTest, TheTextsSayWhyTheKeyWhatTheRouterDoesAndWhatRunsOnceInstalled) {
+  register_override(mul_cpu(), constant_cond(false), forbidden_impl(), {}, "cpu_dsl");
+  register_override(GraphKey{"aten", "mul.Tensor", "AutogradCPU"}, constant_cond(false),
+                    forbidden_impl(), {}, "autograd_dsl");
+  const Explanation e = registry().explain("aten::mul.Tensor", explain_mul_args());
+  EXPECT_EQ(e.why_key,
+            "AutogradCPU: the highest-priority key of the call with a graph here (keys visited: "
+            "AutogradCPU)");
+  EXPECT_EQ(e.router,
+            "absent: the graph is not installed (register_all_overrides / install_graph puts its "
+            "router in); the rows say what it would decide");
+  EXPECT_EQ(e.coverage, "none set");
+  EXPECT_EQ(e.kernel_detail, "no router at AutogradCPU: the op's own kernel runs");
+  const Explanation at_cpu = registry().explain("aten::mul.Tensor", explain_mul_args(), "CPU");
+  const std::string given = "CPU: given by the caller; the call's keys are AutogradCPU, ";
+  EXPECT_EQ(at_cpu.why_key.substr(0, given.size()), given) << at_cpu.why_key;
+  EXPECT_TRUE(at_cpu.why_key.ends_with(", CPU")) << at_cpu.why_key;
+  try {
+    registry().explain("aten::mul.Tensor", explain_mul_args(), "AutocastCPU");
+    ADD_FAILURE() << "a key with no graph must be refused";
+  } catch (const InvalidArgumentError& error) {
+    EXPECT_THAT(error.what(), HasSubstr("(graphs at: AutogradCPU, CPU)"));
+  }
+}
+
+TEST_F(ExplainTest, ANodeBehindARuntimeCheckWithNoRouterSaysWhatRunsOnceInstalled) {
+  OverrideOptions with_runtime_check;
+  with_runtime_check.try_initialize_runtime = [] { return true; };
+  const NodePtr jit = register_override(mul_cpu(), constant_cond(true), forbidden_impl(),
+                                        with_runtime_check, "jit_dsl");
+  register_override(mul_cpu(), constant_cond(false), forbidden_impl(), {}, "declining_dsl");
+  const Explanation e = registry().explain("aten::mul.Tensor", explain_mul_args(), "CPU");
+  EXPECT_EQ(e.kernel, ExplainKernel::kNoRouter);
+  EXPECT_EQ(e.kernel_detail, "no router at CPU: the op's own kernel runs; once installed, the impl of " +
+                                 jit->node_id +
+                                 " (dsl jit_dsl): if its runtime check says ready; else the op's own "
+                                 "kernel runs");
+}
+
+TEST_F(ExplainTest, TheDetailsNameTheFilterEntriesAndThisThreadsScope) {
+  register_override(mul_cpu(), constant_cond(false), forbidden_impl(), {}, "named_dsl");
+  register_override(mul_cpu(), constant_cond(true), forbidden_impl(), {}, "thread_dsl");
+  registry().install_all();
+  {
+    Registry::DisabledInThread scope(registry(), {{"thread_dsl"}, {}, {}});
+    const Explanation e = registry().explain("aten::mul.Tensor", explain_mul_args());
+    ASSERT_EQ(e.nodes.size(), 2u) << e.to_string();
+    EXPECT_EQ(e.nodes[1].verdict, ExplainVerdict::kDisabled) << e.to_string();
+    EXPECT_EQ(e.nodes[1].detail, "disabled on this thread (a disabled_in_thread scope names it)");
+  }
+  registry().deregister_op_overrides({{"named_dsl"}, {"mul.Tensor"}, {}});
+  const Explanation e = registry().explain("aten::mul.Tensor", explain_mul_args());
+  ASSERT_EQ(e.nodes.size(), 2u) << e.to_string();
+  EXPECT_EQ(e.nodes[0].detail, "by filter entry dsl name 'named_dsl', op symbol 'mul.Tensor'");
+}
+
+TEST_F(ExplainTest, UnderTheRemovePolicyAnEmptiedRouterIsAbsentAndSaysWhy) {
+  registry().set_empty_chain_policy(EmptyChainPolicy::kRemoveRouter);
+  register_override(mul_cpu(), constant_cond(true), forbidden_impl(), {}, "removed_dsl");
+  registry().install_all();
+  registry().deregister_op_overrides({{"removed_dsl"}, {}, {}});
+  const Explanation e = registry().explain("aten::mul.Tensor", explain_mul_args());
+  EXPECT_EQ(e.router, "absent: installed, but its chain was empty under the EmptyChainPolicy 'remove'");
+  registry().set_empty_chain_policy(EmptyChainPolicy::kKeepDormantRouter);
+}
+
 TEST_F(ExplainTest, PredicateCondsAreAskedOnTheCallsArguments) {
   register_override(mul_cpu(), P::dtype_in({at::kHalf}), forbidden_impl());
   registry().install_all();
