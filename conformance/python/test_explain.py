@@ -231,14 +231,21 @@ def test_explain_does_not_ask_the_runtime_check_and_explains_the_nodes_after_it(
     assert graph[2].node_id in explained.kernel.detail
 
 
+def explained_graph(impl, *nodes):
+    """(graph, explanation of mul) once `nodes`, each (dsl name, whether its
+    cond accepts, whether a runtime check is behind it), are installed. No
+    impl and no runtime check may run."""
+    for dsl, accepts, runtime in nodes:
+        impl.register(dsl, *KEY, lambda a, b, accepts=accepts: accepts, forbidden(),
+                      try_initialize_runtime=forbidden() if runtime else None)
+    impl.install(*KEY)
+    return impl.graph(*KEY), impl.explain(MUL, A, B)
+
+
 @behaviour("explain.runtime-check-not-asked")
 def test_a_node_behind_a_runtime_check_that_alone_accepts_is_the_kernel(impl):
-    impl.register("declining", *KEY, lambda a, b: False, forbidden())
-    impl.register("jit_only", *KEY, lambda a, b: True, forbidden(), try_initialize_runtime=forbidden())
-    impl.register("declining_too", *KEY, lambda a, b: False, forbidden())
-    impl.install(*KEY)
-    graph = impl.graph(*KEY)
-    explained = impl.explain(MUL, A, B)
+    graph, explained = explained_graph(impl, ("declining", False, False), ("jit_only", True, True),
+                                       ("declining_too", False, False))
     assert verdicts(explained) == ["declined", "runtime check", "declined"], str(explained)
     assert (explained.kernel.kind, explained.kernel.node_id, explained.kernel.dsl_name) == (
         "impl", graph[1].node_id, "jit_only"), str(explained)
@@ -247,12 +254,8 @@ def test_a_node_behind_a_runtime_check_that_alone_accepts_is_the_kernel(impl):
 
 @behaviour("explain.runtime-check-not-asked")
 def test_the_kernel_s_detail_names_each_later_node_in_the_order_they_would_be_tried(impl):
-    impl.register("jit_a", *KEY, lambda a, b: True, forbidden(), try_initialize_runtime=forbidden())
-    impl.register("jit_b", *KEY, lambda a, b: True, forbidden(), try_initialize_runtime=forbidden())
-    impl.register("backup", *KEY, lambda a, b: True, forbidden())
-    impl.install(*KEY)
-    graph = impl.graph(*KEY)
-    explained = impl.explain(MUL, A, B)
+    graph, explained = explained_graph(impl, ("jit_a", True, True), ("jit_b", True, True),
+                                       ("backup", True, False))
     assert verdicts(explained) == ["runtime check", "runtime check", "accepted"], str(explained)
     assert explained.kernel.node_id == graph[0].node_id
     detail = explained.kernel.detail
@@ -269,21 +272,15 @@ def test_explain_names_the_op_s_own_kernel_when_no_node_takes_the_call(impl):
     assert explained.kernel.kind == "fallback", str(explained)
     assert explained.kernel.node_id is None
     assert KEY[2] in explained.kernel.detail, str(explained)  # the key whose kernel was captured
-    # At a key that was a fallthrough before the router, the next key's kernel runs.
-    autocast = (KEY[0], KEY[1], "AutocastCPU")
-    impl.register("declining", *autocast, lambda a, b: False, forbidden())
-    impl.install(*autocast)
-    explained = impl.explain(MUL, A, B, dispatch_key="AutocastCPU")
-    assert explained.kernel.kind == "fallthrough", str(explained)
-    assert explained.kernel.node_id is None and "AutocastCPU" in explained.kernel.detail, str(explained)
-    # At a key where the op had no kernel before the router (aten has none at XLA without
-    # torch_xla), a call no node takes raises: the kind says so.
-    xla = (KEY[0], KEY[1], "XLA")
-    impl.register("declining", *xla, lambda a, b: False, forbidden())
-    impl.install(*xla)
-    explained = impl.explain(MUL, A, B, dispatch_key="XLA")
-    assert explained.kernel.kind == "no kernel", str(explained)
-    assert explained.kernel.node_id is None and "XLA" in explained.kernel.detail, str(explained)
+    # At a key that was a fallthrough before the router, the next key's kernel runs; at a
+    # key where the op had no kernel before it (aten has none at XLA without torch_xla), a
+    # call no node takes raises: the kind says which.
+    for key, kind in (("AutocastCPU", "fallthrough"), ("XLA", "no kernel")):
+        impl.register("declining", KEY[0], KEY[1], key, lambda a, b: False, forbidden())
+        impl.install(KEY[0], KEY[1], key)
+        explained = impl.explain(MUL, A, B, dispatch_key=key)
+        assert explained.kernel.kind == kind, str(explained)
+        assert explained.kernel.node_id is None and key in explained.kernel.detail, str(explained)
 
 
 @behaviour("explain.no-router")

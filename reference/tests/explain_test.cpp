@@ -9,6 +9,8 @@
 #include <native_registry/predicates.h>
 
 #include <stdexcept>
+#include <string>
+#include <utility>
 
 namespace native_registry::testing {
 namespace {
@@ -50,13 +52,18 @@ TEST_F(ExplainTest, TheTableShowsTheKeyEachNodeAndTheKernel) {
 // each column as wide as its widest cell (header included), the last
 // column unpadded, no blank at a line's end, and the kernel line naming a
 // node only for an impl.
-TEST(ExplainTable, ColumnsAreAlignedTwoBlanksApartWithNoTrailingBlanks) {
+Explanation of_mul_at_cpu(std::string why_key, std::string router, std::string coverage) {
   Explanation e;
   e.graph = GraphKey{"aten", "mul.Tensor", "CPU"};
   e.op_name = "aten::mul.Tensor";
-  e.why_key = "CPU: chosen";
-  e.router = "active";
-  e.coverage = "none set";
+  e.why_key = std::move(why_key);
+  e.router = std::move(router);
+  e.coverage = std::move(coverage);
+  return e;
+}
+
+TEST(ExplainTable, ColumnsAreAlignedTwoBlanksApartWithNoTrailingBlanks) {
+  Explanation e = of_mul_at_cpu("CPU: chosen", "active", "none set");
   e.nodes = {{"n_1", "a", ExplainVerdict::kDeclined, "the cond said false"},
              {"node_long_22", "dsl_b", ExplainVerdict::kAccepted, ""},
              {"n3", "c", ExplainVerdict::kNotReached, "x"}};
@@ -77,12 +84,7 @@ TEST(ExplainTable, ColumnsAreAlignedTwoBlanksApartWithNoTrailingBlanks) {
 }
 
 TEST(ExplainTable, AKernelOtherThanAnImplNamesNoNodeAndNoNodesSaySo) {
-  Explanation e;
-  e.graph = GraphKey{"aten", "mul.Tensor", "CPU"};
-  e.op_name = "aten::mul.Tensor";
-  e.why_key = "k";
-  e.router = "r";
-  e.coverage = "c";
+  Explanation e = of_mul_at_cpu("k", "r", "c");
   e.kernel = ExplainKernel::kFallback;
   e.kernel_node_id = "stale";  // read only for an impl
   e.kernel_dsl_name = "stale";

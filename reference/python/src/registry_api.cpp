@@ -91,17 +91,15 @@ void bind_graph_control(py::module_& m) {
   // that is an Exception is a failed transformation (a warning, the graph
   // kept); any other (KeyboardInterrupt, SystemExit) aborts the reordering,
   // which then changes nothing, and propagates. Returns the changed keys.
-  // install: "nothing", "installed" (republish installed routers of changed
-  // graphs) or "changed" (install every changed graph), all or nothing.
+  // install: "nothing" or "changed" (install every changed graph, as
+  // upstream's reregister_overrides=True does), all or nothing. (The core's
+  // kInstalled mode has no Python caller, so the binding offers none.)
   m.def("reorder_graphs", [](py::function fn, const std::string& install) {
     Registry::ReorderInstall mode = Registry::ReorderInstall::kNothing;
-    if (install == "installed") {
-      mode = Registry::ReorderInstall::kInstalled;
-    } else if (install == "changed") {
+    if (install == "changed") {
       mode = Registry::ReorderInstall::kChanged;
     } else if (install != "nothing") {
-      throw py::value_error("install must be 'nothing', 'installed' or 'changed', got '" +
-                            install + "'");
+      throw py::value_error("install must be 'nothing' or 'changed', got '" + install + "'");
     }
     std::optional<py::error_already_set> interrupted;
     auto call = [&fn, &interrupted](const std::string& op, const std::string& key,
