@@ -16,7 +16,7 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from . import mutagen  # noqa: F401 (annotations)
-from . import mutants, suite_server
+from . import hang_watchdog, mutants, suite_server
 from .mutant_records import Outcome, resumed, tail, tree_commit, tree_source
 from .mutants import FIRST, ROOT, Workspace
 from .reached_map import GTEST_PREFIX, split as split_tests
@@ -157,7 +157,8 @@ def covering_suites(chosen: list[str], mutant: mutagen.Mutant, target: Target, w
         limit = covering_timeout(target.coverage.seconds_of(nodeids), timeouts["python"])
         suites.append(("python conformance", "python-covering",
                        lambda: warm_tests(target, ws, out, nodeids, limit) or mutants.python_tests(
-                           out, limit, target.impl, python_env(target, ws, out), target.suites_from, ws, nodeids)))
+                           out, limit, target.impl, python_env(target, ws, out), target.suites_from, ws, nodeids,
+                           test_limits=per_test_limits(target))))
     return suites
 
 
@@ -251,7 +252,7 @@ def suites_for(mutant: mutagen.Mutant, target: Target, ws: Workspace, out: pathl
     subset = min(timeouts["python"], max(60.0, 3 * (took + 10) + 20)) if took is not None else timeouts["python"]
     python = lambda behaviour=None: mutants.python_suite(  # noqa: E731
         out, subset if behaviour else timeouts["python"], target.impl, python_env(target, ws, out),
-        target.suites_from, ws, deselect, behaviour=behaviour)
+        target.suites_from, ws, deselect, behaviour=behaviour, test_limits=per_test_limits(target))
     cpp = ([("c++ conformance", "c++", lambda: mutants.cpp_suite(out, timeouts["c++"], fail_fast=True, ws=ws,
                                                                  env=target.mutant_env))]
            if reaches_cpp_suite(target, mutant.file) else [])
@@ -262,6 +263,17 @@ def suites_for(mutant: mutagen.Mutant, target: Target, ws: Workspace, out: pathl
     if "cpp" in mutants.behaviour_sides(behaviour):
         return cpp + first + [("python conformance", "python", python)]
     return first + cpp + [("python conformance", "python", python)]
+
+
+def per_test_limits(target: Target) -> dict[str, float] | None:
+    """Each Python test's own time limit (hang_watchdog), where a coverage
+    map measured the tests' pristine times: a mutant that hangs one test of
+    a whole suite (one reached at import, say) is then killed at that test's
+    limit, not the suite's."""
+    durations = getattr(target.coverage, "durations", None)
+    if not durations:
+        return None
+    return hang_watchdog.limits_from({t: s for t, s in durations.items() if not t.startswith(GTEST_PREFIX)})
 
 
 def python_env(target: Target, ws: Workspace, out: pathlib.Path) -> dict | None:

@@ -26,6 +26,7 @@ import xml.etree.ElementTree as ET
 
 from .. import staging
 from .. import suite_parts
+from . import hang_watchdog
 
 from conformance.python import catalogue
 
@@ -274,25 +275,34 @@ def package_env(ws: Workspace, out: pathlib.Path) -> dict:
 
 def pytest_run(parts: list[list[str]], out: pathlib.Path, timeout: float, env: dict | None,
                tree: pathlib.Path | None, ws: Workspace, fail_fast: bool = True,
-               conformance_report: bool = False) -> tuple[list[str], str]:
+               conformance_report: bool = False, test_limits: dict[str, float] | None = None
+               ) -> tuple[list[str], str]:
     """pytest in `tree` (the workspace's copy by default), importing the
     workspace build's package unless `env` is given: (failing tests, output).
     Each of `parts` is one pytest process's arguments; several run side by
     side (suite_parts), their reports joined into out/python.xml (and, with
     `conformance_report`, the conformance report out/python.jsonl). A
-    failure of any level fails (ANY_FAILURE_FAILS)."""
+    failure of any level fails (ANY_FAILURE_FAILS). `test_limits` (node id
+    -> seconds, hang_watchdog.limits_from): a test past its limit ends the
+    run at once, a timeout (a test it does not name gets the longest)."""
     tree = ws.src if tree is None else tree
     env = package_env(ws, out) if env is None else env
     files = (out / "python.xml", out / "python.jsonl")
     for f in files:
         f.unlink(missing_ok=True)
+    watchdog: list[str] = []
+    if test_limits:
+        limits = out / "test-limits.json"
+        limits.write_text(json.dumps({"limits": test_limits, "default": max(test_limits.values())}))
+        env = {**env, hang_watchdog.VARIABLE: str(limits)}
+        watchdog = ["-p", "harness.mutation.hang_watchdog"]
     each = suite_parts.part_files(files, len(parts))
     ran: list[tuple[int | None, str]] = [(None, "")] * len(parts)
 
     def run(i: int) -> None:
         xml, report = each[i]
         cmd = [sys.executable, "-m", "pytest", *parts[i], "-q", *(["-x"] if fail_fast else []),
-               "-p", "no:cacheprovider", f"--junitxml={xml}",
+               "-p", "no:cacheprovider", *watchdog, f"--junitxml={xml}",
                *([f"--conformance-report={report}"] if conformance_report else [])]
         with suite_parts.own_basetemp(len(parts), i) as basetemp:
             ran[i] = run_killable([*cmd, *basetemp], timeout, cwd=tree,
@@ -301,7 +311,7 @@ def pytest_run(parts: list[list[str]], out: pathlib.Path, timeout: float, env: d
     suite_parts.side_by_side(len(parts), run, on_interrupt=kill_live)
     suite_parts.join_parts(each, files)
     status, output = suite_parts.joined_status([s for s, _ in ran]), "\n".join(o for _, o in ran)
-    if status is None:
+    if status is None or (watchdog and status and hang_watchdog.MARK in output):
         return ["<timeout>"], output
     # The conformance report's rows say "fail" for a failure of any level
     # (another implementation's adapter may run its own conftest): both count.
@@ -313,8 +323,8 @@ def pytest_run(parts: list[list[str]], out: pathlib.Path, timeout: float, env: d
 
 def python_suite(out: pathlib.Path, timeout: float = TIMEOUT_S, impl: str = "adapters.reference:make",
                  env: dict | None = None, tree: pathlib.Path | None = None, ws: Workspace = FIRST,
-                 deselect: list[str] = (), fail_fast: bool = True, behaviour: str | None = None
-                 ) -> tuple[list[str], str]:
+                 deselect: list[str] = (), fail_fast: bool = True, behaviour: str | None = None,
+                 test_limits: dict[str, float] | None = None) -> tuple[list[str], str]:
     """The Python conformance suite against `impl` (the reference importing
     the workspace build's package by default), stopping at the first
     failure of any level unless not `fail_fast`. `deselect`: node ids not
@@ -330,15 +340,16 @@ def python_suite(out: pathlib.Path, timeout: float = TIMEOUT_S, impl: str = "ada
         parts = suite_parts.python_shards("cpu")
     options = [f"--impl={impl}", *(f"--deselect={nodeid}" for nodeid in deselect)]
     return pytest_run([[*part, *options] for part in parts], out, timeout, env, tree, ws, fail_fast,
-                      conformance_report=True)
+                      conformance_report=True, test_limits=test_limits)
 
 
 def python_tests(out: pathlib.Path, timeout: float, impl: str, env: dict | None, tree: pathlib.Path | None,
-                 ws: Workspace, nodeids: list[str]) -> tuple[list[str], str]:
+                 ws: Workspace, nodeids: list[str], test_limits: dict[str, float] | None = None
+                 ) -> tuple[list[str], str]:
     """These tests of the Python conformance suite (node ids), in this order,
     stopping at the first failure of any level."""
     return pytest_run([[*nodeids, f"--impl={impl}"]], out, timeout, env, tree, ws, fail_fast=True,
-                      conformance_report=True)
+                      conformance_report=True, test_limits=test_limits)
 
 
 @functools.cache

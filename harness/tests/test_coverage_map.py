@@ -134,7 +134,7 @@ def test_a_mutant_meets_only_its_covering_tests_in_order_and_an_uncovered_one_no
     tree, found = measured
     ran = []
     monkeypatch.setattr(mutants, "python_tests",
-                        lambda out, timeout, impl, env, where, ws, nodeids: ran.append(nodeids) or (
+                        lambda out, timeout, impl, env, where, ws, nodeids, test_limits=None: ran.append(nodeids) or (
                             [mutant_runner.junit_name(nodeids[0])], "failed"))
     whole = []
     monkeypatch.setattr(mutants, "python_suite", lambda *a, **k: whole.append(1) or ([], "passed"))

@@ -148,7 +148,7 @@ def test_the_runner_selects_a_switched_mutant_by_its_id_and_writes_no_file(tmp_p
     instrumented = place.read_text()
     seen = []
 
-    def suite(out, timeout, impl, env, tree, ws, deselect, behaviour=None):
+    def suite(out, timeout, impl, env, tree, ws, deselect, behaviour=None, test_limits=None):
         seen.append((env.get("NR_MUTANT"), place.read_text()))
         return [], "passed"
 

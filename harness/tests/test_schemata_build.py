@@ -202,7 +202,7 @@ def test_a_switched_mutant_meets_only_the_tests_that_reach_it(tmp_path, monkeypa
     monkeypatch.setattr(mutants, "cpp_suite", lambda out, timeout, fail_fast=False, ws=None, env=None, only=None:
                         runs.append(("c++", only)) or ([], ""))
     monkeypatch.setattr(mutants, "python_suite", lambda *args, **kwargs: runs.append(("python", None)) or ([], ""))
-    monkeypatch.setattr(mutants, "python_tests", lambda out, timeout, impl, env, tree, ws, nodeids:
+    monkeypatch.setattr(mutants, "python_tests", lambda out, timeout, impl, env, tree, ws, nodeids, test_limits=None:
                         runs.append(("python", nodeids)) or ([], ""))
     monkeypatch.setattr(mutant_runner, "python_env", lambda *args: {})
     timeouts = {"c++": 60.0, "python": 60.0, "build": 1.0}
