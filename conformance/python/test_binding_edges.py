@@ -113,6 +113,19 @@ def test_replacing_a_field_of_a_registered_node_gives_an_unregistered_copy(impl)
     assert torch.equal(mul(), SEVEN), "replace() changed the registered node"
 
 
+# ---- a result that is not a tensor -------------------------------------------------------
+
+SCALAR = ("aten", "_local_scalar_dense", "CPU")
+
+
+@behaviour("binding.scalar-result-impl")
+def test_an_impl_of_an_op_returning_a_scalar_gives_the_call_its_value(impl):
+    impl.register("test_dsl", *SCALAR, always, lambda *args, **kwargs: 42.5)
+    impl.install(*SCALAR)
+    x = torch.tensor([3.0])
+    assert torch.ops.aten._local_scalar_dense(x) == 42.5
+    assert x.item() == 42.5  # Tensor.item() calls the op
+
 # ---- multi-result impls ---------------------------------------------------------------
 
 TOPK = ("aten", "topk", "CPU")
