@@ -6,6 +6,7 @@ and SystemExit. Feature `impl-error-fallback`; level `recommended`."""
 
 from __future__ import annotations
 
+import inspect
 import warnings
 
 import pytest
@@ -72,6 +73,18 @@ def test_the_first_fallback_of_each_override_warns_naming_it_the_op_and_the_erro
         text = str(runtime[0].message)
         assert first.node_id in text and "mul" in text and "no driver" in text, text
         assert second.node_id in str(runtime[1].message) and "bad tile" in str(runtime[1].message)
+
+
+@behaviour("degrade.warns-once-per-override")
+def test_the_fallback_warning_points_at_the_line_that_made_the_call(impl):
+    impl.register("flaky_dsl", *KEY, always, failing(ZeroDivisionError("no driver")))
+    impl.install(*KEY)
+    with impl.impl_error_policy("fallback"), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        line = inspect.currentframe().f_lineno + 1
+        torch.mul(torch.ones(2), torch.ones(2))
+    (warning,) = [w for w in caught if issubclass(w.category, RuntimeWarning)]
+    assert (warning.filename, warning.lineno) == (__file__, line), (warning.filename, warning.lineno)
 
 
 @behaviour("degrade.writing-ops-still-raise")
