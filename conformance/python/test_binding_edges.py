@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import re
 import weakref
 
 import pytest
@@ -139,6 +140,19 @@ def test_an_impl_of_topk_may_return_a_list(impl):
     impl.install(*TOPK)
     values, indices = torch.topk(X, 2)
     assert torch.equal(values, VALUES) and torch.equal(indices, INDICES)
+
+
+@behaviour("binding.multi-result-impl-wrong-result-named")
+@pytest.mark.parametrize("returned, named", [(torch.tensor([1.0]), "Tensor"), ("ab", "str"),
+                                             ([torch.tensor([1.0])], "list")],
+                         ids=["tensor", "str-of-the-length", "short-list"])
+def test_an_impl_of_topk_returning_something_else_makes_the_call_raise_naming_it(impl, returned, named):
+    impl.register("test_dsl", *TOPK, always, lambda *args, **kwargs: returned)
+    impl.install(*TOPK)
+    with pytest.raises((TypeError, RuntimeError)) as refused:
+        torch.topk(X, 2)
+    words = re.findall(r"\w+", str(refused.value))
+    assert named in words and "2" in words, f"what was returned, or the 2 results asked, goes unsaid: {refused.value}"
 
 
 @behaviour("binding.multi-result-impl-returns-a-sequence")
