@@ -14,6 +14,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from harness.mutation import reached_map
 from harness.mutation.mutants import ROOT
 
@@ -111,3 +113,15 @@ def test_a_kept_map_is_used_while_current_and_measured_again_otherwise(tmp_path)
     kept.write_text("old form")
     assert get("b").source == "b" and measured == ["a", "b", "b"]
     assert get("crash") is None and kept.read_text() == "b"  # a crash keeps the last map
+
+
+def test_a_whole_suite_s_limit_is_three_times_its_tests_one_after_the_other():
+    # The reach run's parts took 82 s side by side; the tests, one after the other, 440 s:
+    # a mutant's whole suite runs them in one process.
+    durations = {f"conformance/python/test_a.py::test_{i}": 4.4 for i in range(100)}
+    durations[reached_map.GTEST_PREFIX + "Suite.Name"] = 1.0
+    found = reached_map.ReachedMap({}, [], durations, {}, suite_seconds={"python conformance": 82.0,
+                                                                        "c++ conformance": 1.0})
+    timeouts = reached_map.baseline_of(found)["timeouts"]
+    assert timeouts["python"] == pytest.approx(3 * 440 + 30)
+    assert timeouts["c++"] == 60.0
