@@ -271,7 +271,12 @@ class SuiteServer:
     def close(self) -> None:
         if self.proc is None:
             return
-        for group in (self.child, self.proc.pid):  # the child has a group of its own
+        # The server first: killed after its child, it could still see the
+        # child die and answer the request in flight with that signal (a
+        # verdict of the interrupt, not of the mutant). The child has a
+        # group of its own.
+        child = self.child
+        for group in (self.proc.pid, child):
             if group:
                 _kill_group(group)
         self.proc.wait()
