@@ -49,7 +49,7 @@ def pytest_configure(config) -> None:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    limit = _limits.get(item.nodeid, _default) if (_limits or _default) else None
+    limit = _limits.get(item.nodeid, _default)
     if limit is None:
         yield
         return
