@@ -102,7 +102,9 @@ def resolve_paths(args) -> None:
         raise UsageError("--tests-by-coverage goes with --mutants auto --mutate python, or --mutate cpp|binding "
                          "--switch")
     if args.switch and args.mutants != "auto":
-        raise UsageError("--switch goes with --mutants auto")
+        raise UsageError("--switch goes with --mutants auto (the seeded faults are switched unless --rebuild)")
+    if args.rebuild and args.mutants != "faults":
+        raise UsageError("--rebuild goes with --mutants (the seeded faults)")
     if args.check_switch and not (args.switch and args.mutate in ("cpp", "binding")):
         raise UsageError("--check-switch goes with --mutants auto --mutate cpp|binding --switch")
     if args.fresh_suites and not (args.switch and args.tests_by_coverage and args.mutate in ("cpp", "binding")):
@@ -247,8 +249,8 @@ def parser() -> argparse.ArgumentParser:
                         "build-coverage/) for the reference's C++; one HTML report, Cobertura XML and a "
                         "per-behaviour table in results/coverage/")
     p.add_argument("--mutants", nargs="?", const="faults", choices=["faults", "auto"], default=None,
-                   help="faults (the default): apply each seeded fault of fixtures/faults/faults.toml to a "
-                        "copy of the tree, rebuild it (build-mutants/) and run the conformance suites: every "
+                   help="faults (the default): each seeded fault of fixtures/faults/faults.toml, switched in "
+                        "a copy of the tree (build-mutants/; see --rebuild), against the conformance suites: every "
                         "fault must be killed; table in results/mutants/mutants.md. auto: generate mutants "
                         "of the implementation's source mechanically (see --mutate, --sample, --seed), "
                         "build and run each in the same copy; kill rates with and without the reviewed "
@@ -303,6 +305,12 @@ def parser() -> argparse.ArgumentParser:
                         "-Dmutant_schemata) holds the chosen mutants, each chosen at run time by NR_MUTANT_ID; a "
                         "mutant whose switched form does not compile, or that no form fits, is rebuilt one by one "
                         "as without it")
+    p.add_argument("--rebuild", action="store_true",
+                   help="with --mutants (the seeded faults): apply each fault to the copy of the tree and rebuild "
+                        "it, in --jobs workspaces side by side, instead of switching them (the default: every "
+                        "fault compiled into ONE schemata build, or an instrumented copy of its Python module, "
+                        "chosen at run time; each meets its behaviour's tests first, the Python ones on a warm "
+                        "suite; a fault no switch fits is rebuilt one by one at the end)")
     p.add_argument("--fresh-suites", action="store_true",
                    help="with --mutants auto --mutate cpp|binding --switch --tests-by-coverage: run each mutant's "
                         "Python tests in a fresh pytest, not on the worker's warm suite (one pytest that collected "

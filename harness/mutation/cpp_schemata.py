@@ -314,7 +314,7 @@ def probe_line(lines: list[str], masked: list[str], number: int) -> int | None:
 
 
 def schemata(rel: str, text: str, mutants: list[Mutant], first_id: int = 0,
-             probes: dict[int, int] | None = None) -> Schemata:
+             probes: dict[int, int] | None = None, as_statements: frozenset[str] = frozenset()) -> Schemata:
     """The switched copy of `text` (the file `rel`) holding `mutants`, their
     ids numbered from `first_id` in key order; `probes`: line -> the id a
     probe statement put in front of that line marks."""
@@ -322,8 +322,12 @@ def schemata(rel: str, text: str, mutants: list[Mutant], first_id: int = 0,
     masked = _mask_cpp(text)
     ids = {m.key: first_id + i for i, m in enumerate(sorted(mutants, key=lambda m: m.key))}
     by_line: dict[int, list[Mutant]] = {}
+    # Seeded faults (they may change several lines, and say FAULT in a
+    # comment) are switched on regions (switch_spans); generated mutants by line.
+    spans = [m for m in mutants if switched_on_a_region(m)]
     for m in mutants:
-        by_line.setdefault(m.line, []).append(m)
+        if m not in spans:
+            by_line.setdefault(m.line, []).append(m)
     out = list(lines)
     left_out: dict[str, str] = {}
     for number, found in sorted(by_line.items()):
@@ -335,6 +339,7 @@ def schemata(rel: str, text: str, mutants: list[Mutant], first_id: int = 0,
         for m in found:
             if ids[m.key] in dropped:
                 left_out[m.key] = "no expression or whole statement of its line covers its change"
+    left_out.update(switch_spans(text, out, [(ids[m.key], m) for m in spans], as_statements))
     for key in left_out:
         del ids[key]
     for number, probe_id in (probes or {}).items():
@@ -343,6 +348,424 @@ def schemata(rel: str, text: str, mutants: list[Mutant], first_id: int = 0,
         out[number - 1] = f"{indent}(void)nr_mutant_is({probe_id}); {line.lstrip()}"
     include = f'#include "{HEADER_NAME}"  // mutant schemata'
     return Schemata(_header_line(include, out), ids, left_out)
+
+
+# ---- mutants of several lines (seeded faults), switched on a region --------------
+#
+# A seeded fault may replace lines with others (more, fewer). It is switched
+# on the smallest region of the file around what it changes that is one of:
+# the content of the innermost parentheses (one argument of several), an
+# initializer or assigned value, or whole statements of one block (a
+# statement whose block ends with `else` or `catch` taken whole):
+#
+#     (nr_mutant_is(7) ? (<new, on one line>) : (<the region as it is>))
+#     if (nr_mutant_is(7)) { <new, on one line> } else { <the region as it is> }
+#
+# (an insertion between statements: `if (nr_mutant_is(7)) { <new> }`). The
+# region as it is keeps its lines, so every line keeps its number; faults
+# on one region are chained. A region that touches a line switched already,
+# or another fault's region, is left out (rebuilt), as is one that the
+# compiler rejects (compile_check).
+
+def _balanced(masked: str) -> bool:
+    stack = []
+    for c in masked:
+        if c in "([{":
+            stack.append(c)
+        elif c in ")]}":
+            if not stack or "([{"[")]}".index(c)] != stack.pop():
+                return False
+    return not stack
+
+
+def _unmatched_closer(masked: str) -> bool:
+    depth = 0
+    for c in masked:
+        depth += (c in "([{") - (c in ")]}")
+        if depth < 0:
+            return True
+    return False
+
+
+def _widened(text: str, mt: str, p: int, q: int, replacement: str) -> tuple[int, int, str]:
+    """A change of text[p:q] into `replacement` widened until both sides are
+    balanced (`erase(it)` -> `clear()` differ in `erase(it` and `clear(`):
+    to the left where a side closes what it did not open, else to the right."""
+    new_mt = _masked_text(text[:p] + replacement + text[q:])
+    before, after = 0, 0
+    while True:
+        old_side = mt[p - before:q + after]
+        new_side = new_mt[p - before:p + len(replacement) + after]
+        if _balanced(old_side) and _balanced(new_side):
+            break
+        if (_unmatched_closer(old_side) or _unmatched_closer(new_side)) and before < p:
+            before += 1
+        elif q + after < len(text):
+            after += 1
+        else:
+            break
+    return p - before, q + after, text[p - before:p] + replacement + text[q:q + after]
+
+
+def _masked_text(text: str) -> str:
+    """_mask_cpp's text at the file's offsets: a preprocessor line (which
+    the mask empties) is blanked at its length instead."""
+    return "\n".join(m if len(m) == len(line) else " " * len(line)
+                     for m, line in zip(_mask_cpp(text), text.split("\n")))
+
+
+def _one_line(code: str) -> str | None:
+    """A region's text on one line, its // comments cut; None where it
+    holds a preprocessor line."""
+    out = []
+    for line, masked in zip(code.split("\n"), _mask_cpp(code)):
+        if line.strip().startswith("#"):
+            return None
+        out.append(line[:comment_at(masked, line)].strip())
+    return " ".join(part for part in out if part)
+
+
+def _enclosing_parentheses(mt: str, p: int, q: int) -> tuple[int, int] | None:
+    """The innermost parentheses around [p, q) of the masked text, where no
+    `;`, `{` or `}` comes between: (index of '(', index of ')')."""
+    depth, opening = 0, None
+    for i in range(p - 1, -1, -1):
+        c = mt[i]
+        if c in ")]" or c == "}" and depth > 0:
+            depth += 1
+        elif c in "([" or c == "{" and depth > 0:
+            if depth == 0:
+                opening = i if c == "(" else None
+                break
+            depth -= 1
+        elif c == "{" and _initializer_brace(mt, i):
+            opening = i
+            break
+        elif c in ";{}":
+            return None
+    if opening is None:
+        return None
+    closing = ")" if mt[opening] == "(" else "}"
+    depth = 0
+    for j in range(q, len(mt)):
+        c = mt[j]
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            if depth == 0:
+                return (opening, j) if c == closing else None
+            depth -= 1
+        elif c == ";" and depth == 0:
+            return None
+    return None
+
+
+# Words after which a `{` opens a block: statements', a function's
+# qualifiers, and (two words back) a class's or namespace's name.
+_BLOCK_KEYWORDS = ("else", "try", "do", "const", "noexcept", "override", "final", "mutable")
+_SCOPE_KEYWORDS = re.compile(r"\b(namespace|class|struct|union|enum)\s+[\w:]*$"
+                             r"|->\s*[\w:<>,\s*&]+$")  # or a function's trailing return type
+
+
+def _initializer_brace(mt: str, i: int) -> bool:
+    """Whether the `{` at i opens a braced initializer list (an expression:
+    after `=`, `(`, `,`, `return` or a type's name), not a block."""
+    before = mt[:i].rstrip()
+    word = re.search(r"[A-Za-z_]\w*$", before)
+    if before.endswith(("=", "(", ",")):
+        return True
+    return word is not None and (word.group(0) == "return" or word.group(0) not in _BLOCK_KEYWORDS
+                                 and not _SCOPE_KEYWORDS.search(before))
+
+
+def _out_of_parentheses(mt: str, p: int, q: int) -> tuple[int, int]:
+    """[p, q) widened to the outermost parentheses (or brackets) around it
+    within its block: a change inside a call's arguments or an `if`'s
+    condition is then a part of one statement, whose `;` are its own (a
+    lambda's body, between braces, is a block of its own)."""
+    while True:
+        depth, opening = 0, None
+        for i in range(p - 1, -1, -1):
+            c = mt[i]
+            if c in ")]}":
+                depth += 1
+            elif c in "([{":
+                if depth == 0:
+                    opening = i if c != "{" or _initializer_brace(mt, i) else None
+                    break
+                depth -= 1
+        if opening is None:
+            return p, q
+        depth = 0
+        for j in range(q, len(mt)):
+            c = mt[j]
+            if c in "([{":
+                depth += 1
+            elif c in ")]}":
+                if depth == 0:
+                    break
+                depth -= 1
+        else:
+            return p, q
+        p, q = opening, j + 1
+
+
+def _statements_around(mt: str, p: int, q: int) -> tuple[int, int]:
+    """The whole statements of one block around [p, q): from after the `;`,
+    `{` or `}` before it, to the `;` or closing brace after it (with a
+    block's `else` or `catch` after it, and a `;` right after a closing
+    brace); a change that starts or ends a statement already keeps that end."""
+    p, q = _out_of_parentheses(mt, p, q)
+    start = p
+    if not mt[:p].rstrip().endswith((";", "{", "}")) and mt[:p].strip():
+        depth = 0
+        for i in range(p - 1, -1, -1):
+            c = mt[i]
+            if c in ")]":
+                depth += 1
+            elif c in "([":
+                depth -= 1
+            elif c == "}":
+                if depth == 0:
+                    start = i + 1
+                    break
+                depth += 1
+            elif c == "{":
+                if depth == 0:
+                    start = i + 1
+                    break
+                depth -= 1
+            elif c == ";" and depth == 0:
+                start = i + 1
+                break
+        else:
+            start = 0
+    code = mt[start:q].rstrip()
+    if code.endswith(";") and _balanced(code) or code.endswith("}") and _balanced(code) \
+            and not re.match(r"\s*(else|catch)\b", mt[q:]):
+        return start, q
+    depth, j = 0, q
+    while j < len(mt):
+        c = mt[j]
+        if c in "([":
+            depth += 1
+        elif c in ")]":
+            depth -= 1
+        elif c == "{":
+            depth += 1
+        elif c == "}":
+            if depth == 0:
+                return start, j
+            depth -= 1
+            if depth == 0:
+                after = re.match(r"\s*", mt[j + 1:]).end() + j + 1
+                if re.match(r"(else|catch)\b", mt[after:]):
+                    j = after
+                    continue
+                return start, (after + 1 if mt[after:after + 1] == ";" else j + 1)
+        elif c == ";" and depth == 0:
+            return start, j + 1
+        j += 1
+    return start, len(mt)
+
+
+def _initializer(mt: str, start: int, end: int, p: int, q: int) -> tuple[int, int] | None:
+    """The value a statement [start, end) initializes or assigns, where
+    [p, q) lies in it: after its first `=` (not a comparison's) at depth 0,
+    to its closing `;`."""
+    if not mt[start:end].rstrip().endswith(";"):
+        return None
+    close = start + len(mt[start:end].rstrip()) - 1
+    depth = 0
+    for i in range(start, p):
+        c = mt[i]
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+        elif (c == "=" and depth == 0 and mt[i - 1] not in "=!<>" and mt[i + 1:i + 2] != "="):
+            return (i + 1, close) if q <= close else None
+    return None
+
+
+def _code_span(original: str, mutated: str) -> tuple[int, int, str]:
+    """span() of two texts of several lines, their // comments and trailing
+    blanks left out, and the new text's /* */ comments (a fault's new lines
+    often say FAULT in a comment):
+    [start, end) offsets in `original`, and the code that replaces them."""
+    def code(text: str) -> tuple[str, list[int]]:
+        kept, starts, at = [], [], 0
+        for line, masked in zip(text.split("\n"), _mask_cpp(text)):
+            kept.append(line[:comment_at(masked, line)].rstrip() if len(masked) == len(line) else line)
+            starts.append(at)
+            at += len(line) + 1
+        return "\n".join(kept), starts
+
+    old_code, old_starts = code(original)
+    new_code, _ = code(re.sub(r"\s*/\*.*?\*/", "", mutated))
+    a, b, replacement = span(old_code, new_code)
+
+    def placed(offset: int) -> int:  # an offset in old_code -> in original (same line, same column)
+        line = old_code.count("\n", 0, offset)
+        return old_starts[line] + offset - (old_code.rfind("\n", 0, offset) + 1)
+    return placed(a), placed(b), replacement
+
+
+def _block_end(mt: str, at: int) -> int:
+    """Where the block around offset `at` closes (its `}`)."""
+    depth = 0
+    for j in range(at, len(mt)):
+        c = mt[j]
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            if depth == 0:
+                return j
+            depth -= 1
+    return len(mt)
+
+
+def declares(masked: str) -> bool:
+    """Whether statements (masked) declare a name at their top level:
+    switched whole, in `else { ... }`, the name would end with the block
+    (an RAII guard, a lock, would then be released at once)."""
+    depth, start = 0, 0
+    for i, c in enumerate(masked):
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+        if depth == 0 and (c == ";" or c == "}"):
+            statement = masked[start:i + 1].strip()
+            if _DECLARATION.match(statement) and not _KEYWORD_START.match(statement):
+                return True
+            start = i + 1
+    return False
+
+
+def span_region(text: str, mt: str, p: int, q: int, replacement: str, statements: bool = False
+                ) -> tuple[str, int, int] | None:
+    """Where a change of text[p:q] into `replacement` is switched: (form,
+    start, end) of the region of `text` (form "expression", "statements"
+    or "insert"), or None where no region fits."""
+    group = None if statements else _enclosing_parentheses(mt, p, q)
+    if group is not None and _balanced(mt[p:q]) and _balanced(_masked_text(replacement)):
+        o, c = group
+        if ";" not in mt[o + 1:c]:
+            bounds = [o, *top_level_commas(mt, o + 1, c), c]
+            for a, b in zip(bounds, bounds[1:]):
+                if a < p and q <= b:
+                    return "expression", a + 1, b
+    start, end = _statements_around(mt, p, q)
+    if not text[p:q].strip() and not mt[start:p].strip():
+        return "insert", p, p  # between statements
+    value = None if statements else _initializer(mt, start, end, p, q)
+    if value is not None:
+        return "expression", *value
+    while start < end and mt[start].isspace():
+        start += 1
+    while end > start and mt[end - 1].isspace():
+        end -= 1
+    if declares(mt[start:end]):
+        # Switched whole in `else { }`, a declaration would end with that
+        # block (an RAII guard released at once): the region then runs to
+        # its block's end, where the name ended anyway.
+        end = _block_end(mt, end)
+        while end > start and mt[end - 1].isspace():
+            end -= 1
+    covered = (start <= p or not mt[p:start].strip()) and (q <= end or not mt[end:q].strip())
+    if not covered or not _balanced(mt[start:end]) \
+            or not _balanced(_masked_text(text[start:p] + replacement + text[q:end])) \
+            or re.match(r"(else|case|default)\b|\w+\s*:(?!:)", mt[start:end]):
+        return None
+    return "statements", start, end
+
+
+def switched_on_a_region(m: Mutant) -> bool:
+    return m.kind == SEEDED or "\n" in m.original or "\n" in m.mutated
+
+
+def switch_spans(text: str, out: list[str], spans: list[tuple[int, Mutant]],
+                 as_statements: frozenset[str] = frozenset()) -> dict[str, str]:
+    """Writes into `out` (the file's lines, some switched already) the
+    switches of region mutants (id, mutant), chained where they change one
+    region; regions that overlap are joined into the whole statements
+    around both. The keys left out, with why."""
+    lines = text.split("\n")
+    mt = _masked_text(text)
+    starts = [0]
+    for line in lines:
+        starts.append(starts[-1] + len(line) + 1)
+    changes: list[tuple[int, str, int, int, str]] = []  # id, key, [p, q) in text, its replacement
+    groups: list[list] = []  # [form, start, end, [change, ...]]
+    left_out: dict[str, str] = {}
+    for mutant_id, m in spans:
+        first = starts[m.line - 1]
+        if text[first:first + len(m.original)] != m.original:
+            raise ValueError(f"{m.file}:{m.line} is no longer {m.original.strip()!r}")
+        a, b, replacement = _code_span(m.original, m.mutated)
+        p, q, replacement = _widened(text, mt, first + a, first + b, replacement)
+        change = (mutant_id, m.key, p, q, replacement.strip())
+        found = span_region(text, mt, p, q, replacement, m.key in as_statements)
+        if found is None:
+            left_out[m.key] = "no expression or whole statements around its change"
+            continue
+        groups.append([*found, [change]])
+
+    def overlap(g: list, h: list) -> bool:
+        return g[1] < h[2] and h[1] < g[2] or g[1] == g[2] == h[1] == h[2] and g[0] != h[0]
+
+    # Groups of one region are chained; overlapping ones joined, on the
+    # statements around both, until none overlap.
+    merged = True
+    while merged:
+        merged = False
+        for i, g in enumerate(groups):
+            for h in groups[i + 1:]:
+                if (g[0], g[1], g[2]) == (h[0], h[1], h[2]) or overlap(g, h):
+                    if (g[0], g[1], g[2]) != (h[0], h[1], h[2]):
+                        a, b = _statements_around(mt, min(g[1], h[1]), max(g[2], h[2]))
+                        while a < b and mt[a].isspace():
+                            a += 1
+                        while b > a and mt[b - 1].isspace():
+                            b -= 1
+                        g[0], g[1], g[2] = "statements", a, b
+                    g[3] += h[3]
+                    groups.remove(h)
+                    merged = True
+                    break
+            if merged:
+                break
+    switched = text
+    for form, start, end, members in sorted(groups, key=lambda g: -g[1]):
+        touched = range(text.count("\n", 0, start), text.count("\n", 0, end) + 1)
+        alternatives = []
+        for mutant_id, key, p, q, replacement in members:
+            if p < start and not mt[p:start].strip():  # blanks the region leaves out
+                p = start
+            if end < q and not mt[end:q].strip():
+                q = end
+            new = _one_line(text[start:p] + replacement + text[q:end]) if start <= p and q <= end else None
+            if new is None or any(out[k] != lines[k] for k in touched) or (
+                    form == "statements" and not _balanced(_masked_text(text[start:p] + replacement + text[q:end]))):
+                left_out[key] = "no expression or whole statements around its change that it alone switches"
+            else:
+                alternatives.append((mutant_id, new))
+        if not alternatives:
+            continue
+        region = text[start:end]
+        if form == "expression":
+            replaced = "(" + "".join(f"nr_mutant_is({i}) ? ({new}) : " for i, new in alternatives) + f"({region}))"
+        else:
+            replaced = " else ".join(f"if (nr_mutant_is({i})) {{ {new} }}" for i, new in alternatives)
+            replaced += " " if form == "insert" else f" else {{ {region} }}"
+        switched = switched[:start] + replaced + switched[end:]
+    switched_lines = switched.split("\n")
+    for form, start, end, _ in groups:
+        for k in range(text.count("\n", 0, start), text.count("\n", 0, end) + 1):
+            if out[k] == lines[k]:
+                out[k] = switched_lines[k]
+    return left_out
 
 
 def _header_line(include: str, out: list[str]) -> str:
@@ -358,6 +781,8 @@ def _header_line(include: str, out: list[str]) -> str:
 # `return {};` in a constructor or of a type with no default, arguments
 # swapped to types that do not convert, a ternary of two types.
 SUSPECTS = ("early-return", "argument-swap", "negation")
+
+SEEDED = "seeded"  # the kind of a seeded fault taken as a mutant (seeded_faults.FaultMutant)
 
 # The ids a file of N mutants may use from its first: N for its switches,
 # N for its probes; the next file's start after them.
@@ -393,6 +818,16 @@ def compile_check(rel: str, text: str, mutants: list[Mutant], command: list[str]
     chosen = list(mutants)
     left: dict[str, str] = {}
     suspected: dict[int, int] = {}  # line -> how many of SUSPECTS went first
+    # Region mutants whose expression form did not compile (a ternary of two
+    # types): tried once more on whole statements before they are left out.
+    on_statements: set[str] = set()
+
+    def take_out(dropped: set[str]) -> list[Mutant]:
+        retried = {m.key for m in chosen if m.key in dropped and switched_on_a_region(m)} - on_statements
+        on_statements.update(retried)
+        for key in dropped - retried:
+            left[key] = "its schemata form does not compile (CompileError in the schemata build)"
+        return [m for m in chosen if m.key not in dropped - retried]
 
     def culprits(line: int) -> set[str]:
         """The keys taken out of a line that does not compile: the mutants
@@ -411,7 +846,7 @@ def compile_check(rel: str, text: str, mutants: list[Mutant], command: list[str]
         """The copy of `kept`, its error lines (the copy's lines are the
         file's, after the include and the #line directive) with their
         messages ({0: []} for errors at no line of it), the compiler's output."""
-        found = schemata(rel, text, kept, first_id)
+        found = schemata(rel, text, kept, first_id, as_statements=frozenset(on_statements))
         done = subprocess.run(command, input=found.text, capture_output=True, text=True, cwd=cwd)
         lines = error_lines(done.stderr, source_name)
         return found, (lines or {0: []}) if done.returncode else {}, done.stderr
@@ -446,7 +881,8 @@ def compile_check(rel: str, text: str, mutants: list[Mutant], command: list[str]
         left.update(found.left_out)
         if not bad:
             found.left_out = left
-            return with_probes(rel, text, chosen, found, mutants, first_id, command, source_name, cwd, rounds)
+            return with_probes(rel, text, chosen, found, mutants, first_id, command, source_name, cwd, rounds,
+                               frozenset(on_statements))
         # An error shows at the switched line or after it (a dangling
         # `else` on the next line, a lambda's return type at its end). One
         # at a switched line is that line's, unless it is about an `else`:
@@ -457,10 +893,7 @@ def compile_check(rel: str, text: str, mutants: list[Mutant], command: list[str]
         at_switch = {line for line, messages in bad.items() if line in lines_switched
                      and not any("without a previous" in message for message in messages)}
         if at_switch:
-            dropped = set().union(*(culprits(line) for line in at_switch))
-            for key in dropped:
-                left[key] = "its schemata form does not compile (CompileError in the schemata build)"
-            chosen = [m for m in chosen if m.key not in dropped]
+            chosen = take_out(set().union(*(culprits(line) for line in at_switch)))
             continue
         first = min(bad)
         culprit = culprit_of(first) if first else None
@@ -468,17 +901,15 @@ def compile_check(rel: str, text: str, mutants: list[Mutant], command: list[str]
             for m in chosen:
                 left[m.key] = "the schemata copy of its file does not compile:\n" + stderr[-500:]
             return Schemata(text, {}, left)
-        dropped = culprits(culprit)
-        for key in dropped:
-            left[key] = "its schemata form does not compile (CompileError in the schemata build)"
-        chosen = [m for m in chosen if m.key not in dropped]
+        chosen = take_out(culprits(culprit))
     for m in chosen:
         left[m.key] = "not checked: too many rounds of compile errors"
     return Schemata(text, {}, left)
 
 
 def with_probes(rel: str, text: str, chosen: list[Mutant], found: Schemata, mutants: list[Mutant], first_id: int,
-                command: list[str], source_name: str, cwd: pathlib.Path | None, rounds: int) -> Schemata:
+                command: list[str], source_name: str, cwd: pathlib.Path | None, rounds: int,
+                as_statements: frozenset[str] = frozenset()) -> Schemata:
     """`found` (its switches compile) with a probe in front of the statement
     of each mutant it leaves out (probe_line), so that a trace tells which
     tests reach those too; a probe the compiler rejects is taken out (its
@@ -493,7 +924,7 @@ def with_probes(rel: str, text: str, chosen: list[Mutant], found: Schemata, muta
     for _ in range(rounds):
         if not probes:
             break
-        probed = schemata(rel, text, chosen, first_id, probes)
+        probed = schemata(rel, text, chosen, first_id, probes, as_statements)
         done = subprocess.run(command, input=probed.text, capture_output=True, text=True, cwd=cwd)
         if done.returncode == 0:
             probed.left_out = found.left_out

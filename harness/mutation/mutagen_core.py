@@ -13,16 +13,25 @@ class Mutant:
     line: int       # 1-based
     kind: str       # the operator class (relational, logical, ...)
     change: str     # what it does, e.g. "== -> !="
-    original: str   # the line as it was (no newline)
-    mutated: str    # the line as the mutant has it
+    original: str   # the line as it was (no newline); lines from `line` on, for a span
+    mutated: str    # the line (the lines) as the mutant has it
     key: str = ""
 
+    # A generated mutant changes one line. A seeded fault may change
+    # several: its `original` is then the lines it replaces, joined by
+    # newlines, and its `mutated` what comes in their place (any number of
+    # lines, at least one).
+    @property
+    def lines_replaced(self) -> int:
+        return self.original.count("\n") + 1
+
     def apply(self, text: str) -> str:
-        """`text` (the whole file) with this mutant's line replaced."""
+        """`text` (the whole file) with this mutant's line (lines) replaced."""
         lines = text.split("\n")
-        if lines[self.line - 1] != self.original:
+        first, count = self.line - 1, self.lines_replaced
+        if "\n".join(lines[first:first + count]) != self.original:
             raise ValueError(f"{self.file}:{self.line} is no longer {self.original.strip()!r}")
-        lines[self.line - 1] = self.mutated
+        lines[first:first + count] = self.mutated.split("\n")
         return "\n".join(lines)
 
     @property

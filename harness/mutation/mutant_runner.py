@@ -52,6 +52,9 @@ class Target:
     # Whether a C++ schemata mutant's covering Python tests run on a warm
     # suite (warm_tests) rather than in a fresh pytest each.
     warm_suite: bool = True
+    # The schemata ids whose switch a warm suite's own import and collection
+    # evaluated (seeded_faults.import_time_ids): their tests run in a fresh process.
+    cold_ids: set[int] = field(default_factory=set)
 
 
 # What the copy's build of the core and the extension is made of; the layers
@@ -179,7 +182,8 @@ def warm_tests(target: Target, ws: Workspace, out: pathlib.Path, nodeids: list[s
     fresh pytest then runs them. The caller has made sure that the mutant is
     reached by tests only (covering() gives None for one reached outside
     any), so the server's import and collection did not decide it."""
-    if not target.warm_suite or (SWITCH not in target.mutant_env and not target.python_mutant):
+    if not target.warm_suite or (SWITCH not in target.mutant_env and not target.python_mutant) \
+            or int(target.mutant_env.get(SWITCH, suite_server.NO_MUTANT)) in target.cold_ids:
         return None
     with _warm_lock:
         server = _warm.get(out)
@@ -205,6 +209,12 @@ def warm_tests(target: Target, ws: Workspace, out: pathlib.Path, nodeids: list[s
     else:
         failed = [t if t.startswith("<") else junit_name(t) for t in reply["failed"]]
     return failed, reply["tail"], reply["ran"]
+
+
+def adopt_warm_suites(servers: dict[pathlib.Path, suite_server.SuiteServer]) -> None:
+    """Warm suites started by the caller, as the workers' (by out folder)."""
+    with _warm_lock:
+        _warm.update(servers)
 
 
 def warm_suites_off(interrupted: bool = False) -> None:
@@ -240,28 +250,41 @@ def suites_for(mutant: mutagen.Mutant, target: Target, ws: Workspace, out: pathl
                timeouts: dict[str, float], baseline: dict) -> list[tuple[str, str, object]]:
     """The suites a mutant meets, in order, each (name, its key in
     Outcome.seconds, run): a seeded fault (which names the behaviour it
-    breaks) first meets that behaviour's Python tests, after the C++ suite
-    (seconds, and stopping at its first failure) where the behaviour is
-    expressed in C++ too; then whatever is left of both suites. Most faults
-    die in the first, so the whole Python suite runs only for the rest."""
+    breaks) first meets that behaviour's tests: its C++ tests where the
+    baseline named them, else the whole C++ suite (seconds, and stopping at
+    its first failure) where the behaviour is expressed in C++ too; then its
+    Python tests (on the worker's warm suite where the fault is switched and
+    the baseline named them); then whatever is left of both suites. Most
+    faults die in the first, so the whole Python suite runs only for the rest."""
     deselect = baseline.get("deselect", [])
+    behaviour = getattr(mutant, "behaviour", None)
     # One behaviour's tests get three times what they took in the baseline,
     # start-up included, as a whole suite does: a fault that hangs them (a
     # deadlock) is killed in a minute, not after the whole suite's limit.
-    took = baseline.get("behaviour_seconds", {}).get(getattr(mutant, "behaviour", None))
-    subset = min(timeouts["python"], max(60.0, 3 * (took + 10) + 20)) if took is not None else timeouts["python"]
+    took = baseline.get("behaviour_seconds", {}).get(behaviour)
+    subset = covering_timeout(took, timeouts["python"]) if took is not None else timeouts["python"]
     python = lambda behaviour=None: mutants.python_suite(  # noqa: E731
         out, subset if behaviour else timeouts["python"], target.impl, python_env(target, ws, out),
         target.suites_from, ws, deselect, behaviour=behaviour, test_limits=per_test_limits(target))
+    reaches_cpp = reaches_cpp_suite(target, mutant.file)
     cpp = ([("c++ conformance", "c++", lambda: mutants.cpp_suite(out, timeouts["c++"], fail_fast=True, ws=ws,
                                                                  env=target.mutant_env))]
-           if reaches_cpp_suite(target, mutant.file) else [])
-    behaviour = getattr(mutant, "behaviour", None)
+           if reaches_cpp else [])
     if not behaviour or not mutants.behaviour_files(behaviour):
         return cpp + [("python conformance", "python", python)]
     first = [("python conformance", "python-first", lambda: python(behaviour))]
+    named = [nodeid for nodeid, _ in baseline.get("behaviour_tests", {}).get(behaviour, [])
+             if nodeid not in deselect]
+    if named:  # the baseline's tests of the behaviour, cheapest first (warm where switched)
+        first = [("python conformance", "python-first", lambda: warm_tests(target, ws, out, named, subset) or
+                  mutants.python_tests(out, subset, target.impl, python_env(target, ws, out), target.suites_from,
+                                       ws, named, test_limits=per_test_limits(target)))]
+    gtests = baseline.get("cpp_behaviour_tests", {}).get(behaviour, [])
+    if reaches_cpp and gtests:
+        cpp = [("c++ conformance", "c++-first", lambda: mutants.cpp_suite(
+            out, timeouts["c++"], fail_fast=True, ws=ws, env=target.mutant_env, only=gtests))] + cpp
     if "cpp" in mutants.behaviour_sides(behaviour):
-        return cpp + first + [("python conformance", "python", python)]
+        return cpp[:1] + first + cpp[1:] + [("python conformance", "python", python)]
     return first + cpp + [("python conformance", "python", python)]
 
 
@@ -388,6 +411,9 @@ def measure_baseline(target: Target, out: pathlib.Path, own_tests: bool = False,
         if name == "python conformance":
             baseline["deselect"] = mutants.baseline_deselect(out)
             baseline["behaviour_seconds"] = mutants.behaviour_seconds(out)
+            baseline["behaviour_tests"] = mutants.behaviour_tests(out)
+        if name == "c++ conformance":
+            baseline["cpp_behaviour_tests"] = mutants.cpp_behaviour_tests(out / "conformance.xml")
         # A mutant's run may be slower (a loaded machine, other workspaces'
         # runs beside it) but not three times slower, unless it hangs.
         limit = timeouts[name.split()[0]] = max(60.0, 3 * took + 30)

@@ -73,9 +73,12 @@ class Switched:
     call_time: set[str] = field(default_factory=set)     # of keys, those read at each call (in a body)
 
     def rewritable(self, m: Mutant) -> Mutant:
-        """A mutant that is not switched, placed at its line of the instrumented text."""
+        """A mutant that is not switched, placed at its line (lines) of the instrumented text."""
         line, added = self.lines[m.line]
-        return Mutant(m.file, line, m.kind, m.change, added + m.original, added + m.mutated, m.key)
+        original = "\n".join(self.lines[m.line + k][1] + text
+                             for k, text in enumerate(m.original.split("\n")))
+        mutated = "\n".join(added + text if text.strip() else text for text in m.mutated.split("\n"))
+        return Mutant(m.file, line, m.kind, m.change, original, mutated, m.key)
 
     def rewrite(self, m: Mutant, text: str) -> str:
         """The instrumented `text` with a mutant that is not switched written in."""
@@ -253,7 +256,7 @@ def instrument(rel: str, text: str, mutants: list[Mutant]) -> Switched:
     units_by_first: dict[int, _Unit] = {}
     for m in mutants:
         unit = in_unit.get(m.line)
-        if unit is None:
+        if unit is None or in_unit.get(m.line + m.lines_replaced - 1) is not unit:
             continue
         code = compiled(m.apply(text), rel)
         if code is None:
@@ -269,6 +272,14 @@ def instrument(rel: str, text: str, mutants: list[Mutant]) -> Switched:
         added = "" if line in continuing or not text_of.strip() else INDENT * depth
         return added + text_of, added
 
+    def variant(m: Mutant | None, line: int) -> list[str]:
+        """What stands for the original's `line` in the copy of mutant `m`
+        (None: the original): its line, or the lines it replaces its span
+        with (at the span's first line; none at the others)."""
+        if m is None or not m.line <= line < m.line + m.lines_replaced:
+            return [lines[line - 1]]
+        return m.mutated.split("\n") if line == m.line else []
+
     def function_copy(unit: _Unit, mutated: Mutant | None, depth: int, record: bool) -> list[str]:
         """The function's lines with `mutated`'s line (None: as it is) and
         its in-body switches, `depth` indents deeper; `record`: this copy is
@@ -281,20 +292,19 @@ def instrument(rel: str, text: str, mutants: list[Mutant]) -> Switched:
             if record:
                 mapping[line] = (len(out) + len(copy_lines), added)
 
-        def text_at(line: int) -> str:
-            return mutated.mutated if mutated is not None and line == mutated.line else lines[line - 1]
-
         switches = inside.get(unit.first, []) if mutated is None else []
         body_from = unit.body_from if switches else unit.last + 1
         for line in range(unit.first, body_from):
-            emit(line, text_at(line), depth)
+            for text_of in variant(mutated, line):
+                emit(line, text_of, depth)
         if switches:
             head = INDENT * depth + unit.body_indent
             for i, m in enumerate(switches):
                 copy_lines.append(f"{head}{'if' if i == 0 else 'elif'} {VARIABLE} == {m.key!r}:")
                 for line in range(body_from, unit.last + 1):
-                    placed, _ = indented(line, m.mutated if line == m.line else lines[line - 1], depth + 1)
-                    copy_lines.append(placed)
+                    for text_of in variant(m, line):
+                        placed, _ = indented(line, text_of, depth + 1)
+                        copy_lines.append(placed)
             copy_lines.append(f"{head}else:")
             for line in range(body_from, unit.last + 1):
                 emit(line, lines[line - 1], depth + 1)

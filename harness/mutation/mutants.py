@@ -376,21 +376,42 @@ def failing_rows(report: pathlib.Path) -> list[dict]:
     return [r for r in map(json.loads, report.read_text().splitlines()) if r["outcome"] == "fail"]
 
 
-def behaviour_seconds(out: pathlib.Path) -> dict[str, float]:
-    """Per behaviour, how long its tests took in the last python_suite in
-    `out` (its JUnit times, by its report's rows): what a run of one
-    behaviour's tests is given (mutant_runner.suites_for)."""
+def behaviour_tests(out: pathlib.Path) -> dict[str, list[tuple[str, float]]]:
+    """Per behaviour, the tests naming it in the last python_suite in `out`
+    (its report's rows), each with its time (its JUnit time): (node id,
+    seconds), cheapest first."""
     xml, report = out / "python.xml", out / "python.jsonl"
     if not xml.exists() or not report.exists():
         return {}
     took = {(c.get("classname", "").rsplit(".", 1)[-1], c.get("name")): float(c.get("time") or 0)
             for c in ET.parse(xml).getroot().iter("testcase")}
-    seconds: dict[str, float] = {}
+    found: dict[str, list[tuple[str, float]]] = {}
     for row in map(json.loads, report.read_text().splitlines()):
-        path, _, name = row.get("nodeid", "").partition("::")
+        nodeid = row.get("nodeid", "")
+        path, _, name = nodeid.partition("::")
         for behaviour in row.get("behaviours", []):
-            seconds[behaviour] = seconds.get(behaviour, 0.0) + took.get((pathlib.Path(path).stem, name), 0.0)
-    return seconds
+            found.setdefault(behaviour, []).append((nodeid, took.get((pathlib.Path(path).stem, name), 0.0)))
+    return {b: sorted(tests, key=lambda t: t[1]) for b, tests in found.items()}
+
+
+def behaviour_seconds(out: pathlib.Path) -> dict[str, float]:
+    """Per behaviour, how long its tests took in the last python_suite in
+    `out`: what a run of one behaviour's tests is given (mutant_runner.suites_for)."""
+    return {b: sum(seconds for _, seconds in tests) for b, tests in behaviour_tests(out).items()}
+
+
+def cpp_behaviour_tests(xml: pathlib.Path) -> dict[str, list[str]]:
+    """Per behaviour, the C++ conformance tests naming it (their JUnit
+    property `behaviour`) in a run's report, named as --gtest_filter takes them."""
+    found: dict[str, list[str]] = {}
+    if not xml.exists():
+        return found
+    for case in ET.parse(xml).getroot().iter("testcase"):
+        for prop in case.iter("property"):
+            if prop.get("name") == "behaviour":
+                for behaviour in filter(None, (prop.get("value") or "").split(",")):
+                    found.setdefault(behaviour, []).append(f"{case.get('classname')}.{case.get('name')}")
+    return found
 
 
 def serial_seconds(xml: pathlib.Path) -> float:

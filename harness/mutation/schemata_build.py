@@ -98,7 +98,7 @@ def switch(targets: list, spaces: list[Workspace], chosen: list[Mutant], jobs_ea
     # ids follow the files before it, so they do not depend on the timing.
     files, next_id = [], 0
     for rel in targets[0].files:
-        mine = [m for m in chosen if m.file == rel]
+        mine = [m for m in chosen if m.file == rel and rel.endswith((".cpp", ".h"))]
         if mine:
             files.append((rel, mine, next_id))
             next_id += cpp_schemata.ID_SPAN * len(mine)
@@ -106,6 +106,10 @@ def switch(targets: list, spaces: list[Workspace], chosen: list[Mutant], jobs_ea
     def check(rel: str, mine: list[Mutant], first_id: int) -> tuple[CppSwitched, str]:
         checking = time.monotonic()
         original = (first.src / rel).read_text()
+        if rel.endswith(".h"):
+            found = header_checked(first, rel, original, mine, first_id)
+            said = found.told(rel, len(mine), time.monotonic() - checking, "rebuilt one by one", "  ")
+            return CppSwitched(found.text, original, found.ids, found.left_out, found.probes), said
         command = cpp_schemata.compile_command(first.build, rel, first.schemata)
         found = compile_checked(first, rel, original, mine, command, first_id)
         said = found.told(rel, len(mine), time.monotonic() - checking, "rebuilt one by one", "  ")
@@ -128,6 +132,17 @@ def switch(targets: list, spaces: list[Workspace], chosen: list[Mutant], jobs_ea
                 write_if_changed(copy, s.text)
                 t.place[rel] = copy
                 copies.add(rel)
+        # A switched header is seen only by files compiled from copies beside
+        # it: every source and header of its folder gets one (as it is, where
+        # it has no switch of its own).
+        for folder in sorted({str(pathlib.PurePosixPath(rel).parent) for rel, s in switched.items()
+                              if rel.endswith(".h") and s.ids}):
+            for rel in mutants.tree_files():
+                if str(pathlib.PurePosixPath(rel).parent) == folder and rel.endswith((".cpp", ".h")) \
+                        and rel not in copies:
+                    copy = ws.schemata / rel
+                    write_if_changed(copy, (ws.src / rel).read_text())
+                    copies.add(rel)
         for old in ws.schemata.rglob("*"):  # an earlier run's copy of a file this run does not switch
             if old.is_file() and old.relative_to(ws.schemata).as_posix() not in copies:
                 old.unlink()
@@ -155,6 +170,55 @@ def write_if_changed(path: pathlib.Path, text: str) -> None:
 
 
 CHECKS = "schemata-checks"  # beside the workspace's build: compile checks done, by what they checked
+
+
+def header_checked(ws: Workspace, rel: str, original: str, mine: list[Mutant], first_id: int
+                   ) -> cpp_schemata.Schemata:
+    """The schemata copy of a header's mutants whose switched forms compile,
+    checked by compiling a source of its folder that includes it with the
+    copy found first; a mutant whose switch the compiler rejects (an error
+    at or soon after its line in the copy) is left out, and the rest checked
+    again. Kept by digest as compile_checked's."""
+    name = pathlib.PurePosixPath(rel).name
+    folder = str(pathlib.PurePosixPath(rel).parent)
+    includer = next((f for f in mutants.tree_files() if f.endswith(".cpp") and str(pathlib.PurePosixPath(f).parent)
+                     == folder and f'#include "{name}"' in (ws.src / f).read_text()), None)
+    checker = pathlib.Path(cpp_schemata.__file__).read_text() + pathlib.Path(__file__).read_text()
+    digest = hashlib.sha256(json.dumps([rel, original, sorted(m.key for m in mine), first_id, checker,
+                                        tree_source()]).encode()).hexdigest()
+    kept = ws.root / CHECKS / f"{digest[:32]}.json"
+    if kept.exists():
+        found = json.loads(kept.read_text())
+        return cpp_schemata.Schemata(found["text"], found["ids"], found["left_out"], {})
+    left = {m.key: "no source of its folder includes it: rebuilt" for m in mine} if includer is None else {}
+    kept_mutants = [] if includer is None else list(mine)
+    place = ws.root / "header-check" / rel.replace("/", "_") / name  # a folder each: checks run side by side
+    place.parent.mkdir(parents=True, exist_ok=True)
+    command = cpp_schemata.compile_command(ws.build, includer, ws.schemata) if includer else []
+    command = command[:1] + ["-iquote", str(place.parent)] + command[1:]
+    found = cpp_schemata.Schemata(original, {}, {})
+    while kept_mutants:
+        found = cpp_schemata.schemata(rel, original, kept_mutants, first_id)
+        place.write_text(found.text)
+        done = subprocess.run(command, input=(ws.src / includer).read_text(), capture_output=True, text=True,
+                              cwd=ws.build)
+        if done.returncode == 0:
+            break
+        bad = cpp_schemata.error_lines(done.stderr, str(place))
+        culprits = {m.key for m in kept_mutants
+                    if any(m.line - cpp_schemata.NEAR <= line <= m.line + m.lines_replaced + cpp_schemata.NEAR
+                           for line in bad)} or {m.key for m in kept_mutants}
+        for key in culprits:
+            left[key] = "its schemata form does not compile (CompileError in the schemata build)"
+        kept_mutants = [m for m in kept_mutants if m.key not in culprits]
+    if not kept_mutants:
+        found = cpp_schemata.Schemata(original, {}, {})
+    found.left_out = {**found.left_out, **left}
+    for key in found.left_out:
+        found.ids.pop(key, None)
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    kept.write_text(json.dumps({"text": found.text, "ids": found.ids, "left_out": found.left_out}))
+    return found
 
 
 def compile_checked(ws: Workspace, rel: str, original: str, mine: list[Mutant], command: list[str],

@@ -37,8 +37,12 @@ import tomllib
 from .. import with_root_on_path
 from . import fault_anchor
 from . import mutant_runner
+from . import mutant_switches
 from . import mutants
+from . import schemata_build
+from . import suite_server
 from .mutant_records import Outcome, figures
+from .mutagen_core import Mutant
 from .mutant_runner import Target
 from ..progress import duration
 
@@ -83,6 +87,34 @@ class SeededFault:
             return fault_anchor.apply(text, self.find, self.replace, self.verbatim)
         except fault_anchor.AnchorError as e:
             raise ValueError(f"{self.key}: {e} in {self.file}") from None
+
+    def as_mutant(self, text: str) -> "FaultMutant":
+        """The fault as a mutant of the lines it changes in `text` (its
+        file), so that it can be switched like a generated one: the lines
+        from the first it changes to the last, and what comes in their
+        place; a fault that only inserts or only deletes lines takes the
+        line before in too (neither side is then empty)."""
+        old, new = text.split("\n"), self.apply(text).split("\n")
+        first = 0
+        while first < min(len(old), len(new)) and old[first] == new[first]:
+            first += 1
+        after = 0
+        while after < min(len(old), len(new)) - first and old[-1 - after] == new[-1 - after]:
+            after += 1
+        if first == len(old) - after or first == len(new) - after:
+            first -= 1
+        return FaultMutant(self.file, first + 1, "seeded", self.change, "\n".join(old[first:len(old) - after]),
+                           "\n".join(new[first:len(new) - after]), self.key)
+
+
+@dataclasses.dataclass(frozen=True)
+class FaultMutant(Mutant):
+    """A seeded fault as a mutant of its lines (SeededFault.as_mutant): its
+    `change` is the behaviour it breaks, its key the fault's name."""
+
+    @property
+    def behaviour(self) -> str:
+        return self.change
 
 
 def python_layer_run(args, names: list[str], out: pathlib.Path, baseline: pathlib.Path) -> subprocess.Popen:
@@ -176,6 +208,93 @@ def run_built(args, chosen: list[SeededFault], spaces: list, out: pathlib.Path, 
     return outcomes
 
 
+def run_switched(args, chosen: list[SeededFault], out: pathlib.Path) -> list[Outcome] | None:
+    """The faults in `chosen` switched, not rebuilt (the switches of --mutants
+    auto --switch): each taken as a mutant of the lines it changes
+    (SeededFault.as_mutant); those of the C++ core and the binding compiled
+    into ONE schemata build (schemata_build.switch), those of the Python
+    layer into instrumented copies of its modules (mutant_switches); --jobs N
+    workers then run them side by side, each fault meeting its behaviour's
+    tests first, the Python ones on the worker's warm suite (suite_server.py).
+    A fault no switch fits (a header's, a region another switch overlaps, a
+    form the compiler rejects) is rebuilt one by one at the end, as
+    without switches. None when a build or the baseline fails."""
+    ws = schemata_build.space(mutants.workspaces(1)[0])
+    jobs_each = os.cpu_count() or 2
+    at = (mutant_runner.tree_commit(), mutant_runner.tree_source())
+    mutant_runner.prepare([ws], jobs_each, build=False)
+    faults = [f.as_mutant((ws.src / f.file).read_text()) for f in chosen]
+    files = sorted({m.file for m in faults})
+    target = Target("faults", files, {rel: ws.src / rel for rel in files})
+    built = [m for m in faults if not m.file.endswith(".py")]
+    print(f"== {len(faults)} seeded faults switched: {len(built)} in the schemata build, "
+          f"{len(faults) - len(built)} in the Python layer's modules", flush=True)
+    if not schemata_build.switch([target], [ws], built, jobs_each):
+        return None
+    for rel in files:
+        mine = [m for m in faults if m.file == rel]
+        if rel.endswith(".py"):
+            target.switched[rel] = mutant_switches.instrument(rel, target.pristine[rel], mine)
+            target.place[rel].write_text(target.switched[rel].text)
+    switched = sum(len(s.keys) for s in target.switched.values())
+    print(f"  {switched} of the {len(faults)} faults switched; the others rebuilt one by one at the end", flush=True)
+    baseline = kept_baseline(target, ws, out, at[1])
+    if baseline is None:
+        return None
+    workers = max(1, args.jobs)
+    places = [(ws, target, out if k == 0 else out / f"worker-{k}") for k in range(workers)]
+    target.cold_ids = import_time_ids(target, ws, [place[2] for place in places])
+    if target.cold_ids:
+        print(f"  {len(target.cold_ids)} switches are evaluated at the suite's import: their faults' Python tests "
+              f"run in a fresh pytest", flush=True)
+    return mutant_runner.run_all(faults, {}, out / "faults.jsonl", baseline, False, False, places,
+                                 shared_build=True, at=at)
+
+
+def kept_baseline(target: Target, ws, out: pathlib.Path, source: str) -> dict | None:
+    """Both suites on the schemata build with no fault chosen (their
+    failures kill nothing; their times give the limits; their reports name
+    each behaviour's tests), kept beside the build for the next run of the
+    same tree's source."""
+    kept = ws.root / "faults-baseline.json"
+    if kept.exists():
+        found = json.loads(kept.read_text())
+        if found.get("source") == source:
+            print(f"== baseline: that of this tree's source, kept in {kept}", flush=True)
+            return found["baseline"]
+    baseline = mutant_runner.measure_baseline(target, out, ws=ws)
+    if baseline is not None:
+        kept.write_text(json.dumps({"source": source, "baseline": baseline}))
+    return baseline
+
+
+def import_time_ids(target: Target, ws, outs: list[pathlib.Path]) -> set[int]:
+    """Starts each worker's warm suite with a trace of the switches it
+    evaluates (cpp_schemata.HEADER, $NR_MUTANT_TRACE) and gives those its
+    import and collection evaluated: a fault there is decided before any
+    test, so its tests cannot run in that suite's forked child."""
+    ids = [i for s in target.switched.values() for i in getattr(s, "ids", {}).values()]
+    if not ids:
+        return set()
+    trace = ws.root / "faults-import-trace.bin"
+    trace.write_bytes(bytes(max(ids) + 1))
+    servers = []
+    for out in outs:  # as mutant_runner.warm_tests starts one, with the trace
+        out.mkdir(parents=True, exist_ok=True)
+        env = {**mutant_runner.pristine_env(target, ws, out), **mutants.FREED_MEMORY_FILLED,
+               **mutants.ANY_FAILURE_FAILS, "NR_MUTANT_TRACE": str(trace)}
+        args = ["conformance/python", f"--impl={target.impl}", f"--basetemp={out / 'warm-tmp'}"]
+        servers.append(suite_server.SuiteServer(args, str(ws.src), env, str(out / "warm-suite.log")))
+    threads = [threading.Thread(target=server.start) for server in servers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    marked = trace.read_bytes()
+    mutant_runner.adopt_warm_suites(dict(zip(outs, servers)))
+    return {i for i in ids if marked[i]}
+
+
 def run(args) -> int:
     out = args.results / "mutants"
     out.mkdir(parents=True, exist_ok=True)
@@ -195,6 +314,15 @@ def run(args) -> int:
         chosen.append(SeededFault(anchor.file, f["name"], f["breaks"], f["find"], f["replace"],
                                   anchor.verbatim))
     chosen.sort(key=lambda f: f.file)  # by file: consecutive faults rebuild one object
+    if not getattr(args, "rebuild", False):
+        print(f"== {len(chosen)} seeded faults, {args.jobs} at a time, switched", flush=True)
+        try:
+            outcomes = run_switched(args, chosen, out)
+        except KeyboardInterrupt:
+            outcomes = None
+        if outcomes is None:
+            return 1
+        return report(chosen, stale, outcomes, out, begin, args.jobs)
     # Faults of the Python layer need no build of the workspaces: their suite
     # imports the extension of --build. Beside faults that do, they run at
     # once in a run of their own (python_layer_run).
@@ -219,6 +347,13 @@ def run(args) -> int:
         chosen += beside
     if failed:
         return 1
+    return report(chosen, stale, outcomes, out, begin, len(spaces))
+
+
+def report(chosen: list[SeededFault], stale: list, outcomes: list[Outcome], out: pathlib.Path, begin: float,
+           jobs: int) -> int:
+    """The faults' table (out/mutants.md) and the terminal's summary: 0 when
+    every fault was killed."""
     by_name = {o.key: o for o in outcomes}
     rows = [(f, "STALE", why) for f, why in stale]
     for fault in chosen:
@@ -233,7 +368,7 @@ def run(args) -> int:
         rows.append(({"name": fault.key, "breaks": fault.change}, verdict, detail))
     killed = sum(r[1] == "killed" for r in rows)
     lines = ["# Seeded faults", "", f"{killed} of {len(rows)} killed "
-             f"({duration(time.monotonic() - begin)}, {len(spaces)} workspaces).", "",
+             f"({duration(time.monotonic() - begin)}, {jobs} at a time).", "",
              "| fault | breaks | verdict | failing tests |", "|---|---|---|---|"]
     lines += [f"| {f['name']} | {f['breaks']} | {v} | {d} |" for f, v, d in rows]
     (out / "mutants.md").write_text("\n".join(lines) + "\n")

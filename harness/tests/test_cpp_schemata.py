@@ -301,3 +301,116 @@ def test_the_choice_file_is_read_at_each_switch_and_overrides_the_variable(tmp_p
     # Without the file the variable chooses.
     assert output(binary, 4).split() == ["1", "1"]
     assert output(binary, 5).split() == ["0", "0"]
+
+
+# Seeded faults change whole regions (harness/mutation/seeded_faults.py takes
+# each as a mutant of the lines it changes): statements replaced by more or
+# fewer, inserted, deleted; a condition or an initializer spanning lines;
+# two faults of one region, and two whose regions overlap.
+REGIONS = """\
+#include <cstdio>
+int weigh(int a, int b) {
+  int total = a;
+  if (a > 2 ||
+      b > 5) {
+    total += 10;
+  }
+  const int scale = a > b
+                        ? 2
+                        : 3;
+  total = total * scale;  // scaled
+  total += b;
+  std::printf("%d ", total);
+  return total;
+}
+int main() {
+  int sum = weigh(1, 2) + weigh(3, 1) + weigh(0, 9);
+  std::printf("%d\\n", sum);
+  return 0;
+}
+"""
+
+REGION_FAULTS = {
+    # name: (lines, replacement)
+    "condition-spans-lines": ("  if (a > 2 ||\n      b > 5) {", "  if (false) {  // FAULT"),
+    "initializer-spans-lines": ("  const int scale = a > b\n                        ? 2\n                        : 3;",
+                                "  const int scale = 1;  // FAULT: never scaled"),
+    "statement-deleted": ("  total += b;", "  // FAULT: b is not added"),
+    "statements-replaced": ("  total = total * scale;  // scaled\n  total += b;",
+                            "  total = scale;  // FAULT\n  total -= b;\n  total *= 2;"),
+    "statement-inserted": ("  int total = a;", "  int total = a;\n  total -= 1;  // FAULT"),
+    "same-region-as-inserted": ("  int total = a;", "  int total = a;\n  total += 7;  // FAULT"),
+    "argument-of-a-call": ("  std::printf(\"%d \", total);", "  std::printf(\"%d \", total + 1);  /* FAULT */"),
+}
+
+
+def region_mutants() -> list:
+    from harness.mutation.seeded_faults import SeededFault
+    return [SeededFault("regions.cpp", name, "toy.behaviour", find, replace).as_mutant(REGIONS)
+            for name, (find, replace) in REGION_FAULTS.items()]
+
+
+def test_a_fault_of_several_lines_runs_switched_as_its_rewritten_program(tmp_path):
+    (tmp_path / cpp_schemata.HEADER_NAME).write_text(cpp_schemata.HEADER)
+    found = region_mutants()
+    assert any(m.lines_replaced > 1 for m in found) and any("\n" in m.mutated for m in found)
+    checked = cpp_schemata.compile_check("regions.cpp", REGIONS, found, syntax_check(tmp_path), "<stdin>")
+    assert set(checked.ids) == {m.key for m in found}, checked.left_out
+    # Every line keeps its number: the copy has the file's lines after its
+    # include and a `#line 1`.
+    assert checked.text.split("\n")[1] == "#line 1"
+    assert len(checked.text.split("\n")) == len(REGIONS.split("\n")) + 2
+    schemata = build(tmp_path, "schemata", checked.text)
+    pristine = output(build(tmp_path, "pristine", REGIONS))
+    assert output(schemata) == pristine
+    for m in found:
+        rewritten = output(build(tmp_path, f"m{checked.ids[m.key]}", m.apply(REGIONS)))
+        assert rewritten != pristine, m.key  # each fault changes what the program prints
+        assert output(schemata, checked.ids[m.key]) == rewritten, m.key
+
+
+def test_faults_of_one_region_are_chained_and_overlapping_regions_joined():
+    found = region_mutants()
+    text = cpp_schemata.schemata("regions.cpp", REGIONS, found).text
+    inserted = [line for line in text.split("\n") if "int total = a;" in line]
+    assert len(inserted) == 1 and inserted[0].count("nr_mutant_is(") == 2  # one region, two faults
+    # statement-deleted's region lies inside statements-replaced's: both are
+    # switched on the statements around the two, one chain.
+    joined = next(line for line in text.split("\n") if "total = scale;" in line)
+    assert joined.count("nr_mutant_is(") == 2 and "else {" in joined
+
+
+@pytest.mark.parametrize("find, replace, switched", [
+    # A declaration switched whole would end with its `else { }` block (an
+    # RAII guard released at once): the region runs to its block's end.
+    ("  std::lock_guard<std::mutex> lock(m);", "  // FAULT: unlocked", True),
+    # One element of a braced initializer list is an expression, not a block.
+    ("  return {a, b > 0};", "  return {a, false};  // FAULT", True),
+    # A lambda's body, after its trailing return type, is a block of its own.
+    ("    g(x);", "    // FAULT", True),
+])
+def test_what_a_region_switch_takes(find, replace, switched):
+    text = ("#include <mutex>\nstd::mutex m;\nvoid g(int);\nstruct P { int a; bool b; };\n"
+            "P make(int a, int b) {\n  std::lock_guard<std::mutex> lock(m);\n  return {a, b > 0};\n}\n"
+            "auto f = [](int x) -> int {\n    g(x);\n    return x;\n};\n")
+    from harness.mutation.seeded_faults import SeededFault
+    fault = SeededFault("t.cpp", "fault", "toy.behaviour", find, replace).as_mutant(text)
+    found = cpp_schemata.schemata("t.cpp", text, [fault])
+    assert (fault.key in found.ids) == switched, found.left_out
+    if switched:  # starting on its own line
+        changed = [line for line in found.text.split("\n")[2:] if "nr_mutant_is(" in line]
+        assert len(changed) == 1 and find.strip().split("(")[0].split("{")[0] in changed[0]
+    if "lock_guard" in find:  # the guard's block, to its end, in both branches
+        assert "if (nr_mutant_is(0)) { return {a, b > 0}; } else { std::lock_guard<std::mutex> lock(m);" \
+            in found.text and "return {a, b > 0}; }\n}" in found.text
+
+
+def test_a_region_whose_expression_form_does_not_compile_is_switched_on_its_statement(tmp_path):
+    (tmp_path / cpp_schemata.HEADER_NAME).write_text(cpp_schemata.HEADER)
+    text = "void h(int);\nvoid h(const char*);\nvoid k(int x) {\n  h(x);\n}\n"
+    from harness.mutation.seeded_faults import SeededFault
+    fault = SeededFault("k.cpp", "fault", "toy.behaviour", "  h(x);", '  h("text");  // FAULT').as_mutant(text)
+    assert "? (" in cpp_schemata.schemata("k.cpp", text, [fault]).text  # a ternary of two types at first
+    checked = cpp_schemata.compile_check("k.cpp", text, [fault], syntax_check(tmp_path), "<stdin>")
+    assert fault.key in checked.ids, checked.left_out
+    assert 'if (nr_mutant_is(0)) { h("text"); } else { h(x); }' in checked.text
