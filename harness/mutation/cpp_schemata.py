@@ -445,7 +445,13 @@ def _enclosing_parentheses(mt: str, p: int, q: int) -> tuple[int, int] | None:
             return None
     if opening is None:
         return None
-    closing = ")" if mt[opening] == "(" else "}"
+    closing = _closer_after(mt, q, within_statement=True)
+    return (opening, closing) if closing is not None and mt[closing] == ")}"["({".index(mt[opening])] else None
+
+
+def _closer_after(mt: str, q: int, within_statement: bool = False) -> int | None:
+    """Where the first bracket after q that closes one opened before q is
+    (None: none; with `within_statement`, none before a `;` at depth 0)."""
     depth = 0
     for j in range(q, len(mt)):
         c = mt[j]
@@ -453,9 +459,9 @@ def _enclosing_parentheses(mt: str, p: int, q: int) -> tuple[int, int] | None:
             depth += 1
         elif c in ")]}":
             if depth == 0:
-                return (opening, j) if c == closing else None
+                return j
             depth -= 1
-        elif c == ";" and depth == 0:
+        elif within_statement and c == ";" and depth == 0:
             return None
     return None
 
@@ -494,20 +500,35 @@ def _out_of_parentheses(mt: str, p: int, q: int) -> tuple[int, int]:
                     opening = i if c != "{" or _initializer_brace(mt, i) else None
                     break
                 depth -= 1
-        if opening is None:
+        closing = None if opening is None else _closer_after(mt, q)
+        if closing is None:
             return p, q
-        depth = 0
-        for j in range(q, len(mt)):
-            c = mt[j]
-            if c in "([{":
-                depth += 1
-            elif c in ")]}":
-                if depth == 0:
-                    break
-                depth -= 1
-        else:
-            return p, q
-        p, q = opening, j + 1
+        p, q = opening, closing + 1
+
+
+def _statement_start(mt: str, p: int) -> int:
+    """Where the statement holding offset p starts: after the `;`, `{` or
+    `}` before it (p itself where one comes right before it)."""
+    if mt[:p].rstrip().endswith((";", "{", "}")) or not mt[:p].strip():
+        return p
+    depth = 0
+    for i in range(p - 1, -1, -1):
+        c = mt[i]
+        if c in ")]":
+            depth += 1
+        elif c in "([":
+            depth -= 1
+        elif c == "}":
+            if depth == 0:
+                return i + 1
+            depth += 1
+        elif c == "{":
+            if depth == 0:
+                return i + 1
+            depth -= 1
+        elif c == ";" and depth == 0:
+            return i + 1
+    return 0
 
 
 def _statements_around(mt: str, p: int, q: int) -> tuple[int, int]:
@@ -516,30 +537,16 @@ def _statements_around(mt: str, p: int, q: int) -> tuple[int, int]:
     block's `else` or `catch` after it, and a `;` right after a closing
     brace); a change that starts or ends a statement already keeps that end."""
     p, q = _out_of_parentheses(mt, p, q)
-    start = p
-    if not mt[:p].rstrip().endswith((";", "{", "}")) and mt[:p].strip():
-        depth = 0
-        for i in range(p - 1, -1, -1):
-            c = mt[i]
-            if c in ")]":
-                depth += 1
-            elif c in "([":
-                depth -= 1
-            elif c == "}":
-                if depth == 0:
-                    start = i + 1
-                    break
-                depth += 1
-            elif c == "{":
-                if depth == 0:
-                    start = i + 1
-                    break
-                depth -= 1
-            elif c == ";" and depth == 0:
-                start = i + 1
+    start = _statement_start(mt, p)
+    # A statement that goes on an `if`'s or a `try`'s block (`else`,
+    # `catch`) is switched with the whole statement it belongs to.
+    while re.match(r"\s*(else|catch)\b", mt[start:]) and mt[:start].rstrip().endswith("}"):
+        close, depth = len(mt[:start].rstrip()) - 1, 0
+        for opening in range(close, -1, -1):
+            depth += (mt[opening] == "}") - (mt[opening] == "{")
+            if depth == 0:
                 break
-        else:
-            start = 0
+        start = _statement_start(mt, opening)
     code = mt[start:q].rstrip()
     if code.endswith(";") and _balanced(code) or code.endswith("}") and _balanced(code) \
             and not re.match(r"\s*(else|catch)\b", mt[q:]):
@@ -613,16 +620,8 @@ def _code_span(original: str, mutated: str) -> tuple[int, int, str]:
 
 def _block_end(mt: str, at: int) -> int:
     """Where the block around offset `at` closes (its `}`)."""
-    depth = 0
-    for j in range(at, len(mt)):
-        c = mt[j]
-        if c in "([{":
-            depth += 1
-        elif c in ")]}":
-            if depth == 0:
-                return j
-            depth -= 1
-    return len(mt)
+    closing = _closer_after(mt, at)
+    return len(mt) if closing is None else closing
 
 
 def declares(masked: str) -> bool:
@@ -657,8 +656,9 @@ def span_region(text: str, mt: str, p: int, q: int, replacement: str, statements
                 if a < p and q <= b:
                     return "expression", a + 1, b
     start, end = _statements_around(mt, p, q)
-    if not text[p:q].strip() and not mt[start:p].strip():
-        return "insert", p, p  # between statements
+    if not text[p:q].strip() and not mt[start:p].strip() \
+            and _masked_text(replacement).rstrip().endswith((";", "}")):
+        return "insert", p, p  # whole statements between two
     value = None if statements else _initializer(mt, start, end, p, q)
     if value is not None:
         return "expression", *value

@@ -610,6 +610,9 @@ class Runner:
         """The mutant's outcome with its file rewritten (not switched), the
         file's text put back afterwards whatever happens."""
         path = target.place[mutant.file]
+        copy = ws.schemata / mutant.file if ws.schemata is not None else None
+        if copy is not None and copy.exists() and path != copy:  # the build would never see the mutant
+            raise RuntimeError(f"{mutant.file}: the schemata build compiles {copy}, not {path}")
         pristine = path.read_text()
         try:
             path.write_text(switched.rewrite(mutant, pristine) if switched is not None else mutant.apply(pristine))

@@ -143,6 +143,8 @@ def switch(targets: list, spaces: list[Workspace], chosen: list[Mutant], jobs_ea
                     copy = ws.schemata / rel
                     write_if_changed(copy, (ws.src / rel).read_text())
                     copies.add(rel)
+                    if rel in t.place:  # a mutant rebuilt there is written into what the build compiles
+                        t.place[rel] = copy
         for old in ws.schemata.rglob("*"):  # an earlier run's copy of a file this run does not switch
             if old.is_file() and old.relative_to(ws.schemata).as_posix() not in copies:
                 old.unlink()
@@ -194,6 +196,11 @@ def header_checked(ws: Workspace, rel: str, original: str, mine: list[Mutant], f
     kept_mutants = [] if includer is None else list(mine)
     place = ws.root / "header-check" / rel.replace("/", "_") / name  # a folder each: checks run side by side
     place.parent.mkdir(parents=True, exist_ok=True)
+    # Its folder's other headers beside it, as the schemata build has them:
+    # one that includes it then finds the copy, not the tree's header.
+    for other in mutants.tree_files():
+        if other.endswith(".h") and other != rel and str(pathlib.PurePosixPath(other).parent) == folder:
+            write_if_changed(place.parent / pathlib.PurePosixPath(other).name, (ws.src / other).read_text())
     command = cpp_schemata.compile_command(ws.build, includer, ws.schemata) if includer else []
     command = command[:1] + ["-iquote", str(place.parent)] + command[1:]
     found = cpp_schemata.Schemata(original, {}, {})

@@ -229,18 +229,37 @@ def run_switched(args, chosen: list[SeededFault], out: pathlib.Path) -> list[Out
     built = [m for m in faults if not m.file.endswith(".py")]
     print(f"== {len(faults)} seeded faults switched: {len(built)} in the schemata build, "
           f"{len(faults) - len(built)} in the Python layer's modules", flush=True)
-    if not schemata_build.switch([target], [ws], built, jobs_each):
+    # The Python suite's baseline runs on the extension of --build (the same
+    # sources) while the schemata build is checked and built; the C++
+    # suite's, on the schemata build, after it.
+    kept = kept_baseline(ws, at[1])
+    switched: dict = {}
+    building = threading.Thread(target=lambda: switched.update(
+        ok=schemata_build.switch([target], [ws], built, jobs_each)))
+    building.start()
+    python_baseline = None if kept is not None else mutant_runner.measure_baseline(
+        target, out, ws=dataclasses.replace(ws, extension_from=args.build), which=("python conformance",))
+    if kept is None and python_baseline is None:
+        mutants.kill_live()  # the baseline failed or was interrupted: no build is waited for
+    building.join()
+    if not switched.get("ok") or kept is None and python_baseline is None:
         return None
     for rel in files:
         mine = [m for m in faults if m.file == rel]
         if rel.endswith(".py"):
             target.switched[rel] = mutant_switches.instrument(rel, target.pristine[rel], mine)
             target.place[rel].write_text(target.switched[rel].text)
-    switched = sum(len(s.keys) for s in target.switched.values())
-    print(f"  {switched} of the {len(faults)} faults switched; the others rebuilt one by one at the end", flush=True)
-    baseline = kept_baseline(target, ws, out, at[1])
+    count = sum(len(s.keys) for s in target.switched.values())
+    print(f"  {count} of the {len(faults)} faults switched; the others rebuilt one by one at the end", flush=True)
+    baseline = kept
     if baseline is None:
-        return None
+        cpp = mutant_runner.measure_baseline(target, out, ws=ws, which=("c++ conformance",))
+        if cpp is None:
+            return None
+        baseline = {**python_baseline, **{k: v for k, v in cpp.items() if k != "timeouts"},
+                    "tests": python_baseline.get("tests", []) + cpp.get("tests", []),
+                    "timeouts": {**python_baseline["timeouts"], **cpp["timeouts"]}}
+        (ws.root / KEPT_BASELINE).write_text(json.dumps({"source": at[1], "baseline": baseline}))
     workers = max(1, args.jobs)
     places = [(ws, target, out if k == 0 else out / f"worker-{k}") for k in range(workers)]
     target.cold_ids = import_time_ids(target, ws, [place[2] for place in places])
@@ -251,21 +270,21 @@ def run_switched(args, chosen: list[SeededFault], out: pathlib.Path) -> list[Out
                                  shared_build=True, at=at)
 
 
-def kept_baseline(target: Target, ws, out: pathlib.Path, source: str) -> dict | None:
-    """Both suites on the schemata build with no fault chosen (their
-    failures kill nothing; their times give the limits; their reports name
-    each behaviour's tests), kept beside the build for the next run of the
-    same tree's source."""
-    kept = ws.root / "faults-baseline.json"
+KEPT_BASELINE = "faults-baseline.json"  # beside the workspace's builds
+
+
+def kept_baseline(ws, source: str) -> dict | None:
+    """The baseline of an earlier run of this tree's source, kept beside the
+    workspace's builds: both suites with no fault chosen (their failures
+    kill nothing; their times give the limits; their reports name each
+    behaviour's tests). None: none kept, or of another source."""
+    kept = ws.root / KEPT_BASELINE
     if kept.exists():
         found = json.loads(kept.read_text())
         if found.get("source") == source:
             print(f"== baseline: that of this tree's source, kept in {kept}", flush=True)
             return found["baseline"]
-    baseline = mutant_runner.measure_baseline(target, out, ws=ws)
-    if baseline is not None:
-        kept.write_text(json.dumps({"source": source, "baseline": baseline}))
-    return baseline
+    return None
 
 
 def import_time_ids(target: Target, ws, outs: list[pathlib.Path]) -> set[int]:

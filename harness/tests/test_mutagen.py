@@ -297,6 +297,50 @@ def test_a_seeded_fault_meets_the_tests_of_the_behaviour_it_breaks_first(tmp_pat
     assert order(generated) == ["c++", "python"]
 
 
+def test_where_the_baseline_named_a_behaviours_tests_a_fault_meets_its_cpp_tests_then_its_python_ones(tmp_path):
+    """A baseline's reports name each behaviour's tests (a switched run's):
+    a fault of the core meets its behaviour's C++ tests first (then its
+    Python tests, then the rest of the C++ suite, then the whole Python
+    suite); the Python tests run are the named ones, cheapest first."""
+    from harness.mutation import mutant_runner
+    from harness.mutation import seeded_faults
+    target = mutant_runner.Target("faults", [], {})
+    ws = mutants.Workspace(tmp_path)
+    baseline = {"behaviour_tests": {"routing.first-match-wins": [("conformance/python/test_routing.py::test_a", 0.1),
+                                                                  ("conformance/python/test_routing.py::test_b", 2.0)]},
+                "cpp_behaviour_tests": {"routing.first-match-wins": ["Reference/Conformance.FirstMatchWins/reference"]}}
+    fault = seeded_faults.SeededFault("reference/src/call_path.cpp", "f", "routing.first-match-wins", "x", "y")
+    suites = mutant_runner.suites_for(fault, target, ws, tmp_path, {"python": 1.0, "c++": 1.0}, baseline)
+    assert [spent for _, spent, _ in suites] == ["c++-first", "python-first", "c++", "python"]
+    ran = []
+    original = mutants.python_tests
+    mutants.python_tests = lambda out, limit, impl, env, tree, ws, nodeids, test_limits=None: (
+        ran.append(nodeids) or ([], ""))
+    try:
+        suites[1][2]()  # no warm suite for a target that chose no mutant: a fresh pytest of the named tests
+    finally:
+        mutants.python_tests = original
+    assert ran == [["conformance/python/test_routing.py::test_a", "conformance/python/test_routing.py::test_b"]]
+
+
+@pytest.mark.parametrize("find, replace, line, original, mutated", [
+    ("  b = 2;\n", "  b = 3;  // FAULT\n", 3, "  b = 2;", "  b = 3;  // FAULT"),
+    # several lines for fewer
+    ("  b = 2;\n  c = 3;\n", "  c = 4;\n", 3, "  b = 2;\n  c = 3;", "  c = 4;"),
+    # an insertion takes the line before in
+    ("  b = 2;\n", "  b = 2;\n  x();\n", 3, "  b = 2;", "  b = 2;\n  x();"),
+    # a deletion too
+    ("  c = 3;\n", "", 3, "  b = 2;\n  c = 3;", "  b = 2;"),
+])
+def test_a_seeded_fault_is_a_mutant_of_the_lines_it_changes(find, replace, line, original, mutated):
+    from harness.mutation import seeded_faults
+    text = "void f() {\n  a = 1;\n  b = 2;\n  c = 3;\n}\n"
+    fault = seeded_faults.SeededFault("f.cpp", "name", "some.behaviour", find, replace)
+    m = fault.as_mutant(text)
+    assert (m.line, m.original, m.mutated, m.key, m.behaviour) == (line, original, mutated, "name", "some.behaviour")
+    assert m.apply(text) == fault.apply(text)
+
+
 def test_each_workspace_keeps_to_the_files_of_its_mutants(tmp_path):
     """Runner.take: a workspace takes the mutants of the file its last one
     changed (one compile each), else the first of a file no other workspace
@@ -343,3 +387,22 @@ def test_the_behaviours_option_runs_only_the_tests_naming_them():
                           "-q", "-p", "no:cacheprovider", "--behaviours=no.such-behaviour"],
                          cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert bad.returncode != 0 and "no.such-behaviour" in bad.stdout + bad.stderr
+
+
+def test_the_baseline_s_reports_name_each_behaviour_s_tests(tmp_path):
+    (tmp_path / "conformance.xml").write_text(
+        '<testsuites><testsuite name="R/C"><testcase name="A/reference" classname="R/C"><properties>'
+        '<property name="behaviour" value="x.one,x.two"/></properties></testcase>'
+        '<testcase name="B/reference" classname="R/C"/></testsuite></testsuites>')
+    assert mutants.cpp_behaviour_tests(tmp_path / "conformance.xml") == {"x.one": ["R/C.A/reference"],
+                                                                         "x.two": ["R/C.A/reference"]}
+    (tmp_path / "python.xml").write_text(
+        '<testsuites><testsuite><testcase classname="conformance.python.test_a" name="test_slow" time="2.5"/>'
+        '<testcase classname="conformance.python.test_a" name="test_quick" time="0.5"/></testsuite></testsuites>')
+    (tmp_path / "python.jsonl").write_text(
+        '{"nodeid": "conformance/python/test_a.py::test_slow", "behaviours": ["x.one"]}\n'
+        '{"nodeid": "conformance/python/test_a.py::test_quick", "behaviours": ["x.one", "x.two"]}\n')
+    assert mutants.behaviour_tests(tmp_path) == {
+        "x.one": [("conformance/python/test_a.py::test_quick", 0.5), ("conformance/python/test_a.py::test_slow", 2.5)],
+        "x.two": [("conformance/python/test_a.py::test_quick", 0.5)]}
+    assert mutants.behaviour_seconds(tmp_path) == {"x.one": 3.0, "x.two": 0.5}
