@@ -275,9 +275,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=1, metavar="S",
                    help="with --mutants auto: the sample's seed (default: 1)")
     p.add_argument("--jobs", type=int, default=1, metavar="N",
-                   help="with --mutants (seeded faults) or --mutants auto: N workspaces (copies of the "
-                        "tree, each with its own build: build-mutants and build-mutants/job-K) running "
-                        "mutants side by side; each C++ workspace costs a full build first. Default: 1")
+                   help="with --mutants (seeded faults) or --mutants auto: N at a time: N workers on the one "
+                        "schemata build (the seeded faults, and --switch of a C++ layer), else N workspaces "
+                        "(copies of the tree, each with its own build: build-mutants and build-mutants/job-K), "
+                        "each C++ workspace costing a full build first. Default: 1")
     p.add_argument("--own-tests", action="store_true",
                    help="with --mutants auto: run each mutant the conformance suites leave alive against the "
                         "reference's own tests too (reference/tests, reference/python/tests), and record "

@@ -29,7 +29,6 @@ from dataclasses import dataclass, field
 
 from . import cpp_schemata, mutants
 from .mutagen_core import Mutant
-from .mutant_records import tree_source
 from .mutants import Workspace
 
 SWITCH = "NR_MUTANT_ID"
@@ -187,7 +186,7 @@ def header_checked(ws: Workspace, rel: str, original: str, mine: list[Mutant], f
                      == folder and f'#include "{name}"' in (ws.src / f).read_text()), None)
     checker = pathlib.Path(cpp_schemata.__file__).read_text() + pathlib.Path(__file__).read_text()
     digest = hashlib.sha256(json.dumps([rel, original, sorted(m.key for m in mine), first_id, checker,
-                                        tree_source()]).encode()).hexdigest()
+                                        headers_digest()]).encode()).hexdigest()
     kept = ws.root / CHECKS / f"{digest[:32]}.json"
     if kept.exists():
         found = json.loads(kept.read_text())
@@ -228,15 +227,28 @@ def header_checked(ws: Workspace, rel: str, original: str, mine: list[Mutant], f
     return found
 
 
+def headers_digest() -> str:
+    """A digest of the reference's headers as the working tree has them: what
+    a compile check reads besides its file (and the compile command, and
+    LibTorch's headers, which the command's paths name). A change of
+    another source file keeps every other file's check."""
+    digest = hashlib.sha1()
+    for rel in sorted(mutants.tree_files()):
+        if rel.startswith("reference/") and rel.endswith(".h") and (mutants.ROOT / rel).is_file():
+            digest.update(rel.encode() + b"\0" + (mutants.ROOT / rel).read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
 def compile_checked(ws: Workspace, rel: str, original: str, mine: list[Mutant], command: list[str],
             first_id: int) -> cpp_schemata.Schemata:
     """cpp_schemata.compile_check of a file's mutants, kept by a digest of
     everything it depends on (the file, the mutants and their ids, the
-    switch's header, the compile command and the headers it reads are those
-    of the build's tree) so that a resumed run does not check again."""
+    checker, the compile command and the reference's headers: headers_digest)
+    so that a resumed run, or one after a change of another file, does not
+    check it again."""
     checker = pathlib.Path(cpp_schemata.__file__).read_text()  # a better checker checks again
     digest = hashlib.sha256(json.dumps([rel, original, sorted(m.key for m in mine), first_id, checker,
-                                        command, tree_source()]).encode()).hexdigest()
+                                        command, headers_digest()]).encode()).hexdigest()
     kept = ws.root / CHECKS / f"{digest[:32]}.json"
     if kept.exists():
         found = json.loads(kept.read_text())

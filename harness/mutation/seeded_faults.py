@@ -231,18 +231,22 @@ def run_switched(args, chosen: list[SeededFault], out: pathlib.Path) -> list[Out
           f"{len(faults) - len(built)} in the Python layer's modules", flush=True)
     # The Python suite's baseline runs on the extension of --build (the same
     # sources) while the schemata build is checked and built; the C++
-    # suite's, on the schemata build, after it.
-    kept = kept_baseline(ws, at[1])
+    # suite's (seconds), on the schemata build, after it. Where a baseline
+    # of these very suites is kept, measured on another source of the
+    # reference, it stands for the Python one, and the Python tests that
+    # kill are run on the pristine implementation at the end instead
+    # (confirm_kills).
+    kept, exact = kept_baseline(ws, at[1], suites_source())
     switched: dict = {}
     building = threading.Thread(target=lambda: switched.update(
         ok=schemata_build.switch([target], [ws], built, jobs_each)))
     building.start()
-    python_baseline = None if kept is not None else mutant_runner.measure_baseline(
+    python_baseline = kept if kept is not None else mutant_runner.measure_baseline(
         target, out, ws=dataclasses.replace(ws, extension_from=args.build), which=("python conformance",))
-    if kept is None and python_baseline is None:
+    if python_baseline is None:
         mutants.kill_live()  # the baseline failed or was interrupted: no build is waited for
     building.join()
-    if not switched.get("ok") or kept is None and python_baseline is None:
+    if not switched.get("ok") or python_baseline is None:
         return None
     for rel in files:
         mine = [m for m in faults if m.file == rel]
@@ -251,40 +255,120 @@ def run_switched(args, chosen: list[SeededFault], out: pathlib.Path) -> list[Out
             target.place[rel].write_text(target.switched[rel].text)
     count = sum(len(s.keys) for s in target.switched.values())
     print(f"  {count} of the {len(faults)} faults switched; the others rebuilt one by one at the end", flush=True)
-    baseline = kept
+    baseline = kept if exact else None
     if baseline is None:
         cpp = mutant_runner.measure_baseline(target, out, ws=ws, which=("c++ conformance",))
         if cpp is None:
             return None
-        baseline = {**python_baseline, **{k: v for k, v in cpp.items() if k != "timeouts"},
-                    "tests": python_baseline.get("tests", []) + cpp.get("tests", []),
+        python = {k: v for k, v in python_baseline.items() if k not in CPP_BASELINE}
+        baseline = {**python, **{k: v for k, v in cpp.items() if k in CPP_BASELINE}, "tests": sorted(
+            {t for t in python.get("tests", []) if not t.startswith("Reference/")} | set(cpp.get("tests", []))),
                     "timeouts": {**python_baseline["timeouts"], **cpp["timeouts"]}}
-        (ws.root / KEPT_BASELINE).write_text(json.dumps({"source": at[1], "baseline": baseline}))
     workers = max(1, args.jobs)
     places = [(ws, target, out if k == 0 else out / f"worker-{k}") for k in range(workers)]
     target.cold_ids = import_time_ids(target, ws, [place[2] for place in places])
     if target.cold_ids:
         print(f"  {len(target.cold_ids)} switches are evaluated at the suite's import: their faults' Python tests "
               f"run in a fresh pytest", flush=True)
-    return mutant_runner.run_all(faults, {}, out / "faults.jsonl", baseline, False, False, places,
-                                 shared_build=True, at=at)
+    outcomes = mutant_runner.run_all(faults, {}, out / "faults.jsonl", baseline, False, False, places,
+                                     shared_build=True, at=at)
+    # The last fault rebuilt left its objects in the build: built again, it
+    # is the pristine implementation (for the confirmation, and the next run).
+    if len(outcomes) == len(faults) and not mutant_runner.build_all([ws], jobs_each).get(ws):
+        print(f"the schemata build in {ws.build} does not build again")
+        return None
+    if kept is not None and not exact:
+        outcomes = confirm_kills(faults, outcomes, baseline, target, ws, out, places, at)
+    if len(outcomes) == len(faults):  # a whole run: its baseline stands for the next run of this source
+        (ws.root / KEPT_BASELINE).write_text(json.dumps({"source": at[1], "suites": suites_source(),
+                                                         "baseline": baseline}))
+    return outcomes
+
+
+# What the C++ suite's baseline gives (measured at every run that has no
+# baseline of this very tree: seconds).
+CPP_BASELINE = ("c++ conformance", "cpp_behaviour_tests")
+
+
+def suites_source() -> str:
+    """A digest of the conformance suites (what a baseline's list of tests,
+    their behaviours and times depend on)."""
+    from .auto_mutants import suite_files
+    from .mutation_report import tests_digest
+    return tests_digest(suite_files())
+
+
+def confirm_kills(faults: list, outcomes: list[Outcome], baseline: dict, target: Target, ws, out: pathlib.Path,
+                  places: list, at: tuple[str, str]) -> list[Outcome]:
+    """With a Python baseline of another source of the reference, a Python
+    test that failed under a fault is a kill only if it passes on the
+    pristine implementation: those tests (and, for a fault killed by a crash
+    or a hang, its behaviour's tests) run once, in one pytest on the
+    schemata build with no fault chosen. A test that fails there kills
+    nothing: it joins the baseline's failures, and the faults it killed run
+    again."""
+    nodeids = {mutant_runner.junit_name(nodeid): nodeid for tests in baseline.get("behaviour_tests", {}).values()
+               for nodeid, _ in tests}
+    behaviours = {m.key: m.behaviour for m in faults}
+    wanted: dict[str, set[str]] = {}  # node id -> the faults its failure killed
+    for o in outcomes:
+        if o.verdict != "killed" or o.killed_by != "python conformance":
+            continue
+        # (A failure is named twice: as its JUnit report names it, and as its
+        # conformance report's row does.)
+        named = [nodeids[t] for t in o.failing if t in nodeids]
+        unknown = [t for t in o.failing if t.startswith("conformance.") and t not in nodeids]
+        if unknown or not named:  # a crash, a hang, or a test the map does not know: its behaviour's tests
+            named += [nodeid for nodeid, _ in baseline.get("behaviour_tests", {}).get(behaviours[o.key], [])]
+        for nodeid in named:
+            wanted.setdefault(nodeid, set()).add(o.key)
+    if not wanted:
+        return outcomes
+    print(f"== the {len(wanted)} Python tests that killed a fault, on the pristine implementation (the baseline "
+          f"is of another source of the reference)", flush=True)
+    check = out / "confirm"
+    check.mkdir(parents=True, exist_ok=True)
+    failed, output = mutants.pytest_run([[*sorted(wanted), f"--impl={target.impl}"]], check,
+                                        baseline["timeouts"]["python"], mutant_runner.pristine_env(target, ws, check),
+                                        target.suites_from, ws, fail_fast=False, conformance_report=True)
+    if any(t.startswith("<") for t in failed):
+        raise SystemExit(f"harness/run: error: the pristine implementation crashes or hangs in the tests that "
+                         f"killed faults: {failed}\n{output[-3000:]}")
+    if not failed:
+        print("  all pass: every kill stands", flush=True)
+        return outcomes
+    again = set().union(*(wanted.get(nodeids.get(t, t), set()) for t in failed))
+    print(f"  {len(failed)} fail on the pristine implementation too (they kill nothing): {', '.join(failed)}; "
+          f"the {len(again)} faults they killed run again", flush=True)
+    baseline["python conformance"] = sorted(set(baseline.get("python conformance", [])) | set(failed))
+    baseline["deselect"] = sorted(set(baseline.get("deselect", [])) | {nodeids[t] for t in failed if t in nodeids})
+    rerun = mutant_runner.run_all([m for m in faults if m.key in again], {}, out / "faults-again.jsonl", baseline,
+                                  False, False, places, shared_build=True, at=at)
+    if len(rerun) < len(again):  # interrupted: the run ends with no verdict of those, and keeps no baseline
+        raise KeyboardInterrupt
+    by_key = {o.key: o for o in rerun}
+    return [by_key.get(o.key, o) for o in outcomes]
 
 
 KEPT_BASELINE = "faults-baseline.json"  # beside the workspace's builds
 
 
-def kept_baseline(ws, source: str) -> dict | None:
-    """The baseline of an earlier run of this tree's source, kept beside the
-    workspace's builds: both suites with no fault chosen (their failures
-    kill nothing; their times give the limits; their reports name each
-    behaviour's tests). None: none kept, or of another source."""
+def kept_baseline(ws, source: str, suites: str) -> tuple[dict | None, bool]:
+    """The baseline an earlier run kept beside the workspace's builds (both
+    suites with no fault chosen: their failures kill nothing; their times
+    give the limits; their reports name each behaviour's tests), and whether
+    it is of this tree's source; None where none is kept or it is of other
+    conformance suites."""
     kept = ws.root / KEPT_BASELINE
-    if kept.exists():
-        found = json.loads(kept.read_text())
-        if found.get("source") == source:
-            print(f"== baseline: that of this tree's source, kept in {kept}", flush=True)
-            return found["baseline"]
-    return None
+    found = json.loads(kept.read_text()) if kept.exists() else {}
+    if found.get("source") == source:
+        print(f"== baseline: that of this tree's source, kept in {kept}", flush=True)
+        return found["baseline"], True
+    if found.get("suites") == suites:
+        print(f"== baseline: that of these suites on another source of the reference, kept in {kept}; the "
+              f"Python tests that kill are run on the pristine implementation at the end", flush=True)
+        return found["baseline"], False
+    return None, False
 
 
 def import_time_ids(target: Target, ws, outs: list[pathlib.Path]) -> set[int]:

@@ -406,3 +406,36 @@ def test_the_baseline_s_reports_name_each_behaviour_s_tests(tmp_path):
         "x.one": [("conformance/python/test_a.py::test_quick", 0.5), ("conformance/python/test_a.py::test_slow", 2.5)],
         "x.two": [("conformance/python/test_a.py::test_quick", 0.5)]}
     assert mutants.behaviour_seconds(tmp_path) == {"x.one": 3.0, "x.two": 0.5}
+
+
+def test_with_a_baseline_of_another_source_a_python_kill_stands_only_if_its_test_passes_pristine(tmp_path,
+                                                                                                monkeypatch):
+    """seeded_faults.confirm_kills: the Python tests that killed faults run
+    once on the pristine implementation; one that fails there too kills
+    nothing (it joins the baseline's failures) and the faults it killed
+    run again; a fault killed by a crash has its behaviour's tests run."""
+    from harness.mutation import mutant_runner, seeded_faults
+    from harness.mutation.mutant_records import Outcome
+    a, b, c = (f"conformance/python/test_x.py::test_{n}" for n in "abc")
+    baseline = {"behaviour_tests": {"x.one": [(a, 0.1)], "x.two": [(b, 0.1), (c, 0.2)]},
+                "timeouts": {"python": 60.0}}
+    faults = [seeded_faults.SeededFault("f.py", key, behaviour, "x", "y")
+              for key, behaviour in (("by-a", "x.one"), ("by-b", "x.two"), ("crash", "x.two"), ("cpp", "x.one"))]
+
+    def killed(key, failing, by="python conformance"):
+        return Outcome(key, "f.py", "seeded", "", "", "", verdict="killed", killed_by=by, failing=failing)
+    outcomes = [killed("by-a", [mutant_runner.junit_name(a), "test_a"]), killed("by-b", [mutant_runner.junit_name(b)]),
+                killed("crash", ["<exit -6>"]), killed("cpp", ["Reference/Conformance.T/reference"], "c++ conformance")]
+    ran, rerun = [], []
+    monkeypatch.setattr(mutants, "pytest_run", lambda parts, out, *rest, **kw: (
+        ran.append(sorted(parts[0][:-1])) or ([mutant_runner.junit_name(b)], "")))
+    monkeypatch.setattr(mutant_runner, "pristine_env", lambda target, ws, out: {})
+    monkeypatch.setattr(mutant_runner, "run_all", lambda chosen, equivalents, records, base, *rest, **kw: (
+        rerun.append((sorted(f.key for f in chosen), base["python conformance"], base["deselect"]))
+        or [Outcome(f.key, "f.py", "seeded", "", "", "", verdict="survived") for f in chosen]))
+    target = mutant_runner.Target("faults", [], {})
+    found = seeded_faults.confirm_kills(faults, outcomes, baseline, target, mutants.Workspace(tmp_path), tmp_path,
+                                        [], ("", ""))
+    assert ran == [[a, b, c]]  # a and b named; the crash's behaviour's tests b and c; no C++ kill
+    assert rerun == [(["by-b", "crash"], [mutant_runner.junit_name(b)], [b])]
+    assert [o.verdict for o in found] == ["killed", "survived", "survived", "killed"]
