@@ -236,7 +236,7 @@ def run_switched(args, chosen: list[SeededFault], out: pathlib.Path) -> list[Out
     # reference, it stands for the Python one, and the Python tests that
     # kill are run on the pristine implementation at the end instead
     # (confirm_kills).
-    kept, exact = kept_baseline(ws, at[1], suites_source())
+    kept, exact, confirmed = kept_baseline(ws, at[1], suites_source())
     switched: dict = {}
     building = threading.Thread(target=lambda: switched.update(
         ok=schemata_build.switch([target], [ws], built, jobs_each)))
@@ -255,7 +255,9 @@ def run_switched(args, chosen: list[SeededFault], out: pathlib.Path) -> list[Out
             target.place[rel].write_text(target.switched[rel].text)
     count = sum(len(s.keys) for s in target.switched.values())
     print(f"  {count} of the {len(faults)} faults switched; the others rebuilt one by one at the end", flush=True)
-    baseline = kept if exact else None
+    # (A baseline kept of this source whose Python half was confirmed, not
+    # measured, still has its C++ half of this source.)
+    baseline = kept if exact or confirmed is not None else None
     if baseline is None:
         cpp = mutant_runner.measure_baseline(target, out, ws=ws, which=("c++ conformance",))
         if cpp is None:
@@ -278,10 +280,12 @@ def run_switched(args, chosen: list[SeededFault], out: pathlib.Path) -> list[Out
         print(f"the schemata build in {ws.build} does not build again")
         return None
     if kept is not None and not exact:
-        outcomes = confirm_kills(faults, outcomes, baseline, target, ws, out, places, at)
+        outcomes, confirmed = confirm_kills(faults, outcomes, baseline, target, ws, out, places, at,
+                                            confirmed or set())
     if len(outcomes) == len(faults):  # a whole run: its baseline stands for the next run of this source
-        (ws.root / KEPT_BASELINE).write_text(json.dumps({"source": at[1], "suites": suites_source(),
-                                                         "baseline": baseline}))
+        (ws.root / KEPT_BASELINE).write_text(json.dumps({
+            "source": at[1], "suites": suites_source(), "baseline": baseline,
+            "confirmed": None if kept is None or exact else sorted(confirmed)}))
     return outcomes
 
 
@@ -299,7 +303,8 @@ def suites_source() -> str:
 
 
 def confirm_kills(faults: list, outcomes: list[Outcome], baseline: dict, target: Target, ws, out: pathlib.Path,
-                  places: list, at: tuple[str, str]) -> list[Outcome]:
+                  places: list, at: tuple[str, str], already: set[str] = frozenset()
+                  ) -> tuple[list[Outcome], set[str]]:
     """With a Python baseline of another source of the reference, a Python
     test that failed under a fault is a kill only if it passes on the
     pristine implementation: those tests (and, for a fault killed by a crash
@@ -321,9 +326,10 @@ def confirm_kills(faults: list, outcomes: list[Outcome], baseline: dict, target:
         if unknown or not named:  # a crash, a hang, or a test the map does not know: its behaviour's tests
             named += [nodeid for nodeid, _ in baseline.get("behaviour_tests", {}).get(behaviours[o.key], [])]
         for nodeid in named:
-            wanted.setdefault(nodeid, set()).add(o.key)
+            if nodeid not in already:  # (confirmed by an earlier run of this source)
+                wanted.setdefault(nodeid, set()).add(o.key)
     if not wanted:
-        return outcomes
+        return outcomes, set(already)
     print(f"== the {len(wanted)} Python tests that killed a fault, on the pristine implementation (the baseline "
           f"is of another source of the reference)", flush=True)
     check = out / "confirm"
@@ -336,7 +342,7 @@ def confirm_kills(faults: list, outcomes: list[Outcome], baseline: dict, target:
                          f"killed faults: {failed}\n{output[-3000:]}")
     if not failed:
         print("  all pass: every kill stands", flush=True)
-        return outcomes
+        return outcomes, set(already) | set(wanted)
     again = set().union(*(wanted.get(nodeids.get(t, t), set()) for t in failed))
     print(f"  {len(failed)} fail on the pristine implementation too (they kill nothing): {', '.join(failed)}; "
           f"the {len(again)} faults they killed run again", flush=True)
@@ -347,28 +353,32 @@ def confirm_kills(faults: list, outcomes: list[Outcome], baseline: dict, target:
     if len(rerun) < len(again):  # interrupted: the run ends with no verdict of those, and keeps no baseline
         raise KeyboardInterrupt
     by_key = {o.key: o for o in rerun}
-    return [by_key.get(o.key, o) for o in outcomes]
+    passed = {nodeid for nodeid in wanted if mutant_runner.junit_name(nodeid) not in failed}
+    return [by_key.get(o.key, o) for o in outcomes], set(already) | passed
 
 
 KEPT_BASELINE = "faults-baseline.json"  # beside the workspace's builds
 
 
-def kept_baseline(ws, source: str, suites: str) -> tuple[dict | None, bool]:
+def kept_baseline(ws, source: str, suites: str) -> tuple[dict | None, bool, set[str] | None]:
     """The baseline an earlier run kept beside the workspace's builds (both
     suites with no fault chosen: their failures kill nothing; their times
-    give the limits; their reports name each behaviour's tests), and whether
-    it is of this tree's source; None where none is kept or it is of other
-    conformance suites."""
+    give the limits; their reports name each behaviour's tests): (it, whether
+    it was measured on this tree's source, the Python tests confirmed on
+    this source where its Python half was measured on another). None where
+    none is kept or it is of other conformance suites."""
     kept = ws.root / KEPT_BASELINE
     found = json.loads(kept.read_text()) if kept.exists() else {}
-    if found.get("source") == source:
+    confirmed = found.get("confirmed")
+    if found.get("source") == source and confirmed is None:
         print(f"== baseline: that of this tree's source, kept in {kept}", flush=True)
-        return found["baseline"], True
+        return found["baseline"], True, None
     if found.get("suites") == suites:
-        print(f"== baseline: that of these suites on another source of the reference, kept in {kept}; the "
-              f"Python tests that kill are run on the pristine implementation at the end", flush=True)
-        return found["baseline"], False
-    return None, False
+        print(f"== baseline: that of these suites, its Python half measured on another source of the reference, "
+              f"kept in {kept}; the Python tests that kill are run on the pristine implementation at the end",
+              flush=True)
+        return found["baseline"], False, set(confirmed or ()) if found.get("source") == source else None
+    return None, False, None
 
 
 def import_time_ids(target: Target, ws, outs: list[pathlib.Path]) -> set[int]:

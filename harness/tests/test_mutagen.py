@@ -434,8 +434,14 @@ def test_with_a_baseline_of_another_source_a_python_kill_stands_only_if_its_test
         rerun.append((sorted(f.key for f in chosen), base["python conformance"], base["deselect"]))
         or [Outcome(f.key, "f.py", "seeded", "", "", "", verdict="survived") for f in chosen]))
     target = mutant_runner.Target("faults", [], {})
-    found = seeded_faults.confirm_kills(faults, outcomes, baseline, target, mutants.Workspace(tmp_path), tmp_path,
-                                        [], ("", ""))
+    found, confirmed = seeded_faults.confirm_kills(faults, outcomes, baseline, target, mutants.Workspace(tmp_path),
+                                                   tmp_path, [], ("", ""))
     assert ran == [[a, b, c]]  # a and b named; the crash's behaviour's tests b and c; no C++ kill
     assert rerun == [(["by-b", "crash"], [mutant_runner.junit_name(b)], [b])]
     assert [o.verdict for o in found] == ["killed", "survived", "survived", "killed"]
+    assert confirmed == {a, c}
+    # A later run of the same source runs only what no run confirmed yet.
+    ran.clear()
+    seeded_faults.confirm_kills(faults, outcomes[:1], baseline, target, mutants.Workspace(tmp_path), tmp_path,
+                                [], ("", ""), already={a})
+    assert ran == []
