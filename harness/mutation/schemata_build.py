@@ -134,11 +134,9 @@ def switch(targets: list, spaces: list[Workspace], chosen: list[Mutant], jobs_ea
         # A switched header is seen only by files compiled from copies beside
         # it: every source and header of its folder gets one (as it is, where
         # it has no switch of its own).
-        for folder in sorted({str(pathlib.PurePosixPath(rel).parent) for rel, s in switched.items()
-                              if rel.endswith(".h") and s.ids}):
-            for rel in mutants.tree_files():
-                if str(pathlib.PurePosixPath(rel).parent) == folder and rel.endswith((".cpp", ".h")) \
-                        and rel not in copies:
+        for header in sorted(rel for rel, s in switched.items() if rel.endswith(".h") and s.ids):
+            for rel in folder_files(header, (".cpp", ".h")):
+                if rel not in copies:
                     copy = ws.schemata / rel
                     write_if_changed(copy, (ws.src / rel).read_text())
                     copies.add(rel)
@@ -179,52 +177,52 @@ def header_checked(ws: Workspace, rel: str, original: str, mine: list[Mutant], f
     checked by compiling a source of its folder that includes it with the
     copy found first; a mutant whose switch the compiler rejects (an error
     at or soon after its line in the copy) is left out, and the rest checked
-    again. Kept by digest as compile_checked's."""
+    again. Kept as compile_checked's (kept_check)."""
     name = pathlib.PurePosixPath(rel).name
-    folder = str(pathlib.PurePosixPath(rel).parent)
-    includer = next((f for f in mutants.tree_files() if f.endswith(".cpp") and str(pathlib.PurePosixPath(f).parent)
-                     == folder and f'#include "{name}"' in (ws.src / f).read_text()), None)
-    checker = pathlib.Path(cpp_schemata.__file__).read_text() + pathlib.Path(__file__).read_text()
-    digest = hashlib.sha256(json.dumps([rel, original, sorted(m.key for m in mine), first_id, checker,
-                                        headers_digest()]).encode()).hexdigest()
-    kept = ws.root / CHECKS / f"{digest[:32]}.json"
-    if kept.exists():
-        found = json.loads(kept.read_text())
-        return cpp_schemata.Schemata(found["text"], found["ids"], found["left_out"], {})
-    left = {m.key: "no source of its folder includes it: rebuilt" for m in mine} if includer is None else {}
-    kept_mutants = [] if includer is None else list(mine)
-    place = ws.root / "header-check" / rel.replace("/", "_") / name  # a folder each: checks run side by side
-    place.parent.mkdir(parents=True, exist_ok=True)
-    # Its folder's other headers beside it, as the schemata build has them:
-    # one that includes it then finds the copy, not the tree's header.
-    for other in mutants.tree_files():
-        if other.endswith(".h") and other != rel and str(pathlib.PurePosixPath(other).parent) == folder:
-            write_if_changed(place.parent / pathlib.PurePosixPath(other).name, (ws.src / other).read_text())
-    command = cpp_schemata.compile_command(ws.build, includer, ws.schemata) if includer else []
-    command = command[:1] + ["-iquote", str(place.parent)] + command[1:]
-    found = cpp_schemata.Schemata(original, {}, {})
-    while kept_mutants:
-        found = cpp_schemata.schemata(rel, original, kept_mutants, first_id)
-        place.write_text(found.text)
-        done = subprocess.run(command, input=(ws.src / includer).read_text(), capture_output=True, text=True,
-                              cwd=ws.build)
-        if done.returncode == 0:
-            break
-        bad = cpp_schemata.error_lines(done.stderr, str(place))
-        culprits = {m.key for m in kept_mutants
-                    if any(m.line - cpp_schemata.NEAR <= line <= m.line + m.lines_replaced + cpp_schemata.NEAR
-                           for line in bad)} or {m.key for m in kept_mutants}
-        for key in culprits:
-            left[key] = "its schemata form does not compile (CompileError in the schemata build)"
-        kept_mutants = [m for m in kept_mutants if m.key not in culprits]
-    if not kept_mutants:
+    includer = next((f for f in folder_files(rel, (".cpp",))
+                     if f'#include "{name}"' in (ws.src / f).read_text()), None)
+
+    def check() -> cpp_schemata.Schemata:
+        left = {m.key: "no source of its folder includes it: rebuilt" for m in mine} if includer is None else {}
+        kept_mutants = [] if includer is None else list(mine)
+        place = ws.root / "header-check" / rel.replace("/", "_") / name  # a folder each: checks run side by side
+        place.parent.mkdir(parents=True, exist_ok=True)
+        # Its folder's other headers beside it, as the schemata build has
+        # them: one that includes it then finds the copy, not the tree's header.
+        for other in folder_files(rel, (".h",)):
+            if other != rel:
+                write_if_changed(place.parent / pathlib.PurePosixPath(other).name, (ws.src / other).read_text())
+        command = cpp_schemata.compile_command(ws.build, includer, ws.schemata) if includer else []
+        command = command[:1] + ["-iquote", str(place.parent)] + command[1:]
         found = cpp_schemata.Schemata(original, {}, {})
-    found.left_out = {**found.left_out, **left}
-    for key in found.left_out:
-        found.ids.pop(key, None)
-    kept.parent.mkdir(parents=True, exist_ok=True)
-    kept.write_text(json.dumps({"text": found.text, "ids": found.ids, "left_out": found.left_out}))
-    return found
+        while kept_mutants:
+            found = cpp_schemata.schemata(rel, original, kept_mutants, first_id)
+            place.write_text(found.text)
+            done = subprocess.run(command, input=(ws.src / includer).read_text(), capture_output=True, text=True,
+                                  cwd=ws.build)
+            if done.returncode == 0:
+                break
+            bad = cpp_schemata.error_lines(done.stderr, str(place))
+            culprits = {m.key for m in kept_mutants
+                        if any(m.line - cpp_schemata.NEAR <= line <= m.line + m.lines_replaced + cpp_schemata.NEAR
+                               for line in bad)} or {m.key for m in kept_mutants}
+            for key in culprits:
+                left[key] = "its schemata form does not compile (CompileError in the schemata build)"
+            kept_mutants = [m for m in kept_mutants if m.key not in culprits]
+        if not kept_mutants:
+            found = cpp_schemata.Schemata(original, {}, {})
+        found.left_out = {**found.left_out, **left}
+        for key in found.left_out:
+            found.ids.pop(key, None)
+        return found
+
+    return kept_check(ws, [rel, original, sorted(m.key for m in mine), first_id], check)
+
+
+def folder_files(rel: str, suffixes: tuple[str, ...]) -> list[str]:
+    """The tree's files of `rel`'s folder (not below it) ending in `suffixes`."""
+    folder = pathlib.PurePosixPath(rel).parent
+    return [f for f in mutants.tree_files() if pathlib.PurePosixPath(f).parent == folder and f.endswith(suffixes)]
 
 
 def headers_digest() -> str:
@@ -241,19 +239,25 @@ def headers_digest() -> str:
 
 def compile_checked(ws: Workspace, rel: str, original: str, mine: list[Mutant], command: list[str],
             first_id: int) -> cpp_schemata.Schemata:
-    """cpp_schemata.compile_check of a file's mutants, kept by a digest of
-    everything it depends on (the file, the mutants and their ids, the
-    checker, the compile command and the reference's headers: headers_digest)
-    so that a resumed run, or one after a change of another file, does not
-    check it again."""
-    checker = pathlib.Path(cpp_schemata.__file__).read_text()  # a better checker checks again
-    digest = hashlib.sha256(json.dumps([rel, original, sorted(m.key for m in mine), first_id, checker,
-                                        command, headers_digest()]).encode()).hexdigest()
+    """cpp_schemata.compile_check of a file's mutants, kept (kept_check)."""
+    return kept_check(ws, [rel, original, sorted(m.key for m in mine), first_id, command],
+                      lambda: cpp_schemata.compile_check(rel, original, mine, command, "<stdin>", first_id,
+                                                         cwd=ws.build))
+
+
+def kept_check(ws: Workspace, depends_on: list, check) -> cpp_schemata.Schemata:
+    """`check()`'s schemata of a file, kept in the workspace's CHECKS by a
+    digest of everything it depends on (`depends_on`: the file, the mutants
+    and their ids, the compile command; and the checker's own code and the
+    reference's headers, headers_digest) so that a resumed run, or one after
+    a change of another file, does not check it again."""
+    checker = pathlib.Path(cpp_schemata.__file__).read_text() + pathlib.Path(__file__).read_text()
+    digest = hashlib.sha256(json.dumps([*depends_on, checker, headers_digest()]).encode()).hexdigest()
     kept = ws.root / CHECKS / f"{digest[:32]}.json"
     if kept.exists():
         found = json.loads(kept.read_text())
         return cpp_schemata.Schemata(found["text"], found["ids"], found["left_out"], found["probes"])
-    found = cpp_schemata.compile_check(rel, original, mine, command, "<stdin>", first_id, cwd=ws.build)
+    found = check()
     kept.parent.mkdir(parents=True, exist_ok=True)
     kept.write_text(json.dumps({"text": found.text, "ids": found.ids, "left_out": found.left_out,
                                 "probes": found.probes}))
