@@ -113,6 +113,28 @@ def test_a_list_of_ordinary_tensors_is_diverted(impl):
     assert guard_states == [True], "a call of cat on ordinary tensors was not diverted"
 
 
+@behaviour("dynamo.tracer-query-errors-reach-caller")
+def test_what_the_tracer_query_raises_reaches_the_caller(impl, monkeypatch):
+    consulted = []
+
+    def cond(*args, **kwargs):
+        consulted.append(True)
+        return False
+
+    impl.register("test_dsl", *KEY, cond, lambda *a, **k: pytest.fail("impl ran"))
+    impl.install(*KEY)
+    with patch.object(torch.compiler, "is_dynamo_compiling", side_effect=ValueError("tracer query broke")):
+        with pytest.raises(ValueError, match="tracer query broke"):
+            mul()
+    with monkeypatch.context() as patched:
+        patched.delattr(torch.compiler, "is_dynamo_compiling")
+        with pytest.raises(AttributeError, match="is_dynamo_compiling"):
+            mul()
+    assert consulted == [], "cond was consulted although the tracer query raised"
+    assert torch.equal(mul(), STOCK), "the router did not recover once the tracer query answered again"
+    assert consulted == [True]
+
+
 # ---- how refused input reads ---------------------------------------------------------
 
 def literals_in(message: str) -> list[str]:
