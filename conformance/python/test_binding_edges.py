@@ -155,6 +155,31 @@ def test_an_impl_of_topk_returning_something_else_makes_the_call_raise_naming_it
     assert named in words and "2" in words, f"what was returned, or the 2 results asked, goes unsaid: {refused.value}"
 
 
+class LengthRaises(list):
+    def __len__(self):
+        raise ValueError("this sequence has no length")
+
+
+class SecondItemRaises(list):
+    def __getitem__(self, index):
+        if index == 1:
+            raise LookupError("this sequence has no second result")
+        return list.__getitem__(self, index)
+
+
+@behaviour("binding.multi-result-impl-sequence-errors-propagate")
+@pytest.mark.parametrize("sequence, raised, message", [
+    (LengthRaises, ValueError, "this sequence has no length"),
+    (SecondItemRaises, LookupError, "this sequence has no second result")], ids=["len", "item"])
+def test_what_the_returned_sequence_raises_is_the_call_s_error(impl, sequence, raised, message):
+    impl.register("test_dsl", *TOPK, always, lambda *args, **kwargs: sequence([VALUES, INDICES]))
+    impl.install(*TOPK)
+    with pytest.raises(raised) as caught:
+        torch.topk(X, 2)
+    assert type(caught.value) is raised and str(caught.value) == message, (
+        f"the sequence's own error was replaced: {caught.value!r}")
+
+
 @behaviour("binding.multi-result-impl-returns-a-sequence")
 def test_an_impl_of_topk_may_return_a_tuple_or_torch_return_type(impl):
     results = [(VALUES, INDICES), torch.return_types.topk((VALUES, INDICES))]

@@ -63,11 +63,12 @@ void push_python_result(const ArgumentPlan& plan, Stack* stack, const py::object
   // Any sequence, as torch.library takes a Python kernel's results (and so
   // upstream's router): a tuple, a torch.return_types tuple, a list. Not a
   // str, bytes or a mapping; and of exactly the schema's length, where
-  // torch.library drops extra values without a word.
+  // torch.library drops extra values without a word. What the sequence's
+  // len() or item access raises is the call's error, as there.
   const bool sequence = PySequence_Check(out.ptr()) && !PyUnicode_Check(out.ptr()) &&
                         !PyBytes_Check(out.ptr()) && !PyByteArray_Check(out.ptr());
   const Py_ssize_t length = sequence ? PySequence_Size(out.ptr()) : -1;
-  if (length < 0) PyErr_Clear();  // a sequence whose len() raised: reported below
+  if (sequence && length < 0) throw py::error_already_set();
   if (length != static_cast<Py_ssize_t>(returns.size())) {
     throw py::type_error(
         "the impl of " + c10::toString(plan.op_name) + " must return a tuple or list of " +
