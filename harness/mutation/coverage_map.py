@@ -6,9 +6,18 @@ the tests that execute its line, cheapest first, stopping at the first
 failure; a line no test executes gives "no coverage" without a run.
 
 A line run outside any test (a module's top level, at import or collection)
-is run by every test that imports the module: its mutants meet the whole
-suite, as without coverage. A line of a statement that spans several lines
-counts as the statement's first line (the one coverage.py records).
+is run by every test that imports the module, but what it makes is seen
+only where it is used: a mutant there meets its top-level statement's
+observers (observers()), the tests that, in the pristine run, executed the
+body of the function or class the statement defines or a line that names
+what it binds, in any of the measured files; in a fresh interpreter, as the
+line runs at import. A statement that binds nothing, or whose observers no
+test was seen to be, meets the whole suite, as without coverage. The
+observers can only miss a test that would have killed (one that sees the
+statement's effect without running any of those lines): a figure from them
+is a lower bound of the whole suite's. A line of a statement that spans
+several lines counts as the statement's first line (the one coverage.py
+records).
 
 The map is kept (coverage-python.json beside the run's records) with the
 digest of the tree it was measured at (mutant_records.tree_source) and is
@@ -65,8 +74,51 @@ class CoverageMap:
         as reached_map.ReachedMap's)."""
         return self.tests_for(mutant.file, mutant.line, text)
 
+    def observers(self, mutant, texts: dict[str, str]) -> list[str] | None:
+        """For a mutant of a line run outside any test: the tests that executed
+        the body of what its top-level statement defines, or a line of a
+        measured file (`texts`: file -> its pristine text) that names what
+        the statement binds, cheapest first; None where the whole suite must
+        run (a file not measured, a statement that binds nothing, or none
+        seen to observe it)."""
+        if mutant.file not in self.tests or mutant.file not in texts:
+            return None
+        top = next((s for s in ast.parse(texts[mutant.file]).body
+                    if s.lineno <= mutant.line <= s.end_lineno), None)
+        names = bound_names(top) if top is not None else set()
+        if not names:
+            return None
+        seen: set[str] = set()
+        if isinstance(top, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            for line in range(top.body[0].lineno, top.end_lineno + 1):
+                seen.update(self.tests[mutant.file].get(str(line), []))
+        for rel, text in texts.items():
+            if rel not in self.tests:
+                continue
+            first = statement_lines(text)
+            for node in ast.walk(ast.parse(text)):
+                named = (node.id if isinstance(node, ast.Name) else
+                         node.attr if isinstance(node, ast.Attribute) else None)
+                if named not in names or (rel == mutant.file and top.lineno <= node.lineno <= top.end_lineno):
+                    continue
+                seen.update(self.tests[rel].get(str(first.get(node.lineno, node.lineno)), []))
+        found = [t for t in seen if t not in self.failing]
+        return sorted(found, key=lambda t: (self.durations.get(t, 0.0), t)) or None
+
     def seconds_of(self, tests: list[str]) -> float:
         return sum(self.durations.get(t, 0.0) for t in tests)
+
+
+def bound_names(statement: ast.stmt) -> set[str]:
+    """The names a top-level statement binds in its module: a def's or
+    class's name, an assignment's or import's targets."""
+    if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return {statement.name}
+    if isinstance(statement, (ast.Import, ast.ImportFrom)):
+        return {(alias.asname or alias.name).split(".")[0] for alias in statement.names if alias.name != "*"}
+    targets = (statement.targets if isinstance(statement, ast.Assign) else
+               [statement.target] if isinstance(statement, (ast.AnnAssign, ast.AugAssign)) else [])
+    return {node.id for target in targets for node in ast.walk(target) if isinstance(node, ast.Name)}
 
 
 def statement_lines(text: str) -> dict[int, int]:

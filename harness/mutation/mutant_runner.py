@@ -115,6 +115,10 @@ def evaluate(mutant: mutagen.Mutant, target: Target, ws: Workspace, out: pathlib
         if chosen is not None:
             outcome.covered_by = chosen
             suites = covering_suites(chosen, mutant, target, ws, out, timeouts)
+        elif (watching := target.coverage.observers(mutant, target.pristine)) is not None:
+            # Run at import: its observers, in a fresh interpreter (coverage_map.py).
+            outcome.covered_by = watching
+            suites = covering_suites(watching, mutant, target, ws, out, timeouts, fresh=True)
     for name, spent, suite in suites:
         began = time.monotonic()
         failed, output, *counted = suite()  # a warm suite counts its tests; a report tells a fresh one's
@@ -143,12 +147,14 @@ def evaluate(mutant: mutagen.Mutant, target: Target, ws: Workspace, out: pathlib
 
 
 def covering_suites(chosen: list[str], mutant: mutagen.Mutant, target: Target, ws: Workspace,
-                    out: pathlib.Path, timeouts: dict[str, float]) -> list[tuple[str, str, object]]:
+                    out: pathlib.Path, timeouts: dict[str, float], fresh: bool = False
+                    ) -> list[tuple[str, str, object]]:
     """The suites a mutant meets where a coverage map chose its tests: the
     C++ conformance tests among them (reached_map names them
     GTEST_PREFIX + Suite.Name), then the Python ones, each cheapest first
     and stopping at the first failure, each given three times its tests'
-    pristine time."""
+    pristine time; the Python ones in a fresh pytest where `fresh` (a
+    mutant the warm suite's import would have decided)."""
     gtests, nodeids = split_tests(chosen)
     suites = []
     if gtests and reaches_cpp_suite(target, mutant.file):
@@ -159,7 +165,7 @@ def covering_suites(chosen: list[str], mutant: mutagen.Mutant, target: Target, w
     if nodeids:
         limit = covering_timeout(target.coverage.seconds_of(nodeids), timeouts["python"])
         suites.append(("python conformance", "python-covering",
-                       lambda: warm_tests(target, ws, out, nodeids, limit) or mutants.python_tests(
+                       lambda: (None if fresh else warm_tests(target, ws, out, nodeids, limit)) or mutants.python_tests(
                            out, limit, target.impl, python_env(target, ws, out), target.suites_from, ws, nodeids,
                            test_limits=per_test_limits(target))))
     return suites

@@ -76,6 +76,12 @@ class ReachedMap:
         found = [t for t in self.tests.get(mutant_id, []) if t not in self.failing]
         return sorted(found, key=lambda t: (self.durations.get(t, 0.0), t))
 
+    def observers(self, mutant, texts: dict[str, str]) -> list[str] | None:
+        """A switch reached outside any test (at load or exit) is observed by
+        whatever runs after it: the whole suites (None), unlike a Python
+        line's (coverage_map.CoverageMap.observers)."""
+        return None
+
     def seconds_of(self, tests: list[str]) -> float:
         return sum(self.durations.get(t, 0.0) for t in tests)
 

@@ -156,6 +156,53 @@ def test_a_mutant_meets_only_its_covering_tests_in_order_and_an_uncovered_one_no
     assert outcome.verdict == "survived" and whole == [1]  # the whole suite, which passed
 
 
+def test_a_top_level_line_meets_the_tests_that_used_what_it_defines(measured):
+    _, found = measured
+    texts = {"pkg/toy.py": MODULE}
+    observers = lambda needle: found.observers(  # noqa: E731
+        mutagen.Mutant("pkg/toy.py", line_of(MODULE, needle), "k", "c", "", ""), texts)
+    # A def's line: the tests that ran its body, cheapest first, the failing one never.
+    assert observers("def used") == ["tests/test_toy.py::test_positive", "tests/test_toy.py::test_slow_negative"]
+    assert observers("def by_child") == ["tests/test_toy.py::test_in_a_child"]
+    # Bound but used by no measured line, or run by no test: the whole suite.
+    assert observers("TOP = 1") is None and observers("def unused") is None
+
+
+def test_a_top_level_binding_is_observed_where_any_measured_file_names_it():
+    a = "import os\nLIMIT = 3\n\n\nclass Box:\n    size = LIMIT\n\n    def grow(self):\n        return self.size + 1\n\n\nprint(os.sep)\n"
+    b = "import a\n\n\ndef f():\n    return (a.LIMIT +\n            1)\n"
+    found = coverage_map.CoverageMap(
+        tests={"a.py": {"9": ["t.py::test_grow"]}, "b.py": {"5": ["t.py::test_f", "t.py::test_broken"]}},
+        outside={"a.py": [1, 2, 5, 6, 8, 12]}, durations={"t.py::test_f": 2.0, "t.py::test_grow": 1.0},
+        failing=["t.py::test_broken"])
+    texts = {"a.py": a, "b.py": b}
+    at = lambda line: found.observers(mutagen.Mutant("a.py", line, "k", "c", "", ""), texts)  # noqa: E731
+    assert at(2) == ["t.py::test_f"]  # LIMIT, read by b.py's statement at line 5 (named on its line 5)
+    assert at(6) == ["t.py::test_grow"]  # in class Box: the tests that ran its methods
+    assert at(1) is None  # os: named only at the top level, which no test runs
+    assert at(12) is None  # binds nothing: the whole suite
+    assert coverage_map.bound_names(__import__("ast").parse("x, (y, z) = 1, (2, 3)").body[0]) == {"x", "y", "z"}
+
+
+def test_a_mutant_of_a_def_line_meets_its_observers_in_a_fresh_pytest(measured, monkeypatch):
+    tree, found = measured
+    ran = []
+    monkeypatch.setattr(mutants, "python_tests",
+                        lambda out, timeout, impl, env, where, ws, nodeids, test_limits=None: ran.append(nodeids) or (
+                            [], "passed"))
+    monkeypatch.setattr(mutant_runner, "warm_tests", lambda *a, **k: pytest.fail("a warm suite judged it"))
+    whole = []
+    monkeypatch.setattr(mutants, "python_suite", lambda *a, **k: whole.append(1) or ([], "passed"))
+    target = mutant_runner.Target("python", ["pkg/toy.py"], {"pkg/toy.py": tree / "pkg" / "toy.py"},
+                                  env={}, needs_build=False, suites_from=tree, coverage=found,
+                                  pristine={"pkg/toy.py": MODULE}, warm_suite=True)
+    mutant = mutagen.Mutant("pkg/toy.py", line_of(MODULE, "def by_child"), "default", "none -> a default",
+                            "def by_child():", "def by_child(unused=None):", key="toy-def")
+    outcome = mutant_runner.evaluate(mutant, target, mutants.FIRST, tree / "out", {"python": 600.0, "build": 1.0}, {})
+    assert ran == [["tests/test_toy.py::test_in_a_child"]] and not whole
+    assert outcome.verdict == "survived" and outcome.covered_by == ran[0]
+
+
 def test_statement_lines_map_continuations_to_their_first_line():
     text = textwrap.dedent("""\
         def f(a,
