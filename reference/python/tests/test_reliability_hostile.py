@@ -15,6 +15,7 @@ Inputs per fuzzer come from the Hypothesis profile of test_reliability_model
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 import subprocess
@@ -344,6 +345,10 @@ class NodeList(list):
                                                      None, None, "fake")],
      "TypeError: ordering function returned _OverrideNode(dsl_name='x' ... which is neither a registered "
      "node nor a copy of a node of aten::mul.Tensor/CPU"),
+    # A copy whose node_id is not even hashable is told apart the same way.
+    (lambda g, other, stale: [dataclasses.replace(g[0], node_id=["mul"])],
+     "TypeError: ordering function returned _OverrideNode(dsl_name='resident' ... which is neither a "
+     "registered node nor a copy of a node of aten::mul.Tensor/CPU"),
     (lambda g, other, stale: [stale], "is not in this graph"),
     (lambda g, other, stale: [other], "belongs to the graph of aten::add.Tensor/CPU"),
     (lambda g, other, stale: NodeList(g + g[:1]), "appears twice"),
