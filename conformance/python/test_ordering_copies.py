@@ -26,6 +26,10 @@ def accept(*a, **k):
     return True
 
 
+def accept_too(*a, **k):
+    return True
+
+
 def decline(*a, **k):
     return False
 
@@ -58,7 +62,7 @@ def by_dsl(graph, dsl_name):
 
 @behaviour("ordering.copies-route")
 @pytest.mark.parametrize("reregister", [False, True], ids=["then-installed", "reregistered"])
-@pytest.mark.parametrize("case", ["impl", "cond", "reordered"])
+@pytest.mark.parametrize("case", ["impl", "cond", "both", "reordered"])
 def test_copies_from_an_ordering_function_route_with_their_callables(impl, reregister, case):
     """Either the copies' callables route (and the graph's nodes carry them),
     or the graph is refused with the usual warning and the old ones route;
@@ -75,6 +79,8 @@ def test_copies_from_an_ordering_function_route_with_their_callables(impl, rereg
             return [dataclasses.replace(a, impl_fn=nine), b]
         if case == "cond":        # same order, a now declines: b answers
             return [dataclasses.replace(a, cond_fn=decline), b]
+        if case == "both":        # same order, a's cond and impl replaced in one copy
+            return [dataclasses.replace(a, cond_fn=accept_too, impl_fn=nine), b]
         return [dataclasses.replace(b, cond_fn=decline), dataclasses.replace(a, impl_fn=nine)]
 
     warnings = reorder_logged(impl, copies, reregister=reregister)
@@ -87,7 +93,7 @@ def test_copies_from_an_ordering_function_route_with_their_callables(impl, rereg
         assert by_dsl(graph, "dsl_a").impl_fn is seven, "a refused graph's callables changed"
         assert torch.equal(mul(), torch.full((2,), 7.0)), "a refused graph routes otherwise"
         return
-    expected = {"impl": 9.0, "cond": 8.0, "reordered": 9.0}[case]
+    expected = {"impl": 9.0, "cond": 8.0, "both": 9.0, "reordered": 9.0}[case]
     assert torch.equal(mul(), torch.full((2,), expected)), (
         f"the copies' callables were ignored: {mul().tolist()}, expected {expected} ({case})")
     a = by_dsl(graph, "dsl_a")
@@ -96,6 +102,8 @@ def test_copies_from_an_ordering_function_route_with_their_callables(impl, rereg
         assert a.impl_fn is seven
     else:
         assert a.impl_fn is nine
+    if case == "both":
+        assert a.cond_fn is accept_too, "of a copy's two new callables, one was dropped"
     assert [n.dsl_name for n in graph] == (["dsl_b", "dsl_a"] if case == "reordered"
                                            else ["dsl_a", "dsl_b"])
 
