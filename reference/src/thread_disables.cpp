@@ -10,7 +10,7 @@
 namespace native_registry {
 namespace detail {
 
-thread_local const ThreadDisables* t_thread_disables = nullptr;
+thread_local constinit const ThreadDisables* t_thread_disables = nullptr;
 
 namespace {
 

@@ -34,7 +34,9 @@ struct ThreadDisables {
 };
 
 // This thread's view, or null. A trivial thread_local: no guard on the call path.
-extern thread_local const ThreadDisables* t_thread_disables;
+// constinit: a caller in another file reads it without the check for a
+// dynamic initialiser that an extern thread_local costs otherwise.
+extern thread_local constinit const ThreadDisables* t_thread_disables;
 
 // Whether this thread's open scopes disable `node`.
 bool disabled_by_thread(const ThreadDisables& disables, const OverrideNode& node);

@@ -33,15 +33,10 @@ namespace {
 // without the IValue copy toPyObject makes; a wrapped number (the 2 of
 // `t * 2`) as a Python number; anything else (devices, generators, lists,
 // scalars) as toPyObject makes it.
-PyObject* to_python(const ArgumentPlan::Slot& slot, const c10::IValue& value) {
-  if (value.isTensor()) {
-    const at::Tensor& tensor = value.toTensor();
-    if (!tensor.defined() || !tensor.unsafeGetTensorImpl()->is_wrapped_number()) {
-      PyObject* object = THPVariable_Wrap(tensor);
-      if (object == nullptr) throw py::error_already_set();
-      return object;
-    }
-  } else if (value.isInt() && slot.form != ArgumentPlan::Form::kValue) {
+// The rest of to_python: a wrapped number, an enum code, anything else.
+C10_NOINLINE PyObject* non_tensor_to_python(const ArgumentPlan::Slot& slot,
+                                            const c10::IValue& value) {
+  if (value.isInt() && slot.form != ArgumentPlan::Form::kValue) {
     const auto code = value.toInt();
     switch (slot.form) {
       case ArgumentPlan::Form::kDtype:
@@ -54,6 +49,19 @@ PyObject* to_python(const ArgumentPlan::Slot& slot, const c10::IValue& value) {
     }
   }
   return torch::jit::toPyObject(value).release().ptr();
+}
+
+// Inlined into the conversion loop for the common case, a tensor.
+C10_ALWAYS_INLINE PyObject* to_python(const ArgumentPlan::Slot& slot, const c10::IValue& value) {
+  if (value.isTensor()) {
+    const at::Tensor& tensor = value.toTensor();
+    if (!tensor.defined() || !tensor.unsafeGetTensorImpl()->is_wrapped_number()) {
+      PyObject* object = THPVariable_Wrap(tensor);
+      if (object == nullptr) throw py::error_already_set();
+      return object;
+    }
+  }
+  return non_tensor_to_python(slot, value);
 }
 
 // Pushes the keyword-only arguments a call passes, for a plan with too many
@@ -133,6 +141,15 @@ py::object returned_by_call(PyObject* out) {
   return py::reinterpret_steal<py::object>(out);
 }
 
+// The truth of what a cond's vectorcall returned: True and False, what
+// conds return, without asking PyObject_IsTrue.
+C10_ALWAYS_INLINE bool cond_answer(PyObject* out) {
+  py::object answer = returned_by_call(out);
+  if (out == Py_True) return true;
+  if (out == Py_False) return false;
+  return truthy(answer);
+}
+
 // Where the call's arguments lie: the top of its stack.
 const c10::IValue* arguments_of(const c10::FunctionSchema& schema,
                                 const std::vector<c10::IValue>& stack) {
@@ -170,15 +187,15 @@ bool call_cond(ArgumentPlans& plans, const py::handle& fn, const c10::OperatorHa
   const c10::FunctionSchema& schema = op.schema();
   const c10::IValue* args = arguments_of(schema, stack);
   if (shared != nullptr && shared->matches(args, schema)) {
-    return truthy(returned_by_call(SharedArgumentsAccess::call(*shared, fn)));
+    return cond_answer(SharedArgumentsAccess::call(*shared, fn));
   }
   ArgumentPlan& plan = plans.for_schema(schema);
   PlanInUse in_use(plan);
   Converted converted(plan.slots.size());
   convert(plan, args, converted);
-  const bool accepted = truthy(returned_by_call(PyObject_Vectorcall(
+  const bool accepted = cond_answer(PyObject_Vectorcall(
       fn.ptr(), converted.argv.arguments(), converted.positional | PY_VECTORCALL_ARGUMENTS_OFFSET,
-      converted.names)));
+      converted.names));
   if (accepted && shared != nullptr && shared->empty()) {
     SharedArgumentsAccess::keep(*shared, converted.argv, args, schema, converted.positional,
                                 converted.names);

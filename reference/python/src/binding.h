@@ -106,6 +106,15 @@ struct HostScope {
 // are; else null.
 HostScope* host_scope_holding_gil();
 
+// This thread's host-scope mark (gil.cpp; host_scope_mark is the same,
+// never inlined, for a caller that uses it more than once), and the thread
+// state that holds the GIL, or this thread's while it holds it (see
+// gil.cpp): what GilForPython compares to tell whether it runs inside a
+// host scope.
+HostScope* host_scope_here();
+HostScope* host_scope_mark();
+PyThreadState* gil_holding_state();
+
 // Holds the GIL for a scope. Inside the router's host scope, where the GIL
 // is held already, it only checks that (host_scope_holding_gil). Elsewhere a
 // thread with a thread state that does not hold the GIL (a Python thread
@@ -117,8 +126,16 @@ HostScope* host_scope_holding_gil();
 // nothing. Both interoperate with pybind11's gil_scoped_acquire.
 class GilForPython {
  public:
-  GilForPython() : scope_(host_scope_holding_gil()) {
-    if (scope_ == nullptr) take();
+  GilForPython() : GilForPython(host_scope_here()) {}
+  // With this thread's mark looked up already (with_gil, which writes it next).
+  explicit GilForPython(HostScope* mark) {
+    // One look at the holder serves both the scope's check and take().
+    PyThreadState* const holding = gil_holding_state();
+    if (mark->state != nullptr && mark->state == holding) {
+      scope_ = mark;
+      return;
+    }
+    take(holding);
   }
   ~GilForPython() {
     if (scope_ != nullptr) return;
@@ -134,10 +151,16 @@ class GilForPython {
   // The arguments kept in the host scope this runs in; null outside one.
   SharedArguments* shared() const { return scope_ != nullptr ? scope_->shared : nullptr; }
 
- private:
-  void take();  // gil.cpp
+  // The thread state this thread holds the GIL with now.
+  PyThreadState* held_with() const {
+    if (restored_ != nullptr) return restored_;
+    return scope_ != nullptr ? scope_->state : PyThreadState_Get();
+  }
 
-  HostScope* scope_;
+ private:
+  void take(PyThreadState* holding);  // gil.cpp; `holding`: gil_holding_state() now
+
+  HostScope* scope_ = nullptr;
   PyThreadState* restored_ = nullptr;  // set: taken back with this state
   PyGILState_STATE state_{};
 };

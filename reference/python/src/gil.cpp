@@ -44,7 +44,12 @@ namespace {
 // released, so the mark alone proves nothing: see host_scope_holding_gil.
 thread_local HostScope t_host_scope;
 
+}  // namespace
+
+// Not inlined: a compiler recomputes a thread_local's address after every
+// call otherwise; its callers look it up once.
 C10_NOINLINE HostScope* host_scope_mark() { return &t_host_scope; }
+HostScope* host_scope_here() { return &t_host_scope; }
 
 // The thread state that holds the GIL, or this thread's while it holds the
 // GIL (CPython versions differ: a global, or a thread-local, possibly null):
@@ -58,24 +63,25 @@ PyThreadState* gil_holding_state() {
 #endif
 }
 
+namespace {
+
 // The host scope (see set_host_scope): a router whose chain holds Python
 // conds makes its whole choice holding the GIL once, and runs a Python impl
 // it chooses there too (impl_in_host_scope); the conds, the impl and the trace
 // shortcut find the GIL held, which costs them next to nothing, and the impl
 // finds the arguments its accepting cond was called with.
 void with_gil(void (*choose)(void*), void* context) {
-  GilForPython gil;
+  // One look-up of this thread's mark for its three uses.
+  HostScope* const mark = host_scope_mark();
+  GilForPython gil(mark);
   // Dropped before the GIL is released: it owns the arguments it keeps.
   SharedArguments shared;
-  // One look-up of this thread's mark for the three uses (a compiler
-  // recomputes a thread_local's address after every call otherwise).
-  struct Mark {
+  struct Restore {
     HostScope* mark;
     HostScope outer;
-    ~Mark() { *mark = outer; }
-  } mark{host_scope_mark(), {}};
-  mark.outer = *mark.mark;
-  *mark.mark = {PyThreadState_Get(), &shared};
+    ~Restore() { *mark = outer; }
+  } restore{mark, *mark};
+  *mark = {gil.held_with(), &shared};
   choose(context);
 }
 
@@ -210,9 +216,9 @@ void run_deferred_work() {
   }
 }
 
-void GilForPython::take() {
+void GilForPython::take(PyThreadState* holding) {
   PyThreadState* const mine = PyGILState_GetThisThreadState();
-  if (mine != nullptr && gil_holding_state() != mine) {
+  if (mine != nullptr && holding != mine) {
     restore_thread(mine);
     restored_ = mine;
     return;

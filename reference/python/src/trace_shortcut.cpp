@@ -38,6 +38,11 @@ const DynamoFlag& dynamo_flag() {
   return *flag;
 }
 
+// dynamo_flag() as captured at the module's import (capture_dynamo_flag,
+// before the shortcut can be installed): read without the guard of a
+// function-local static.
+const DynamoFlag* g_dynamo_flag = nullptr;
+
 // What torch.compiler's namespace holds as is_dynamo_compiling now
 // (borrowed), or null; the GIL is held. The module's own dict, not getattr:
 // the same answer for a module attribute, for a tenth of the work. Before
@@ -72,7 +77,8 @@ PyObject* current_dynamo_flag(const DynamoFlag& flag) {
 // Python frame on every routed call. What it raises reaches the op's caller,
 // as from upstream's Python router (the core releases its guard on the way).
 bool dynamo_is_tracing() {
-  const DynamoFlag& flag = dynamo_flag();
+  const DynamoFlag* captured = g_dynamo_flag;
+  const DynamoFlag& flag = C10_LIKELY(captured != nullptr) ? *captured : dynamo_flag();
   GilForPython gil;
   PyObject* current = current_dynamo_flag(flag);
   if (current == nullptr) {
@@ -84,7 +90,7 @@ bool dynamo_is_tracing() {
 
 }  // namespace
 
-void capture_dynamo_flag() { dynamo_flag(); }
+void capture_dynamo_flag() { g_dynamo_flag = &dynamo_flag(); }
 
 void bind_trace_shortcut(py::module_& m) {
   m.def("install_dynamo_shortcut", [] { set_trace_shortcut(&dynamo_is_tracing); });
