@@ -220,3 +220,45 @@ def test_native_decomp_table_contents(reg):
     for table in (only, full):
         assert torch.equal(table[torch.ops.aten.mul.Tensor](a, b), a)
     assert len(full) >= len(defaults)
+
+
+# ---- callables written on a registered node ---------------------------------------
+# A node registered with C++ predicates only is never diverted (its choice needs no
+# Python). A Python cond or runtime check written on it later must make it so, as if
+# registered with it: else Dynamo's folded flag would meet a Python cond outside the
+# re-entrancy guard.
+
+def predicate_node(reg):
+    reg.register_op_override("test_dsl", "aten", "mul.Tensor", "CPU", P.dtype_in(torch.float32),
+                             MagicMock(side_effect=AssertionError("impl ran")))
+    reg.register_all_overrides()
+    return reg.graph("aten", "mul.Tensor", "CPU")[0]
+
+
+def test_a_python_cond_written_over_a_predicate_is_diverted_while_tracing(reg):
+    guarded = []
+    node = predicate_node(reg)
+    node.cond_fn = lambda *a, **k: guarded.append(registry._router_active.on) or False
+    reg.register_all_overrides()
+    with patch.object(torch.compiler, "is_dynamo_compiling", return_value=True):
+        assert torch.equal(mul(A, B), STOCK)
+    assert guarded == [True], "the written Python cond ran outside the diverted call"
+
+
+def test_a_python_runtime_check_written_over_predicates_is_diverted_while_tracing(reg):
+    guarded = []
+    node = predicate_node(reg)
+    node.try_initialize_runtime = lambda: guarded.append(registry._router_active.on) or False
+    reg.register_all_overrides()
+    with patch.object(torch.compiler, "is_dynamo_compiling", return_value=True):
+        assert torch.equal(mul(A, B), STOCK)
+    assert guarded == [True], "the written runtime check ran outside the diverted call"
+
+
+def test_a_predicate_written_over_a_predicate_leaves_the_node_undiverted(reg):
+    node = predicate_node(reg)
+    node.cond_fn = P.dtype_in(torch.float16)
+    reg.register_all_overrides()
+    with patch.object(torch.compiler, "is_dynamo_compiling", return_value=True) as flag:
+        assert torch.equal(mul(A, B), STOCK)
+    assert flag.call_count == 0, "a node of C++ predicates only asked the tracer"
