@@ -2,6 +2,8 @@
 
 #include "suite.h"
 
+#include <ATen/ops/add.h>
+
 #include <set>
 
 namespace conformance {
@@ -191,6 +193,41 @@ TEST_P(Conformance, DisableByOpSymbolAndByDispatchKey) {
     EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({8})));
     adapter().enable(filter);
     EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({7})));
+  }
+}
+
+TEST_P(Conformance, AFilterListNamesEachOfItsEntries) {
+  BEHAVIOUR("filters.lists-name-each");
+  // Three overrides of mul, all accepting: the first enabled one takes the call.
+  add(mul_key(), constant_cond(true), fill_impl(1), "dsl_a");
+  add(mul_key(), constant_cond(true), fill_impl(2), "dsl_b");
+  add(mul_key(), constant_cond(true), fill_impl(3), "dsl_c");
+  adapter().install(mul_key());
+  auto mul = [] { return call_mul(tensor({2, 3}), tensor({4, 5})); };
+  EXPECT_TRUE(same(mul(), tensor({1, 1})));
+  adapter().disable({{"dsl_a", "dsl_b"}, {}, {}});
+  EXPECT_TRUE(same(mul(), tensor({3, 3}))) << "both dsl names of the list are disabled";
+  adapter().disable({{"dsl_c"}, {}, {}});
+  EXPECT_TRUE(same(mul(), tensor({8, 15})));
+  adapter().enable({{"dsl_c", "dsl_b"}, {}, {}});
+  EXPECT_TRUE(same(mul(), tensor({2, 2}))) << "both dsl names of the list are enabled, dsl_a not";
+  adapter().enable({{"dsl_a"}, {}, {}});
+  EXPECT_TRUE(same(mul(), tensor({1, 1})));
+
+  // Op symbols and dispatch keys: one list names two graphs.
+  const Key add_cpu{"aten", "add.Tensor", "CPU"};
+  add(add_cpu, constant_cond(true), fill_impl(9), "dsl_a");
+  adapter().install(add_cpu);
+  auto plus = [] { return at::add(tensor({2, 3}), tensor({4, 5})); };
+  EXPECT_TRUE(same(plus(), tensor({9, 9})));
+  for (const Filter& filter : {Filter{{}, {"add.Tensor", "mul.Tensor"}, {}},
+                               Filter{{}, {}, {"AutocastCPU", "CPU"}}}) {
+    adapter().disable(filter);
+    EXPECT_TRUE(same(mul(), tensor({8, 15})));
+    EXPECT_TRUE(same(plus(), tensor({6, 8})));
+    adapter().enable(filter);
+    EXPECT_TRUE(same(mul(), tensor({1, 1})));
+    EXPECT_TRUE(same(plus(), tensor({9, 9})));
   }
 }
 
