@@ -98,16 +98,35 @@ def cpe_bad_result(impl, what, graph):
         return [graph[0], graph[0], graph[1]], graph[0].node_id
     if what == "not-a-node":
         return [graph[0], "junk_item", graph[1]], "junk_item"
+    if what == "other-graphs-node":
+        other = ADD_KEY if graph[0].op_symbol == KEY[1] else KEY
+        foreign = impl.graph(*other)[0]
+        return [graph[0], foreign, graph[1]], foreign.node_id
+    if what == "dropped-node":
+        dropped = cpe_dropped[graph[0].op_symbol]
+        return [graph[0], dropped, graph[1]], dropped.node_id
     stray = impl.make_node("dsl_stray", graph[0].lib_symbol, graph[0].op_symbol,
                            graph[0].dispatch_key, cpe_accept, cpe_fill(3.0), "stray_node_17")
     return [graph[0], stray, graph[1]], "stray_node_17"
 
 
+# A node registered in each graph and then dropped from it (set_graph): it is
+# no longer in its graph, so no ordering of that graph may bring it back.
+cpe_dropped = {}
+
+
 @behaviour("ordering.invalid-result-keeps-graph")
-@pytest.mark.parametrize("what", ["repeated-node", "not-a-node", "unregistered-node"])
+@pytest.mark.parametrize("what", ["repeated-node", "not-a-node", "unregistered-node",
+                                  "other-graphs-node", "dropped-node"])
 @pytest.mark.parametrize("bad_op", ["mul.Tensor", "add.Tensor"])
 def test_an_ordering_result_that_is_no_reordering_keeps_that_graph_only(impl, what, bad_op):
     cpe_two_graphs(impl)
+    cpe_dropped.clear()
+    if what == "dropped-node":
+        for key in (KEY, ADD_KEY):
+            impl.register("dsl_dropped", *key, cpe_accept, cpe_fill(2.0))
+            cpe_dropped[key[1]] = impl.graph(*key)[-1]
+            impl.set_graph(*key, impl.graph(*key)[:-1])
     named = []
 
     def bad_for_one(op_symbol, dispatch_key, graph):
