@@ -124,6 +124,9 @@ TEST_P(Conformance, BadInputChangesNothing) {
       {"d", "aten", "", "CPU", constant_cond(true), fill_impl(1), {}, false},
       {"", "aten", "mul.Tensor", "CPU", constant_cond(true), fill_impl(1), {}, false},
       {"d", "aten", "aten::mul", "CPU", constant_cond(true), fill_impl(1), {}, false},
+      // A dot must be followed by an overload name.
+      {"d", "aten", "mul.", "CPU", constant_cond(true), fill_impl(1), {}, false},
+      {"d", "aten", "mul.Tensor-x", "CPU", constant_cond(true), fill_impl(1), {}, false},
       {"d", "aten", "mul.Tensor", "CPU", constant_cond(true), ImplFn{}, {}, false},
       // An alias key: no kernel runs at it, so no router could.
       {"d", "aten", "mul.Tensor", "Autograd", constant_cond(true), fill_impl(1), {}, false},

@@ -117,6 +117,8 @@ def test_unconditional_refuses_runtime_initialization(impl):
     {"dispatch_key": "Autograd"},  # an alias key: no kernel runs at it, so no router could
     {"dsl_name": "bad\udc80"},  # a lone surrogate: no UTF-8 spelling, so no C++ string
     {"dsl_name": 3},
+    {"op_symbol": "mul."},  # a dot must be followed by an overload name
+    {"op_symbol": "mul.Tensor-x"},
 ])
 def test_bad_input_changes_nothing(impl, bad):
     impl.register("kept", "aten", "mul.Tensor", "CPU", lambda *a: False, first)
