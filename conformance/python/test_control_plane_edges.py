@@ -329,12 +329,14 @@ def test_allowing_an_unencodable_namespace_is_taken_or_refused_with_value_error(
 # ---- log records ---------------------------------------------------------------
 
 @behaviour("filters.changes-logged")
+@pytest.mark.parametrize("names", ["test_dsl", ["test_dsl", "other_dsl"]], ids=["one", "list"])
 @pytest.mark.parametrize("change", ["disable", "enable"])
-def test_disabling_and_reenabling_each_log_a_record(impl, change):
+def test_disabling_and_reenabling_each_log_a_record(impl, change, names):
     impl.register("test_dsl", *KEY, cpe_accept, cpe_fill(1.0))
-    records = cpe_logged(impl, lambda: getattr(impl, change)(dsl_names="test_dsl"), logging.INFO)
+    records = cpe_logged(impl, lambda: getattr(impl, change)(dsl_names=names), logging.INFO)
     assert records and all(r.levelno == logging.INFO for r in records)
-    assert "test_dsl" in records[0].getMessage()
+    for name in [names] if isinstance(names, str) else names:
+        assert name in records[0].getMessage(), (name, records[0].getMessage())
 
 
 # ---- filters naming nothing registered ------------------------------------------
