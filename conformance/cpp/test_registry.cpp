@@ -90,6 +90,22 @@ TEST_P(Conformance, NamespacesAreOptIn) {
   }
 }
 
+TEST_P(Conformance, TheAllowlistRefusalNamesEveryAllowedNamespace) {
+  BEHAVIOUR("validation.allowlist-refusal-names-allowed");
+  REQUIRE_FEATURE("namespaces");
+  adapter().allow_namespace(kTestNamespace);
+  adapter().allow_namespace(kSecondTestNamespace);
+  try {
+    adapter().register_override({"d", "nr_never_allowed", "twice", "CPU", constant_cond(true), fill_impl(1), {}, false});
+    ADD_FAILURE() << "a namespace off the allowlist was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_THAT(e.what(), HasSubstr("is not overridable"));
+    for (const char* allowed : {"aten", kTestNamespace, kSecondTestNamespace}) {
+      EXPECT_THAT(e.what(), HasSubstr(allowed));
+    }
+  }
+}
+
 TEST_P(Conformance, CondIsRequiredUnlessUnconditional) {
   BEHAVIOUR("validation.cond-required");
   try {

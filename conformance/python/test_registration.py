@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import NS, behaviour, dispatcher_state
+from conftest import NS, NS2, behaviour, dispatcher_state
 
 
 def accept(*a, **k):
@@ -90,6 +90,16 @@ def test_namespace_off_the_allowlist(impl):
     assert "_native" not in impl.allowed_namespaces()
     with pytest.raises(ValueError, match="is not overridable"):
         impl.register("test_dsl", "_native", "some_op", "CPU", accept, first)
+
+
+@behaviour("validation.allowlist-refusal-names-allowed")
+def test_the_allowlist_refusal_names_every_allowed_namespace(impl, namespaces):
+    allowed = impl.allowed_namespaces()
+    assert {"aten", NS, NS2} <= allowed
+    with pytest.raises(ValueError, match="is not overridable") as raised:
+        impl.register("test_dsl", "nr_never_allowed", "twice", "CPU", accept, first)
+    for namespace in sorted(allowed):
+        assert namespace in str(raised.value), (namespace, str(raised.value))
 
 
 @behaviour("validation.cond-required")
