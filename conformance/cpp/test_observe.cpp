@@ -139,6 +139,44 @@ TEST_P(Conformance, APerThreadScopeClosedOnAnotherThreadSaysSoAndTheOpenersDisab
   EXPECT_EQ(first_value(), 7);
 }
 
+TEST_P(Conformance, APerThreadScopeClosedOnAThreadWithScopesOfItsOwnClosesNoneOfThem) {
+  BEHAVIOUR("thread.scope-closed-on-another-thread");
+  REQUIRE_FEATURE("thread-disables");
+  REQUIRE_FEATURE("concurrent-control-plane");  // the scope is opened on a thread of its own
+  add(mul_key(), constant_cond(true), fill_impl(7), "dsl_a");
+  add(mul_key(), constant_cond(true), fill_impl(9), "dsl_b");
+  adapter().install(mul_key());
+  std::unique_ptr<Scope> scope;
+  std::promise<void> opened, closed_elsewhere;
+  float opener_after = 0;
+  std::thread opener([&] {
+    scope = adapter().disabled_in_thread({{"dsl_a"}, {}, {}});
+    opened.set_value();
+    closed_elsewhere.get_future().wait();
+    opener_after = first_value();
+  });
+  opened.get_future().wait();
+  WarningRecorder warned;
+  float closer_inside = 0, closer_after = 0;
+  std::thread([&] {
+    c10::WarningUtils::WarningHandlerGuard guard(&warned);
+    {
+      std::unique_ptr<Scope> own = adapter().disabled_in_thread({{"dsl_a"}, {}, {}});
+      scope.reset();  // another thread's scope, destroyed inside one of this thread's own
+      closer_inside = first_value();
+    }
+    closer_after = first_value();
+  }).join();
+  closed_elsewhere.set_value();
+  opener.join();
+  ASSERT_EQ(warned.messages.size(), 1u) << "closing another thread's scope said nothing";
+  EXPECT_NE(warned.messages[0].find("thread"), std::string::npos) << warned.messages[0];
+  EXPECT_EQ(closer_inside, 9) << "the closing thread's own scope was closed instead";
+  EXPECT_EQ(closer_after, 7);
+  EXPECT_EQ(opener_after, 9) << "the opener's disables were lifted by another thread";
+  EXPECT_EQ(first_value(), 7);
+}
+
 TEST_P(Conformance, StatsCountEachNodesOutcomesAndEachGraphsFallbacks) {
   BEHAVIOUR("stats.counts-each-outcome");
   REQUIRE_FEATURE("routing-stats");

@@ -2,6 +2,8 @@
 
 #include "suite.h"
 
+#include <ATen/ops/add.h>
+
 #include <set>
 
 namespace conformance {
@@ -88,6 +90,22 @@ TEST_P(Conformance, NamespacesAreOptIn) {
   }
 }
 
+TEST_P(Conformance, TheAllowlistRefusalNamesEveryAllowedNamespace) {
+  BEHAVIOUR("validation.allowlist-refusal-names-allowed");
+  REQUIRE_FEATURE("namespaces");
+  adapter().allow_namespace(kTestNamespace);
+  adapter().allow_namespace(kSecondTestNamespace);
+  try {
+    adapter().register_override({"d", "nr_never_allowed", "twice", "CPU", constant_cond(true), fill_impl(1), {}, false});
+    ADD_FAILURE() << "a namespace off the allowlist was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_THAT(e.what(), HasSubstr("is not overridable"));
+    for (const char* allowed : {"aten", kTestNamespace, kSecondTestNamespace}) {
+      EXPECT_THAT(e.what(), HasSubstr(allowed));
+    }
+  }
+}
+
 TEST_P(Conformance, CondIsRequiredUnlessUnconditional) {
   BEHAVIOUR("validation.cond-required");
   try {
@@ -122,6 +140,9 @@ TEST_P(Conformance, BadInputChangesNothing) {
       {"d", "aten", "", "CPU", constant_cond(true), fill_impl(1), {}, false},
       {"", "aten", "mul.Tensor", "CPU", constant_cond(true), fill_impl(1), {}, false},
       {"d", "aten", "aten::mul", "CPU", constant_cond(true), fill_impl(1), {}, false},
+      // A dot must be followed by an overload name.
+      {"d", "aten", "mul.", "CPU", constant_cond(true), fill_impl(1), {}, false},
+      {"d", "aten", "mul.Tensor-x", "CPU", constant_cond(true), fill_impl(1), {}, false},
       {"d", "aten", "mul.Tensor", "CPU", constant_cond(true), ImplFn{}, {}, false},
       // An alias key: no kernel runs at it, so no router could.
       {"d", "aten", "mul.Tensor", "Autograd", constant_cond(true), fill_impl(1), {}, false},
@@ -191,6 +212,41 @@ TEST_P(Conformance, DisableByOpSymbolAndByDispatchKey) {
     EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({8})));
     adapter().enable(filter);
     EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({7})));
+  }
+}
+
+TEST_P(Conformance, AFilterListNamesEachOfItsEntries) {
+  BEHAVIOUR("filters.lists-name-each");
+  // Three overrides of mul, all accepting: the first enabled one takes the call.
+  add(mul_key(), constant_cond(true), fill_impl(1), "dsl_a");
+  add(mul_key(), constant_cond(true), fill_impl(2), "dsl_b");
+  add(mul_key(), constant_cond(true), fill_impl(3), "dsl_c");
+  adapter().install(mul_key());
+  auto mul = [] { return call_mul(tensor({2, 3}), tensor({4, 5})); };
+  EXPECT_TRUE(same(mul(), tensor({1, 1})));
+  adapter().disable({{"dsl_a", "dsl_b"}, {}, {}});
+  EXPECT_TRUE(same(mul(), tensor({3, 3}))) << "both dsl names of the list are disabled";
+  adapter().disable({{"dsl_c"}, {}, {}});
+  EXPECT_TRUE(same(mul(), tensor({8, 15})));
+  adapter().enable({{"dsl_c", "dsl_b"}, {}, {}});
+  EXPECT_TRUE(same(mul(), tensor({2, 2}))) << "both dsl names of the list are enabled, dsl_a not";
+  adapter().enable({{"dsl_a"}, {}, {}});
+  EXPECT_TRUE(same(mul(), tensor({1, 1})));
+
+  // Op symbols and dispatch keys: one list names two graphs.
+  const Key add_cpu{"aten", "add.Tensor", "CPU"};
+  add(add_cpu, constant_cond(true), fill_impl(9), "dsl_a");
+  adapter().install(add_cpu);
+  auto plus = [] { return at::add(tensor({2, 3}), tensor({4, 5})); };
+  EXPECT_TRUE(same(plus(), tensor({9, 9})));
+  for (const Filter& filter : {Filter{{}, {"add.Tensor", "mul.Tensor"}, {}},
+                               Filter{{}, {}, {"AutocastCPU", "CPU"}}}) {
+    adapter().disable(filter);
+    EXPECT_TRUE(same(mul(), tensor({8, 15})));
+    EXPECT_TRUE(same(plus(), tensor({6, 8})));
+    adapter().enable(filter);
+    EXPECT_TRUE(same(mul(), tensor({1, 1})));
+    EXPECT_TRUE(same(plus(), tensor({9, 9})));
   }
 }
 

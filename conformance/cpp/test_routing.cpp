@@ -150,6 +150,23 @@ TEST_P(Conformance, UnconditionalTakesEveryCall) {
   EXPECT_TRUE(same(call_mul(tensor({0}), tensor({0})), tensor({5})));
 }
 
+TEST_P(Conformance, UnconditionalGivenACondTakesOnlyTheCallsItAccepts) {
+  BEHAVIOUR("unconditional.given-cond-chooses-calls");
+  CondFn two_elements = [](const c10::OperatorHandle&, c10::DispatchKeySet, const Stack& stack) {
+    return stack.back().toTensor().numel() == 2;
+  };
+  add(mul_key(), two_elements, fill_impl(5), "test_dsl", {}, true);
+  adapter().install(mul_key());
+  EXPECT_TRUE(same(mul_2_3_by_4_5(), tensor({5, 5})));
+  EXPECT_TRUE(same(call_mul(tensor({3}), tensor({4})), tensor({12})))
+      << "a declined call runs the op's own kernel";
+  add(mul_key(), constant_cond(true), fill_impl(7), "other_dsl");
+  adapter().install(mul_key());
+  EXPECT_TRUE(same(mul_2_3_by_4_5(), tensor({5, 5})));
+  EXPECT_TRUE(same(call_mul(tensor({3}), tensor({4})), tensor({7})))
+      << "a declined call goes on to the next node";
+}
+
 TEST_P(Conformance, UnconditionalSurvivesDisable) {
   BEHAVIOUR("unconditional.survives-disable");
   REQUIRE_FEATURE("unconditional-survives-disable");

@@ -98,16 +98,35 @@ def cpe_bad_result(impl, what, graph):
         return [graph[0], graph[0], graph[1]], graph[0].node_id
     if what == "not-a-node":
         return [graph[0], "junk_item", graph[1]], "junk_item"
+    if what == "other-graphs-node":
+        other = ADD_KEY if graph[0].op_symbol == KEY[1] else KEY
+        foreign = impl.graph(*other)[0]
+        return [graph[0], foreign, graph[1]], foreign.node_id
+    if what == "dropped-node":
+        dropped = cpe_dropped[graph[0].op_symbol]
+        return [graph[0], dropped, graph[1]], dropped.node_id
     stray = impl.make_node("dsl_stray", graph[0].lib_symbol, graph[0].op_symbol,
                            graph[0].dispatch_key, cpe_accept, cpe_fill(3.0), "stray_node_17")
     return [graph[0], stray, graph[1]], "stray_node_17"
 
 
+# A node registered in each graph and then dropped from it (set_graph): it is
+# no longer in its graph, so no ordering of that graph may bring it back.
+cpe_dropped = {}
+
+
 @behaviour("ordering.invalid-result-keeps-graph")
-@pytest.mark.parametrize("what", ["repeated-node", "not-a-node", "unregistered-node"])
+@pytest.mark.parametrize("what", ["repeated-node", "not-a-node", "unregistered-node",
+                                  "other-graphs-node", "dropped-node"])
 @pytest.mark.parametrize("bad_op", ["mul.Tensor", "add.Tensor"])
 def test_an_ordering_result_that_is_no_reordering_keeps_that_graph_only(impl, what, bad_op):
     cpe_two_graphs(impl)
+    cpe_dropped.clear()
+    if what == "dropped-node":
+        for key in (KEY, ADD_KEY):
+            impl.register("dsl_dropped", *key, cpe_accept, cpe_fill(2.0))
+            cpe_dropped[key[1]] = impl.graph(*key)[-1]
+            impl.set_graph(*key, impl.graph(*key)[:-1])
     named = []
 
     def bad_for_one(op_symbol, dispatch_key, graph):
@@ -310,12 +329,14 @@ def test_allowing_an_unencodable_namespace_is_taken_or_refused_with_value_error(
 # ---- log records ---------------------------------------------------------------
 
 @behaviour("filters.changes-logged")
+@pytest.mark.parametrize("names", ["test_dsl", ["test_dsl", "other_dsl"]], ids=["one", "list"])
 @pytest.mark.parametrize("change", ["disable", "enable"])
-def test_disabling_and_reenabling_each_log_a_record(impl, change):
+def test_disabling_and_reenabling_each_log_a_record(impl, change, names):
     impl.register("test_dsl", *KEY, cpe_accept, cpe_fill(1.0))
-    records = cpe_logged(impl, lambda: getattr(impl, change)(dsl_names="test_dsl"), logging.INFO)
+    records = cpe_logged(impl, lambda: getattr(impl, change)(dsl_names=names), logging.INFO)
     assert records and all(r.levelno == logging.INFO for r in records)
-    assert "test_dsl" in records[0].getMessage()
+    for name in [names] if isinstance(names, str) else names:
+        assert name in records[0].getMessage(), (name, records[0].getMessage())
 
 
 # ---- filters naming nothing registered ------------------------------------------

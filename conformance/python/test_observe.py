@@ -92,6 +92,38 @@ def test_a_per_thread_scope_left_on_another_thread_raises_and_the_openers_disabl
     assert torch.equal(mul(), SEVENS)
 
 
+@behaviour("thread.scope-closed-on-another-thread")
+def test_a_scope_left_on_a_thread_with_scopes_of_its_own_closes_none_of_them(impl):
+    impl.register("dsl_a", *KEY, always, returning(SEVENS))
+    impl.register("dsl_b", *KEY, always, returning(NINES))
+    impl.install(*KEY)
+    scope = impl.disabled_in_thread(dsl_names=["dsl_a"])
+    scope.__enter__()
+    try:
+        seen = {}
+
+        def leave_it_inside_a_scope_of_this_thread():
+            with impl.disabled_in_thread(dsl_names=["dsl_a"]):
+                try:
+                    scope.__exit__(None, None, None)
+                except RuntimeError as error:
+                    seen["error"] = str(error)
+                seen["routed"] = mul()
+            seen["after"] = mul()
+
+        elsewhere = threading.Thread(target=leave_it_inside_a_scope_of_this_thread)
+        elsewhere.start()
+        elsewhere.join()
+        assert "error" in seen, "leaving another thread's scope said nothing"
+        assert "thread" in seen["error"], seen["error"]
+        assert torch.equal(seen["routed"], NINES), "the leaving thread's own scope was closed instead"
+        assert torch.equal(seen["after"], SEVENS)
+        assert torch.equal(mul(), NINES), "the opener's disables were lifted by another thread"
+    finally:
+        scope.__exit__(None, None, None)
+    assert torch.equal(mul(), SEVENS)
+
+
 @behaviour("thread.disables-nest-and-restore")
 def test_per_thread_disables_nest_and_closing_the_inner_restores_the_outer(impl):
     impl.register("dsl_a", *KEY, always, returning(SEVENS))

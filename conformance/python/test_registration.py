@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import NS, behaviour, dispatcher_state
+from conftest import NS, NS2, behaviour, dispatcher_state
 
 
 def accept(*a, **k):
@@ -92,6 +92,16 @@ def test_namespace_off_the_allowlist(impl):
         impl.register("test_dsl", "_native", "some_op", "CPU", accept, first)
 
 
+@behaviour("validation.allowlist-refusal-names-allowed")
+def test_the_allowlist_refusal_names_every_allowed_namespace(impl, namespaces):
+    allowed = impl.allowed_namespaces()
+    assert {"aten", NS, NS2} <= allowed
+    with pytest.raises(ValueError, match="is not overridable") as raised:
+        impl.register("test_dsl", "nr_never_allowed", "twice", "CPU", accept, first)
+    for namespace in sorted(allowed):
+        assert namespace in str(raised.value), (namespace, str(raised.value))
+
+
 @behaviour("validation.cond-required")
 def test_cond_required_unless_unconditional(impl):
     with pytest.raises(ValueError, match="cond must be provided"):
@@ -117,6 +127,8 @@ def test_unconditional_refuses_runtime_initialization(impl):
     {"dispatch_key": "Autograd"},  # an alias key: no kernel runs at it, so no router could
     {"dsl_name": "bad\udc80"},  # a lone surrogate: no UTF-8 spelling, so no C++ string
     {"dsl_name": 3},
+    {"op_symbol": "mul."},  # a dot must be followed by an overload name
+    {"op_symbol": "mul.Tensor-x"},
 ])
 def test_bad_input_changes_nothing(impl, bad):
     impl.register("kept", "aten", "mul.Tensor", "CPU", lambda *a: False, first)

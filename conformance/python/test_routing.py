@@ -163,6 +163,42 @@ def test_disable_by_op_symbol_or_dispatch_key(impl, by):
     assert torch.equal(mul(), torch.tensor([7.0, 7.0]))
 
 
+@behaviour("filters.lists-name-each")
+def test_a_filter_list_names_each_of_its_entries(impl):
+    for dsl, value in (("dsl_a", 1.0), ("dsl_b", 2.0), ("dsl_c", 3.0)):
+        impl.register(dsl, *KEY, lambda *a, **k: True, fill(value))
+    impl.install(*KEY)
+
+    def routed(value):
+        return torch.equal(mul(), torch.tensor([value, value]))
+
+    assert routed(1.0)
+    impl.disable(dsl_names=["dsl_a", "dsl_b"])
+    assert routed(3.0), "both dsl names of the list are disabled"
+    impl.disable(dsl_names=["dsl_c"])
+    assert torch.equal(mul(), STOCK)
+    impl.enable(dsl_names=["dsl_c", "dsl_b"])
+    assert routed(2.0), "both dsl names of the list are enabled, dsl_a not"
+    impl.enable(dsl_names=["dsl_a"])
+    assert routed(1.0)
+
+    # Op symbols and dispatch keys: one list names two graphs.
+    add_key = ("aten", "add.Tensor", "CPU")
+    impl.register("dsl_a", *add_key, lambda *a, **k: True, fill(9.0))
+    impl.install(*add_key)
+
+    def plus():
+        return torch.ops.aten.add.Tensor(A, B)
+
+    assert torch.equal(plus(), torch.tensor([9.0, 9.0]))
+    for by, names in (("op_symbols", ["add.Tensor", "mul.Tensor"]),
+                      ("dispatch_keys", ["AutocastCPU", "CPU"])):
+        impl.disable(**{by: names})
+        assert torch.equal(mul(), STOCK) and torch.equal(plus(), A + B), by
+        impl.enable(**{by: names})
+        assert routed(1.0) and torch.equal(plus(), torch.tensor([9.0, 9.0])), by
+
+
 @behaviour("filters.op-symbol-namespace-blind", "namespaces.same-symbol-independent")
 def test_op_symbol_filters_are_namespace_blind(impl, namespaces):
     op, op2 = namespaces
@@ -204,6 +240,23 @@ def test_unconditional_takes_every_call(impl):
     assert torch.equal(mul(), torch.tensor([5.0, 5.0]))
     assert torch.equal(mul(torch.tensor([0.0]), torch.tensor([0.0])), torch.tensor([5.0]))
     assert len(calls) == 2
+
+
+@behaviour("unconditional.given-cond-chooses-calls")
+def test_unconditional_override_given_a_cond_takes_only_what_it_accepts(impl):
+    def two_elements(a, *rest, **kwargs):
+        return a.numel() == 2
+
+    impl.register("test_dsl", *KEY, two_elements, fill(5.0), unconditional_override=True)
+    assert impl.graph(*KEY)[0].cond_fn is two_elements, "the node keeps the cond given"
+    impl.install(*KEY)
+    one, four = torch.tensor([3.0]), torch.tensor([4.0])
+    assert torch.equal(mul(), torch.tensor([5.0, 5.0]))
+    assert torch.equal(mul(one, four), torch.tensor([12.0])), "a declined call runs the op's own kernel"
+    impl.register("other_dsl", *KEY, lambda *a, **k: True, fill(7.0))
+    impl.install(*KEY)
+    assert torch.equal(mul(), torch.tensor([5.0, 5.0]))
+    assert torch.equal(mul(one, four), torch.tensor([7.0])), "a declined call goes on to the next node"
 
 
 @behaviour("unconditional.survives-disable")
