@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -86,8 +87,15 @@ _DISALLOWED_DISPATCH_KEYS: frozenset[str] = frozenset(
 )
 
 
-def _forward_log(level: str, message: str) -> None:
-    (log.warning if level == "warning" else log.info)(message)
+def _forward_log(level: str, message: str, _log: logging.Logger = log,
+                 _finalizing: Callable[[], bool] = sys.is_finalizing) -> None:
+    # Bound at definition: at interpreter exit the module's globals (log)
+    # are cleared while the finalizing thread may still end scopes or
+    # toggle filters (a __del__, a weakref callback). Nothing is logged
+    # then: logging itself is being torn down.
+    if _finalizing():
+        return
+    (_log.warning if level == "warning" else _log.info)(message)
 
 
 _C.set_log_sink(_forward_log)
