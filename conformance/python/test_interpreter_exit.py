@@ -62,14 +62,21 @@ print("main returns", flush=True)
 """
 
 
+IGNORED = "Exception ignored"  # CPython's report of an error nobody could catch
+
+
 def exit_statuses(spec: str, work: str, env: dict[str, str]) -> list[int]:
+    """Each run's exit status; a run whose stderr has CPython's 'Exception
+    ignored' report counts as status -1 (an error reached the user's
+    terminal at exit)."""
     statuses = []
     for _ in range(RUNS):
         child_env = dict(env, **{adapter_module.ENV_VAR: spec})
         try:
             out = subprocess.run([sys.executable, "-c", PROGRAM.format(here=str(HERE), work=work)],
                                  capture_output=True, text=True, timeout=120, env=child_env)
-            statuses.append(out.returncode)
+            ignored = out.returncode == 0 and IGNORED in out.stderr
+            statuses.append(-1 if ignored else out.returncode)
         except subprocess.TimeoutExpired:
             statuses.append(-999)  # a hang: worse than anything
     return statuses
