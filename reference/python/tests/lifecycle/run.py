@@ -664,6 +664,12 @@ def _judge(program: Program, result: dict) -> None:
         raise Failure(f"{where}:{_signal_name(result['rc'])}", _tail(stderr))
     if "INTERNAL ASSERT FAILED" in stderr or "ERROR: AddressSanitizer" in stderr:
         raise died("end")
+    if "Exception ignored" in stderr:
+        # An error no caller could catch reached the user's terminal (a
+        # callback of ours run while the interpreter finalized): status 0
+        # does not make it clean.
+        where = "exit-with-daemon-threads" if program.header.daemon_exit else "exit"
+        raise Failure(f"{where}:exception-ignored", _excerpt(stderr, "Exception ignored"))
 
 
 def _reordered(m, graph, how):
