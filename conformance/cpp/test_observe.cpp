@@ -103,78 +103,55 @@ TEST_P(Conformance, APerThreadDisableLeavesFiltersGraphsAndTheDispatcherAlone) {
   EXPECT_EQ(first_value(), 7);
 }
 
-TEST_P(Conformance, APerThreadScopeClosedOnAnotherThreadSaysSoAndTheOpenersDisablesStay) {
+TEST_P(Conformance, APerThreadScopeClosedOnAnotherThreadSaysSoAndClosesNone) {
   BEHAVIOUR("thread.scope-closed-on-another-thread");
   REQUIRE_FEATURE("thread-disables");
   REQUIRE_FEATURE("concurrent-control-plane");  // the scope is opened on a thread of its own
   add(mul_key(), constant_cond(true), fill_impl(7), "dsl_a");
   add(mul_key(), constant_cond(true), fill_impl(9), "dsl_b");
   adapter().install(mul_key());
-  // The opener is a thread of its own: the disables it is left with end with it.
-  std::unique_ptr<Scope> scope;
-  std::promise<void> opened, closed_elsewhere;
-  float opener_before = 0, opener_after = 0;
-  std::thread opener([&] {
-    scope = adapter().disabled_in_thread({{"dsl_a"}, {}, {}});
-    opener_before = first_value();
-    opened.set_value();
-    closed_elsewhere.get_future().wait();
-    opener_after = first_value();
-  });
-  opened.get_future().wait();
-  WarningRecorder warned;
-  float closer = 0;
-  std::thread([&] {
-    c10::WarningUtils::WarningHandlerGuard guard(&warned);
-    scope.reset();  // destroyed on a thread that did not open it
-    closer = first_value();
-  }).join();
-  closed_elsewhere.set_value();
-  opener.join();
-  EXPECT_EQ(opener_before, 9);
-  ASSERT_EQ(warned.messages.size(), 1u) << "closing another thread's scope said nothing";
-  EXPECT_NE(warned.messages[0].find("thread"), std::string::npos) << warned.messages[0];
-  EXPECT_EQ(closer, 7) << "the closing thread had nothing disabled";
-  EXPECT_EQ(opener_after, 9) << "the opener's disables were lifted by another thread";
-  EXPECT_EQ(first_value(), 7);
-}
-
-TEST_P(Conformance, APerThreadScopeClosedOnAThreadWithScopesOfItsOwnClosesNoneOfThem) {
-  BEHAVIOUR("thread.scope-closed-on-another-thread");
-  REQUIRE_FEATURE("thread-disables");
-  REQUIRE_FEATURE("concurrent-control-plane");  // the scope is opened on a thread of its own
-  add(mul_key(), constant_cond(true), fill_impl(7), "dsl_a");
-  add(mul_key(), constant_cond(true), fill_impl(9), "dsl_b");
-  adapter().install(mul_key());
-  std::unique_ptr<Scope> scope;
-  std::promise<void> opened, closed_elsewhere;
-  float opener_after = 0;
-  std::thread opener([&] {
-    scope = adapter().disabled_in_thread({{"dsl_a"}, {}, {}});
-    opened.set_value();
-    closed_elsewhere.get_future().wait();
-    opener_after = first_value();
-  });
-  opened.get_future().wait();
-  WarningRecorder warned;
-  float closer_inside = 0, closer_after = 0;
-  std::thread([&] {
-    c10::WarningUtils::WarningHandlerGuard guard(&warned);
-    {
-      std::unique_ptr<Scope> own = adapter().disabled_in_thread({{"dsl_a"}, {}, {}});
-      scope.reset();  // another thread's scope, destroyed inside one of this thread's own
-      closer_inside = first_value();
+  // closer_scoped: the closing thread has a scope of its own open, which the
+  // foreign token must not close either.
+  for (bool closer_scoped : {false, true}) {
+    SCOPED_TRACE(closer_scoped ? "the closer has a scope of its own" : "the closer has none");
+    // The opener is a thread of its own: the disables it is left with end with it.
+    std::unique_ptr<Scope> scope;
+    std::promise<void> opened, closed_elsewhere;
+    float opener_before = 0, opener_after = 0;
+    std::thread opener([&] {
+      scope = adapter().disabled_in_thread({{"dsl_a"}, {}, {}});
+      opener_before = first_value();
+      opened.set_value();
+      closed_elsewhere.get_future().wait();
+      opener_after = first_value();
+    });
+    opened.get_future().wait();
+    WarningRecorder warned;
+    float closer_inside = 0, closer_after = 0;
+    std::thread([&] {
+      c10::WarningUtils::WarningHandlerGuard guard(&warned);
+      {
+        std::unique_ptr<Scope> own;
+        if (closer_scoped) own = adapter().disabled_in_thread({{"dsl_a"}, {}, {}});
+        scope.reset();  // destroyed on a thread that did not open it
+        closer_inside = first_value();
+      }
+      closer_after = first_value();
+    }).join();
+    closed_elsewhere.set_value();
+    opener.join();
+    EXPECT_EQ(opener_before, 9);
+    ASSERT_EQ(warned.messages.size(), 1u) << "closing another thread's scope said nothing";
+    EXPECT_NE(warned.messages[0].find("thread"), std::string::npos) << warned.messages[0];
+    if (closer_scoped) {
+      EXPECT_EQ(closer_inside, 9) << "the closing thread's own scope was closed instead";
+    } else {
+      EXPECT_EQ(closer_inside, 7) << "the closing thread had nothing disabled";
     }
-    closer_after = first_value();
-  }).join();
-  closed_elsewhere.set_value();
-  opener.join();
-  ASSERT_EQ(warned.messages.size(), 1u) << "closing another thread's scope said nothing";
-  EXPECT_NE(warned.messages[0].find("thread"), std::string::npos) << warned.messages[0];
-  EXPECT_EQ(closer_inside, 9) << "the closing thread's own scope was closed instead";
-  EXPECT_EQ(closer_after, 7);
-  EXPECT_EQ(opener_after, 9) << "the opener's disables were lifted by another thread";
-  EXPECT_EQ(first_value(), 7);
+    EXPECT_EQ(closer_after, 7);
+    EXPECT_EQ(opener_after, 9) << "the opener's disables were lifted by another thread";
+    EXPECT_EQ(first_value(), 7);
+  }
 }
 
 TEST_P(Conformance, StatsCountEachNodesOutcomesAndEachGraphsFallbacks) {
