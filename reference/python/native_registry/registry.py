@@ -87,15 +87,16 @@ _DISALLOWED_DISPATCH_KEYS: frozenset[str] = frozenset(
 )
 
 
-def _forward_log(level: str, message: str, _log: logging.Logger = log,
+def _forward_log(level: str, message: str,
                  _finalizing: Callable[[], bool] = sys.is_finalizing) -> None:
-    # Bound at definition: at interpreter exit the module's globals (log)
-    # are cleared while the finalizing thread may still end scopes or
-    # toggle filters (a __del__, a weakref callback). Nothing is logged
-    # then: logging itself is being torn down.
+    # At interpreter exit the module's globals (log) are cleared while the
+    # finalizing thread may still end scopes or toggle filters (a __del__,
+    # a daemon thread): nothing is logged then, logging itself being torn
+    # down. The check is bound at definition; `log` is read at each call,
+    # since upstream_compat rebinds it to torch._native.registry's logger.
     if _finalizing():
         return
-    (_log.warning if level == "warning" else _log.info)(message)
+    (log.warning if level == "warning" else log.info)(message)
 
 
 _C.set_log_sink(_forward_log)
