@@ -140,6 +140,22 @@ def test_switched_off_the_check_is_not_asked_and_the_conds_route(impl):
 
 
 @behaviour("aot.switch-turns-checks-off")
+def test_switched_off_the_compile_router_does_not_ask_either(impl):
+    log = []
+    check = Recorder(True, log)
+    with impl.coverage_check(check):
+        impl.register("aot_dsl", *KEY, logging_cond(log, "cond", True), fill)
+        impl.install(*KEY)
+        router = impl.decomp_table(overrides_only=True)[torch.ops.aten.mul.Tensor]
+        with impl.aot_enabled(False):
+            assert torch.equal(router(A, B), FILLED), "switched off, a covered call still declined"
+            assert log == ["cond"]
+        log.clear()
+        assert router(A, B) is NotImplemented, "switched on again, the check answers"
+        assert log == ["check"]
+
+
+@behaviour("aot.switch-turns-checks-off")
 def test_torch_disable_native_aot_starts_with_checks_off(impl):
     lines = run_in_fresh_interpreter(impl, """
         from fixtures.python.torch_fixtures import MUL_CPU as KEY, mul

@@ -352,6 +352,22 @@ def test_a_burst_of_calls_logs_fewer_records_than_calls_and_says_how_many_it_dro
     assert "not logged" in messages[-1], messages[-1]
 
 
+@behaviour("observe.routing-log")
+def test_calls_made_while_the_logger_is_off_count_nothing_against_the_rate_limit(impl, caplog):
+    impl.register("log_dsl", *KEY, always, returning(SEVENS))
+    impl.install(*KEY)
+    with caplog.at_level(logging.INFO, logger="native_registry.routing"):
+        for _ in range(300):
+            mul()
+        _flush_log()
+    with caplog.at_level(logging.DEBUG, logger="native_registry.routing"):
+        mul()
+        _flush_log()
+    messages = [r.getMessage() for r in _routing_records(caplog)]
+    assert len(messages) == 1, "the first decision logged once DEBUG is on: " + repr(messages)
+    assert "not logged" not in messages[0], "decisions made while the log was off were counted"
+
+
 def _flush_log():
     """Records of calls made without the GIL reach Python as soon as the
     interpreter runs its pending calls: a few bytecodes."""

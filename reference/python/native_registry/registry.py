@@ -132,9 +132,7 @@ def _resolve_iterable(entries: str | Iterable[str] | None) -> list[str]:
         entries = [entries]
     resolved = list(entries)
     for entry in resolved:
-        if not isinstance(entry, str):
-            raise TypeError(f"filter entries must be str, got {type(entry).__name__}: {entry!r}")
-        _check_name("filter entries", entry)
+        _check_name("filter entries", entry)  # a str, UTF-8 encodable
     return resolved
 
 

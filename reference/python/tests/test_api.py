@@ -256,7 +256,7 @@ def test_bad_input_is_refused_and_changes_nothing(reg, kwargs, error, message):
 
 
 def test_bad_filter_entries_are_refused(reg):
-    with pytest.raises(TypeError, match="filter entries must be str"):
+    with pytest.raises(TypeError, match="filter entries must be a str"):
         reg.deregister_op_overrides(disable_dsl_names=["ok", 3])
     with pytest.raises(ValueError, match="must be a non-empty name"):
         reg.deregister_op_overrides(disable_dsl_names=[""])

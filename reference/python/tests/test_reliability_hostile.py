@@ -239,7 +239,7 @@ def filter_outcome(argument):
     # UTF-8 encodable, names the error.
     for entry in entries:
         if not isinstance(entry, str):
-            return (TypeError, "filter entries must be str")
+            return (TypeError, "filter entries must be a str")
         if not encodable(entry):
             return (ValueError, "filter entries must be encodable")
     for entry in entries:
