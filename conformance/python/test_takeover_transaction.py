@@ -128,6 +128,97 @@ print(json.dumps([answers() == before, torch._C._dispatch_dump("aten::mul.Tensor
 
 
 @behaviour("takeover.routing-unchanged")
+def test_a_disabled_unconditional_stock_override_keeps_its_cond_once_re_enabled(impl):
+    """An unconditional stock override given a cond and disabled is taken
+    over as an ordinary node, off; re-enabled, it takes only the calls its
+    cond accepts, as in the stock registry."""
+    _takes_over(impl)
+    lines = run_in_fresh_interpreter(impl, SETUP + '''
+stock.register_op_override("uncond", "aten", "add.Tensor", "CPU", small, const(9.0),
+                           unconditional_override=True)
+stock._register_overrides_from_graph("add.Tensor", "CPU", stock._graphs[("add.Tensor", "CPU")])
+stock.deregister_op_overrides(disable_dsl_names="uncond")
+pair = torch.tensor([3.0, 4.0])
+before = [(x + x).item(), (pair + pair).tolist()]
+compat.install_as_torch_native()
+stock.reenable_op_overrides(enable_dsl_names="uncond")
+print(json.dumps([before, [(x + x).item(), (pair + pair).tolist()]]))
+''')
+    before, after = json.loads(lines[-1])
+    assert before == [6.0, [6.0, 8.0]], "disabled: the op's own kernel"
+    assert after == [9.0, [6.0, 8.0]], "re-enabled: its cond takes the 1-element call only"
+
+
+@behaviour("takeover.routing-unchanged")
+def test_an_unconditional_stock_override_never_installed_stays_exempt_from_filters(impl):
+    """An unconditional stock override registered (active) after the stock
+    filters named its dsl, its graph never installed, is taken over
+    unconditional: installed later, it routes, as the stock registry would
+    route it (filters exempt it)."""
+    _takes_over(impl)
+    lines = run_in_fresh_interpreter(impl, SETUP + '''
+stock.deregister_op_overrides(disable_dsl_names="uncond")
+stock.register_op_override("uncond", "aten", "sub.Tensor", "CPU", None, const(9.0),
+                           unconditional_override=True)
+before = (x - x).item()
+compat.install_as_torch_native()
+after = (x - x).item()
+ref.register_all_overrides()
+print(json.dumps([before, after, (x - x).item()]))
+''')
+    assert json.loads(lines[-1]) == [0.0, 0.0, 9.0]
+
+
+@behaviour("takeover.routing-unchanged")
+def test_a_stock_graph_never_installed_at_a_key_the_reference_routes_is_refused(impl):
+    """An ordinary stock override never installed routes nowhere; at a key
+    the reference routes, taking it over would put it in the reference's
+    chain, where it would take the calls the reference's own override
+    declines. Refused, nothing changed."""
+    _takes_over(impl)
+    lines = run_in_fresh_interpreter(impl, SETUP + '''
+ref.register_op_override("mine", "aten", "mul.Tensor", "CPU", small, const(5.0))
+ref.register_all_overrides()
+stock.register_op_override("idle", "aten", "mul.Tensor", "CPU", lambda *a, **k: True, const(9.0))
+pair = torch.tensor([3.0, 4.0])
+before = answers() + (pair * pair).tolist()
+try:
+    compat.install_as_torch_native()
+except RuntimeError as e:
+    print(json.dumps(["refused", "never installed" in str(e)]))
+import sys
+print(json.dumps([answers() + (pair * pair).tolist() == before, before[0] == 5.0,
+                  before[3:] == [9.0, 16.0], sys.modules["torch._native.registry"] is stock]))
+''')
+    assert json.loads(lines[-2]) == ["refused", True]
+    assert json.loads(lines[-1]) == [True, True, True, True]
+
+
+@behaviour("takeover.routing-unchanged")
+def test_a_reference_graph_never_installed_at_a_key_stock_routes_is_refused(impl):
+    """The converse: the reference holds a graph it never installed where
+    the stock registry routes; taking over would install it. Refused,
+    nothing changed."""
+    _takes_over(impl)
+    lines = run_in_fresh_interpreter(impl, SETUP + '''
+ref.register_op_override("idle", "aten", "mul.Tensor", "CPU", lambda *a, **k: True, const(5.0))
+stock.register_op_override("theirs", "aten", "mul.Tensor", "CPU", small, const(9.0))
+stock._register_overrides_from_graph("mul.Tensor", "CPU", stock._graphs[("mul.Tensor", "CPU")])
+pair = torch.tensor([3.0, 4.0])
+before = answers() + (pair * pair).tolist()
+try:
+    compat.install_as_torch_native()
+except RuntimeError as e:
+    print(json.dumps(["refused", "never installed" in str(e)]))
+import sys
+print(json.dumps([answers() + (pair * pair).tolist() == before, before[0] == 9.0,
+                  before[3:] == [9.0, 16.0], sys.modules["torch._native.registry"] is stock]))
+''')
+    assert json.loads(lines[-2]) == ["refused", True]
+    assert json.loads(lines[-1]) == [True, True, True, True]
+
+
+@behaviour("takeover.routing-unchanged")
 def test_stock_filters_that_would_disable_a_routed_reference_node_refuse_the_takeover(impl):
     """The stock registry's filters become the new registry's: where they
     disable a dsl the new registry routes now, taking them over would change
