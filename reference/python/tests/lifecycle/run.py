@@ -174,7 +174,7 @@ def judge(program: Program, result: dict) -> tuple[str, str] | None:
             where = type(P.numbering(program)[last][1]).__name__ if last is not None else "import"
             if any(o[0] == "end" for o in result["observations"]) and not result["timed_out"]:
                 # every step ran: the process died on its way out
-                where = "exit-with-daemon-threads" if program.header.daemon_exit else "exit"
+                where = _exit_place(program)
                 return f"{where}:{_signal_name(result['rc'])}", f"(after {f.signature}: {f.detail})"
             kind = ("hang" if result["timed_out"] else
                     "internal-assert" if "INTERNAL ASSERT FAILED" in stderr else
@@ -183,6 +183,11 @@ def judge(program: Program, result: dict) -> tuple[str, str] | None:
             return f"{kind}:{where}", f"(after {f.signature}: {f.detail})\n{_tail(stderr)}"
         return f.signature, f.detail
     return None
+
+
+def _exit_place(program: Program) -> str:
+    """Where a failure after every step ran happened: on the way out."""
+    return "exit-with-daemon-threads" if program.header.daemon_exit else "exit"
 
 
 def _judge(program: Program, result: dict) -> None:
@@ -659,8 +664,8 @@ def _judge(program: Program, result: dict) -> None:
         raise died("exit" if program.header.daemon_exit else "end")
     if result["timed_out"]:
         raise Failure("hang:exit", "the interpreter did not exit")
+    where = _exit_place(program)
     if result["rc"] != 0:
-        where = "exit-with-daemon-threads" if program.header.daemon_exit else "exit"
         raise Failure(f"{where}:{_signal_name(result['rc'])}", _tail(stderr))
     if "INTERNAL ASSERT FAILED" in stderr or "ERROR: AddressSanitizer" in stderr:
         raise died("end")
@@ -668,7 +673,6 @@ def _judge(program: Program, result: dict) -> None:
         # An error no caller could catch reached the user's terminal (a
         # callback of ours run while the interpreter finalized): status 0
         # does not make it clean.
-        where = "exit-with-daemon-threads" if program.header.daemon_exit else "exit"
         raise Failure(f"{where}:exception-ignored", _excerpt(stderr, "Exception ignored"))
 
 
