@@ -105,6 +105,21 @@ def test_env_var_unresolvable_raises(impl, name):
             get.cache_clear()
 
 
+@behaviour("ordering.env-var-unresolvable-says-why")
+@pytest.mark.parametrize("name, cause", [("nonexistent_module_nr.function", ModuleNotFoundError),
+                                         ("os.sep", TypeError)])
+def test_env_var_unresolvable_error_is_chained_to_its_cause(impl, name, cause):
+    get = impl.user_ordering_fn()
+    with patch.dict("os.environ", {ENV: name}):
+        get.cache_clear()
+        try:
+            with pytest.raises(ValueError, match="Could not resolve") as raised:
+                get()
+        finally:
+            get.cache_clear()
+    assert type(raised.value.__cause__) is cause, repr(raised.value.__cause__)
+
+
 @behaviour("ordering.env-var-resolves")
 def test_env_var_names_the_ordering_function(impl):
     import os.path

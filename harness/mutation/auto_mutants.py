@@ -37,7 +37,7 @@ from . import mutation_report
 from . import mutants
 from . import schemata_build
 from .. import staging, with_root_on_path
-from .mutant_records import (EQUIVALENTS, TARGET_KILL_RATE, Outcome, figures, load_equivalents,  # noqa: F401
+from .mutant_records import (EQUIVALENTS, awaits_own_verdict, TARGET_KILL_RATE, Outcome, figures, load_equivalents,  # noqa: F401
                             per_mutant, percent, summary, write_report)
 from .mutant_runner import BUILT_FROM, BUILT_LAYERS, Target, check_pristine
 from .mutants import FIRST, ROOT, Workspace
@@ -218,8 +218,8 @@ def run(args) -> int:
     coverage = None
     if args.baseline_from is not None:
         baseline = mutant_runner.baseline_from_results(args.baseline_from, args.implementations[0].file_stem)
-    elif getattr(args, "tests_by_coverage", False) and not args.own_tests:
-        baseline = {"timeouts": {"build": 900.0}}  # the coverage run stands for it
+    elif getattr(args, "tests_by_coverage", False) and not (args.own_tests and schemata):
+        baseline = {"timeouts": {"build": 900.0}}  # the coverage runs stand for it
     else:
         baseline = mutant_runner.measure_baseline(target, out, args.own_tests, ws=spaces[0])
     if baseline is None:
@@ -238,8 +238,14 @@ def run(args) -> int:
             return 1
         if "python" not in baseline["timeouts"]:
             baseline = baseline_of(coverage)
+        own = own_coverage_of(target, spaces[0], out) if args.own_tests else None
+        if args.own_tests and own is None:
+            return 1
+        if own is not None:
+            baseline["timeouts"].setdefault("own", max(60.0, 3 * own.seconds + 30))
         for t in targets:
             t.coverage, t.pristine = coverage, {rel: t.place[rel].read_text() for rel in t.files}
+            t.own_coverage = own
     if getattr(args, "switch", False) and not schemata:
         switch_all(targets, chosen)
     for t in targets:
@@ -250,7 +256,8 @@ def run(args) -> int:
     digests = digests_of(chosen, target, coverage)
     reused = {}
     if getattr(args, "incremental", None) is not None:
-        reused = reusable(mutation_report.load(args.incremental), digests, args.own_tests)
+        reused = reusable(mutation_report.load(args.incremental), digests, args.own_tests,
+                          uncovered_too=target.own_coverage is not None)
         print(f"  --incremental: {len(reused)} of the {len(chosen)} mutants keep their verdict of "
               f"{args.incremental} (their line and their tests' sources unchanged)", flush=True)
     places = [(ws, t, out if ws.root == FIRST.root else out / ws.root.name) for ws, t in zip(spaces, targets)]
@@ -351,6 +358,9 @@ def digests_of(chosen: list[mutagen.Mutant], target: Target, coverage: coverage_
     for m in chosen:
         tests = (coverage.covering(m, target.pristine[m.file])
                  if coverage is not None and m.file in target.pristine else None)
+        if tests is not None and target.own_coverage is not None:  # the own tests' verdict too
+            own = target.own_coverage.covering(m, target.pristine[m.file])
+            tests = None if own is None else tests + own
         digest = suites if tests is None else mutation_report.tests_digest(tests_sources(tests))
         found[m.key] = (mutation_report.digest(m.original), digest)
     return found
@@ -426,6 +436,22 @@ def coverage_of(target: Target, ws: Workspace, out: pathlib.Path, baseline: dict
                       f"executed by a test, in {time.monotonic() - began:.0f} s")
 
 
+def own_coverage_of(target: Target, ws: Workspace, out: pathlib.Path) -> coverage_map.CoverageMap | None:
+    """The per-test coverage of the target's files under the reference's
+    own pytest suite (--own-tests), kept in out/coverage-<layer>-own.json
+    as coverage_of's map is."""
+    source = mutant_runner.tree_source()
+    began = time.monotonic()
+    return kept_or_measured(
+        out / f"coverage-{target.layer}-own.json", coverage_map.CoverageMap.load, lambda found: found.source == source,
+        lambda: coverage_map.measure(
+            {rel: target.place[rel] for rel in target.files}, ["reference/python/tests"], out / "coverage-own-run",
+            mutant_runner.pristine_env(target, ws, out), target.suites_from or ws.src, COVERAGE_RUN_LIMIT_S, source),
+        "== tests by coverage: the reference's own pytest suite once under coverage.py, per test",
+        lambda found: f"{len(found.durations)} own tests, {sum(len(lines) for lines in found.tests.values())} lines "
+                      f"executed by a test, in {time.monotonic() - began:.0f} s")
+
+
 def reached_of(target: Target, ws: Workspace, out: pathlib.Path, baseline: dict, jobs: int, source: str
                ) -> reached_map.ReachedMap | None:
     """Which tests reach each switched mutant of the schemata build of `ws`
@@ -447,15 +473,16 @@ def reached_of(target: Target, ws: Workspace, out: pathlib.Path, baseline: dict,
                       f"{found.seconds:.0f} s")
 
 
-def reusable(earlier: list[Outcome], digests: dict[str, tuple[str, str]], own_tests: bool) -> dict[str, Outcome]:
+def reusable(earlier: list[Outcome], digests: dict[str, tuple[str, str]], own_tests: bool,
+             uncovered_too: bool = False) -> dict[str, Outcome]:
     """The earlier verdicts the incremental mode keeps: of a mutant chosen now,
     with the same line and tests digests, and a verdict (with the own tests'
-    where --own-tests asks for it)."""
+    where --own-tests asks for it: awaits_own_verdict)."""
     kept = {}
     for o in earlier:
         if (o.key in digests and (o.line_digest, o.tests_digest) == digests[o.key]
                 and o.verdict in ("killed", "survived", "stillborn", "nocoverage")
-                and not (own_tests and o.verdict == "survived" and not o.own_tests)):
+                and not awaits_own_verdict(o, own_tests, uncovered_too)):
             kept[o.key] = dataclasses.replace(o, reused=o.reused or o.commit)
     return kept
 

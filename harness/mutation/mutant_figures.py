@@ -158,17 +158,20 @@ def counts(name: str, candidates: int, outcomes: list[auto_mutants.Outcome], equ
     killed = sum(o.verdict == "killed" for o in outcomes)
     survivors = [o for o in outcomes if o.verdict == "survived"]
     equivalent = sum(o.key in equivalents for o in survivors)
-    own = sum(o.own_tests == "killed" for o in survivors if o.key not in equivalents)
-    uncovered = sum(o.verdict == "nocoverage" for o in outcomes)
-    left = len(survivors) - equivalent - own
-    real = killed + own + left + uncovered  # a mutant no test executes is not killed
+    uncovered = [o for o in outcomes if o.verdict == "nocoverage"]  # by the conformance suites
+    # The own tests' kills: of conformance survivors, and of mutants no
+    # conformance test reaches (where the own tests had a map of their own).
+    own = sum(o.own_tests == "killed" for o in survivors + uncovered if o.key not in equivalents)
+    left = len(survivors) - equivalent - sum(o.own_tests == "killed" for o in survivors if o.key not in equivalents)
+    real = killed + len(survivors) - equivalent + len(uncovered)  # a mutant no test executes is not killed
     rate = lambda k, n: f"{100 * k / n:.1f} %" if n else "n/a"  # noqa: E731
     return {"file": name, "candidates": candidates, "verdicts": len(outcomes),
             "stillborn": sum(o.verdict == "stillborn" for o in outcomes),
-            "no coverage": sum(o.verdict == "nocoverage" for o in outcomes), "killed": killed,
+            "no coverage": len(uncovered), "killed": killed,
             "killed by own tests": own, "equivalent": equivalent, "survived": left,
             "conformance": rate(killed, real), "conformance (equivalents as survivors)": rate(killed, real + equivalent),
             "with own tests": rate(killed + own, real),
+            "no own coverage either": sum(o.own_tests == "nocoverage" for o in uncovered),
             "not run by own tests": sum(not o.own_tests for o in survivors)}
 
 

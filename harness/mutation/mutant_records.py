@@ -42,8 +42,9 @@ class Outcome:
     seconds: dict[str, float] = field(default_factory=dict)  # build, c++, python, own, total
     commit: str = ""             # the tree it ran at (git describe --always --dirty)
     source: str = ""             # what its verdict depends on (tree_source)
-    # --own-tests: a conformance survivor run against the reference's own
-    # tests too: killed or survived ("" when not run).
+    # --own-tests: a mutant the conformance suites did not kill run against
+    # the reference's own tests too: killed, survived, or nocoverage (no own
+    # test reaches it, by the own tests' coverage map); "" when not run.
     own_tests: str = ""
     own_failing: list[str] = field(default_factory=list)
     # Tests chosen by coverage: the tests that execute the mutant's line in
@@ -130,18 +131,27 @@ def tree_source() -> str:
     return digest.hexdigest()[:16]
 
 
+def awaits_own_verdict(outcome: Outcome, own_tests: bool, uncovered_too: bool = False) -> bool:
+    """Whether --own-tests still owes `outcome` the own tests' verdict: a
+    conformance survivor's, and with `uncovered_too` (the own tests have a
+    coverage map of their own) a mutant no conformance test reaches."""
+    owed = ("survived", "nocoverage") if uncovered_too else ("survived",)
+    return own_tests and outcome.verdict in owed and not outcome.own_tests
+
+
 def resumed(records: pathlib.Path, chosen: list[mutagen.Mutant], source: str = "",
-            own_tests: bool = False) -> dict[str, Outcome]:
+            own_tests: bool = False, uncovered_too: bool = False) -> dict[str, Outcome]:
     """The verdicts an interrupted run recorded for mutants of this sample,
     of this source (tree_source: a verdict of another tree may not hold),
-    with the own tests' verdict on a survivor when --own-tests asks for one."""
+    with the own tests' verdict where --own-tests asks for one
+    (awaits_own_verdict)."""
     keys = {m.key for m in chosen}
     done = {}
     if records.exists():
         for line in records.read_text().splitlines():
             outcome = Outcome(**json.loads(line))
-            if outcome.key in keys and (not source or outcome.source == source) and not (
-                    own_tests and outcome.verdict == "survived" and not outcome.own_tests):
+            if outcome.key in keys and (not source or outcome.source == source) and not awaits_own_verdict(
+                    outcome, own_tests, uncovered_too):
                 done[outcome.key] = outcome
     return done
 

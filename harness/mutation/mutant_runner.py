@@ -39,6 +39,10 @@ class Target:
     # and the pristine texts of the files it maps; None: the whole suites.
     coverage: object | None = None
     pristine: dict[str, str] = field(default_factory=dict)
+    # With --own-tests, the reference's own tests' map of the same files
+    # (Python layer): which own tests can kill a mutant the conformance
+    # suites did not; None: the whole own suites.
+    own_coverage: object | None = None
     # Mutants switched, not rewritten (--switch): per file, its instrumented
     # copy (mutant_switches.Switched, or schemata_build.CppSwitched for C++),
     # which `place` holds for the whole run.
@@ -110,6 +114,8 @@ def evaluate(mutant: mutagen.Mutant, target: Target, ws: Workspace, out: pathlib
         chosen = target.coverage.covering(mutant, target.pristine[mutant.file])
         if chosen == []:  # no test executes its line (reaches its switch): nothing can kill it
             outcome.verdict, outcome.tests_completed = "nocoverage", 0
+            if own_tests and target.own_coverage is not None:
+                judge_by_own_tests(outcome, mutant, target, ws, out, timeouts)
             outcome.seconds["total"] = time.monotonic() - start
             return outcome
         if chosen is not None:
@@ -136,14 +142,33 @@ def evaluate(mutant: mutagen.Mutant, target: Target, ws: Workspace, out: pathlib
     else:
         outcome.verdict = "survived"
         if own_tests:
-            began = time.monotonic()
-            failed, output = own_tests_of(target, ws, out, timeouts)
-            outcome.seconds["own"] = time.monotonic() - began
-            outcome.own_tests, outcome.own_failing = ("killed" if failed else "survived"), failed
-            if failed:
-                outcome.output_tail = tail(output)
+            judge_by_own_tests(outcome, mutant, target, ws, out, timeouts)
     outcome.seconds["total"] = time.monotonic() - start
     return outcome
+
+
+def judge_by_own_tests(outcome: Outcome, mutant: mutagen.Mutant, target: Target, ws: Workspace,
+                       out: pathlib.Path, timeouts: dict[str, float]) -> None:
+    """The own tests' verdict on a mutant the conformance suites did not
+    kill (outcome.own_tests): where the own tests have a map, the ones that
+    execute its line (or, for a line run at import, its observers), cheapest
+    first, stopping at the first failure, and "nocoverage" where none does;
+    else the whole own suites."""
+    began = time.monotonic()
+    chosen = None
+    own_map = target.own_coverage
+    if own_map is not None and mutant.file in target.pristine:
+        chosen = own_map.covering(mutant, target.pristine[mutant.file])
+        if chosen is None:
+            chosen = own_map.observers(mutant, target.pristine)
+    if chosen == []:
+        outcome.own_tests = "nocoverage"
+    else:
+        failed, output = own_tests_of(target, ws, out, timeouts, only=chosen)
+        outcome.own_tests, outcome.own_failing = ("killed" if failed else "survived"), failed
+        if failed:
+            outcome.output_tail = tail(output)
+    outcome.seconds["own"] = time.monotonic() - began
 
 
 def covering_suites(chosen: list[str], mutant: mutagen.Mutant, target: Target, ws: Workspace,
@@ -323,11 +348,13 @@ def pristine_env(target: Target, ws: Workspace, out: pathlib.Path) -> dict:
 OWN_GTESTS, OWN_FIXTURE = mutants.OWN_GTESTS, mutants.OWN_FIXTURE
 
 
-def own_tests_of(target: Target, ws: Workspace, out: pathlib.Path, timeouts: dict[str, float]
-                 ) -> tuple[list[str], str]:
+def own_tests_of(target: Target, ws: Workspace, out: pathlib.Path, timeouts: dict[str, float],
+                 only: list[str] | None = None) -> tuple[list[str], str]:
     """The reference's own tests on a conformance survivor: its GoogleTest
     binaries (built here, incrementally) for the core, its pytest suite
-    (reference/python/tests) for every layer: (failing tests, output)."""
+    (reference/python/tests) for every layer, or `only` these of its pytest
+    tests (node ids, given three times their time in the own tests' map):
+    (failing tests, output)."""
     failed, outputs = [], []
     if target.needs_build:
         wanted = [*(OWN_GTESTS if target.layer == "cpp" else ()), OWN_FIXTURE]
@@ -344,8 +371,12 @@ def own_tests_of(target: Target, ws: Workspace, out: pathlib.Path, timeouts: dic
     env = python_env(target, ws, out) or mutants.package_env(ws, out)
     if target.needs_build:  # test_one_core loads a fixture library from the build of this _C
         env = {**env, "NR_BUILD_DIR": str(ws.build)}
-    more, output = mutants.pytest_run([["reference/python/tests"]], out, timeouts["own"], env,
-                                      target.suites_from, ws, fail_fast=True)
+    own_map = target.own_coverage
+    whole = ["reference/python/tests", *(f"--deselect={t}" for t in getattr(own_map, "failing", []))]
+    limit = covering_timeout(own_map.seconds_of(only), timeouts["own"]) if only else timeouts["own"]
+    limits = hang_watchdog.limits_from(own_map.durations) if own_map is not None and own_map.durations else None
+    more, output = mutants.pytest_run([only or whole], out, limit, env, target.suites_from, ws, fail_fast=True,
+                                      test_limits=limits)
     return failed + more, "\n".join(outputs + [output])
 
 
@@ -463,7 +494,8 @@ def run_all(chosen: list, equivalents: dict[str, str], records: pathlib.Path, ba
     # first step), so that an edit of the tree during a long run is not
     # what its verdicts claim to be of.
     commit, source = at or (tree_commit(), tree_source())
-    done = {**(reused or {}), **(resumed(records, chosen, source, own_tests) if resume else {})}
+    uncovered_too = places[0][1].own_coverage is not None
+    done = {**(reused or {}), **(resumed(records, chosen, source, own_tests, uncovered_too) if resume else {})}
     if resume:
         print(f"  --resume: {len(done)} of the {len(chosen)} mutants have a verdict of this tree "
               f"({commit}, source {source}) in {records}", flush=True)
@@ -652,6 +684,8 @@ class Runner:
             verdict = outcome.verdict.upper() if outcome.verdict == "survived" else outcome.verdict
             if outcome.verdict == "survived" and outcome.key in self.equivalents:
                 verdict = "equivalent"
+            if outcome.own_tests:  # what the reference's own tests made of it
+                verdict += f", own tests: {outcome.own_tests}"
             elapsed = time.monotonic() - self.start
             spent = " ".join(f"{k} {v:.0f}s" for k, v in outcome.seconds.items() if k != "total")
             left = remaining(done - self.already, self.total - self.already, elapsed)

@@ -99,7 +99,9 @@ def status_of(o: Outcome, equivalents: dict[str, str]) -> tuple[str, str]:
     if o.verdict == "stillborn":
         return "CompileError", o.output_tail
     if o.verdict == "nocoverage":
-        return "NoCoverage", "no test of the pristine run executes its line"
+        return "NoCoverage", ("no conformance test executes its line; the reference's own tests kill it: "
+                              + ", ".join(o.own_failing[:5]) if o.own_tests == "killed" else
+                              "no test of the pristine run executes its line")
     if o.verdict == "error":
         return "RuntimeError", o.output_tail
     return "Pending", ""

@@ -203,6 +203,45 @@ def test_a_mutant_of_a_def_line_meets_its_observers_in_a_fresh_pytest(measured, 
     assert outcome.verdict == "survived" and outcome.covered_by == ran[0]
 
 
+def test_the_own_tests_judge_by_their_own_map_what_the_conformance_suites_did_not_kill(measured, monkeypatch):
+    """--own-tests with tests by coverage: a mutant no conformance test
+    reaches meets the own tests that execute its line, cheapest first, and
+    is "nocoverage" for them too where none does; a conformance survivor
+    that no own test can be chosen for meets the whole own suite, less its
+    pristine failures."""
+    tree, own_map = measured
+    runs = []
+
+    def pytest_run(parts, out, timeout, env, where, ws, fail_fast=True, **k):
+        runs.append(parts[0])
+        return (["tests/test_toy.py::test_positive"] if parts[0][0].startswith("tests/") else []), "output"
+
+    monkeypatch.setattr(mutants, "pytest_run", pytest_run)
+    monkeypatch.setattr(mutants, "python_suite", lambda *a, **k: ([], "passed"))
+    reaches_nothing = coverage_map.CoverageMap({"pkg/toy.py": {}}, {}, {})
+    target = mutant_runner.Target("python", ["pkg/toy.py"], {"pkg/toy.py": tree / "pkg" / "toy.py"},
+                                  env={"X": "1"}, needs_build=False, suites_from=tree, coverage=reaches_nothing,
+                                  pristine={"pkg/toy.py": MODULE}, own_coverage=own_map)
+    candidates = {m.line: m for m in mutagen.python_mutants("pkg/toy.py", MODULE)}
+    timeouts = {"python": 600.0, "build": 1.0, "own": 600.0}
+    judge = lambda needle: mutant_runner.evaluate(  # noqa: E731
+        candidates[line_of(MODULE, needle)], target, mutants.FIRST, tree / "out", timeouts, {}, own_tests=True)
+    outcome = judge("if x > 0")
+    assert runs == [["tests/test_toy.py::test_positive", "tests/test_toy.py::test_slow_negative"]]
+    assert (outcome.verdict, outcome.own_tests, outcome.own_failing) == (
+        "nocoverage", "killed", ["tests/test_toy.py::test_positive"])
+    outcome = judge("return 3")
+    assert (outcome.verdict, outcome.own_tests) == ("nocoverage", "nocoverage") and len(runs) == 1
+    # Without --own-tests the own map is not asked.
+    outcome = mutant_runner.evaluate(candidates[line_of(MODULE, "if x > 0")], target, mutants.FIRST,
+                                     tree / "out", timeouts, {})
+    assert (outcome.verdict, outcome.own_tests) == ("nocoverage", "") and len(runs) == 1
+    target.coverage = own_map  # the conformance suites reach TOP outside any test: their whole suite passes
+    outcome = judge("TOP = 1")
+    assert runs[-1] == ["reference/python/tests", "--deselect=tests/test_toy.py::test_fails_before_any_mutant"]
+    assert (outcome.verdict, outcome.own_tests) == ("survived", "survived")
+
+
 def test_statement_lines_map_continuations_to_their_first_line():
     text = textwrap.dedent("""\
         def f(a,

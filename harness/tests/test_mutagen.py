@@ -267,6 +267,12 @@ def test_resume_keeps_only_verdicts_of_this_source_and_with_the_own_tests_when_a
     assert set(mutant_records.resumed(records, chosen, "s1")) == {"k1", "k2", "k4"}
     # --own-tests: a survivor without the own tests' verdict runs again.
     assert set(mutant_records.resumed(records, chosen, "s1", own_tests=True)) == {"k1", "k4"}
+    # With the own tests' own map, so does a mutant no conformance test reached.
+    records.write_text("".join(json.dumps(dataclasses.asdict(o)) + "\n" for o in [
+        dataclasses.replace(rows[0], verdict="nocoverage"),
+        dataclasses.replace(rows[1], verdict="nocoverage", own_tests="nocoverage")]))
+    assert set(mutant_records.resumed(records, chosen, "s1", own_tests=True)) == {"k1", "k2"}
+    assert set(mutant_records.resumed(records, chosen, "s1", own_tests=True, uncovered_too=True)) == {"k2"}
     assert mutant_records.tree_source() == mutant_records.tree_source()
 
 

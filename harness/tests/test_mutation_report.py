@@ -232,6 +232,26 @@ def test_figures_come_from_the_records_alone(tmp_path, capsys):
     assert total["conformance"] == f"{100 * verdicts.count('killed') / real:.1f} %"
 
 
+def test_the_own_tests_figure_counts_their_kills_of_mutants_no_conformance_test_reached(tmp_path, capsys):
+    outcomes = [o for o in outcomes_of_source() if o.verdict in ("killed", "nocoverage", "survived")][:6]
+    kinds = [o.verdict for o in outcomes]
+    uncovered = [o for o in outcomes if o.verdict == "nocoverage"]
+    survivors = [o for o in outcomes if o.verdict == "survived"]
+    assert uncovered and survivors
+    uncovered[0].own_tests, uncovered[0].own_failing = "killed", ["reference/python/tests/test_a.py::test_b"]
+    survivors[0].own_tests = "killed"
+    report = tmp_path / "r.mutation.json"
+    mutation_report.write(document(outcomes), report)
+    assert mutant_figures.report_figures([report]) == 0
+    table = capsys.readouterr().out.splitlines()
+    total = dict(zip(table[0].split(" | "), table[-1].split(" | ")))
+    real = len(outcomes)
+    assert total["killed by own tests"] == "2" and total["no coverage"] == str(kinds.count("nocoverage"))
+    assert total["conformance"] == f"{100 * kinds.count('killed') / real:.1f} %"
+    assert total["with own tests"] == f"{100 * (kinds.count('killed') + 2) / real:.1f} %"
+    assert total["survived"] == str(kinds.count("survived") - 1)
+
+
 def test_the_command_line_converts_merges_and_validates(tmp_path):
     outcomes = [dataclasses.replace(o, where=o.where.replace(REL, "harness/mutation/mutagen_core.py"))
                 for o in outcomes_of_source()[:3]]

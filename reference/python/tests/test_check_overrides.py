@@ -5,6 +5,7 @@ and the dispatcher are as they were afterwards, whatever the check found."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import os
 import pathlib
@@ -140,6 +141,11 @@ def test_report_failures_and_table(reg):
     assert table[2].split()[:2] == ["inputs_unchanged", "FAIL"]  # graph and node shown once
     assert failure.sample in table[2]
     assert table[-1] == "2 checks: 1 passed, 1 failed, 0 skipped"
+    # A result is a value: it cannot be changed under the report, and it
+    # hashes (a set of failures, a dict keyed by them).
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        failure.status = "pass"
+    assert {failure: 1}[dataclasses.replace(failure)] == 1
 
 
 def test_cond_decides_before_the_runtime(reg):

@@ -205,3 +205,60 @@ print(len(reg._graphs[("aten", "mul.Tensor", "CPU")]))
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == ["[]", "True True True", "[7.0, 7.0]", "no front end", "1"]
+
+
+def test_a_stock_module_put_back_after_its_takeover_is_not_taken_over_again():
+    """A program that saved torch's stock registry and puts it back into
+    sys.modules, then asks for the takeover again: the stock module is
+    marked taken over, so its overrides are not registered a second time
+    and its (emptied) state is not read again."""
+    import subprocess
+    import sys
+
+    script = """
+import sys, torch
+import torch._native.registry as stock
+from native_registry import upstream_compat
+stock.register_op_override("test_dsl", "aten", "mul.Tensor", "CPU", lambda a, b: True,
+                           lambda a, b: torch.full_like(a, 7.0))
+stock._register_all_overrides()
+upstream_compat.install_as_torch_native()
+sys.modules["torch._native.registry"] = stock  # put back by the program
+upstream_compat.install_as_torch_native()
+print(len(upstream_compat._graphs[("aten", "mul.Tensor", "CPU")]),
+      torch.mul(torch.ones(2), torch.ones(2)).tolist())
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[-1] == "1 [7.0, 7.0]"
+
+
+def test_the_takeover_reads_a_routers_chain_only_from_a_list_of_cond_and_node_id_pairs():
+    """takeover._routed_chains reads each live stock router's chain from its
+    closure: the first list of (cond, node id) pairs, not a list of other
+    things that looks alike (two-letter strings, triples), a few levels down
+    only (a closure that holds itself ends the walk), and only a chain whose
+    ids all belong to one graph of the stock registry."""
+    import types
+
+    from native_registry import takeover
+
+    def _register_overrides_from_graph(chain):
+        a_strings, b_triples = ["ab", "cd"], [(None, "n1", 0)]
+
+        def c_recursive():
+            return c_recursive
+
+        def eager_router(*args):
+            return a_strings, b_triples, c_recursive, chain
+        return eager_router
+
+    stock = types.ModuleType("synthetic_stock")
+    stock._register_overrides_from_graph = _register_overrides_from_graph
+    mul, add = ("aten", "mul.Tensor", "CPU"), ("aten", "add.Tensor", "CPU")
+    owner = {"n1": mul, "n2": mul, "n3": add}
+    routers = [_register_overrides_from_graph([(None, "n1"), (None, "n2")]),
+               _register_overrides_from_graph([(None, "n2"), (None, "n3")]),  # two graphs' ids
+               _register_overrides_from_graph([(None, "unknown")])]
+    assert takeover._routed_chains(stock, owner) == {mul: ["n1", "n2"]}
+    del routers
