@@ -8,6 +8,7 @@ Shared by --mutants (seeded faults) and --mutants auto.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import pathlib
 import signal
@@ -17,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 
 from . import mutagen  # noqa: F401 (annotations)
 from . import hang_watchdog, mutants, suite_server
-from .mutant_records import Outcome, resumed, tail, tree_commit, tree_source
+from .mutant_records import Outcome, awaits_own_verdict, resumed, tail, tree_commit, tree_source
 from .mutants import FIRST, ROOT, Workspace
 from .reached_map import GTEST_PREFIX, split as split_tests
 from .schemata_build import SWITCH
@@ -91,7 +92,11 @@ def reaches_cpp_suite(target: Target, file: str) -> bool:
 
 def evaluate(mutant: mutagen.Mutant, target: Target, ws: Workspace, out: pathlib.Path,
              timeouts: dict[str, float], baseline: dict[str, list[str]], commit: tuple[str, str] = ("", ""),
-             own_tests: bool = False) -> Outcome:
+             own_tests: bool = False, earlier: Outcome | None = None) -> Outcome:
+    """The mutant's verdict (`target` has it switched on, or its file
+    rewritten). `earlier`: its conformance verdict at this tree's source,
+    recorded without the own tests' verdict that --own-tests now owes it:
+    only the own tests run."""
     outcome = Outcome(mutant.key, mutant.where, mutant.kind, mutant.change, mutant.original.strip(),
                       mutant.mutated.strip(), commit=commit[0], source=commit[1])
     path = target.place[mutant.file]
@@ -108,6 +113,11 @@ def evaluate(mutant: mutagen.Mutant, target: Target, ws: Workspace, out: pathlib
         except SyntaxError as exc:
             outcome.verdict, outcome.output_tail = "stillborn", str(exc)
             return outcome
+    if earlier is not None:
+        outcome = dataclasses.replace(earlier, seconds=dict(earlier.seconds))
+        judge_by_own_tests(outcome, mutant, target, ws, out, timeouts)
+        outcome.seconds["total"] = earlier.seconds.get("total", 0.0) + outcome.seconds["own"]
+        return outcome
     outcome.tests_completed = 0
     suites = suites_for(mutant, target, ws, out, timeouts, baseline)
     if target.coverage is not None and mutant.file in target.pristine:
@@ -496,12 +506,17 @@ def run_all(chosen: list, equivalents: dict[str, str], records: pathlib.Path, ba
     commit, source = at or (tree_commit(), tree_source())
     uncovered_too = places[0][1].own_coverage is not None
     done = {**(reused or {}), **(resumed(records, chosen, source, own_tests, uncovered_too) if resume else {})}
+    # Verdicts of this source that lack only the own tests' (a --resume with
+    # --own-tests of a run without): those mutants meet the own tests alone.
+    owed = {key: o for key, o in (resumed(records, chosen, source) if resume else {}).items()
+            if key not in done and awaits_own_verdict(o, own_tests, uncovered_too)}
     if resume:
         print(f"  --resume: {len(done)} of the {len(chosen)} mutants have a verdict of this tree "
               f"({commit}, source {source}) in {records}", flush=True)
     records.write_text("".join(json.dumps(asdict(o)) + "\n" for o in done.values()))
     runner = Runner(chosen, equivalents, records, baseline["timeouts"], baseline, done, (commit, source),
                     own_tests)
+    runner.owed = owed
     runner.digests = digests or {}
     runner.check_switch = check_switch
     if shared_build:  # the places share one schemata build (a C++ layer's --switch)
@@ -629,7 +644,7 @@ class Runner:
         if switched is not None and mutant.key in switched.keys:
             # The instrumented copy is in place (and built): the suites' processes select it.
             outcome = evaluate(mutant, switched.choosing(target, mutant), ws, out, self.timeouts,
-                               self.baseline, self.commit, self.own_tests)
+                               self.baseline, self.commit, self.own_tests, self.owed.get(mutant.key))
             if self.check_switch and not self.stop.is_set():
                 self.compare(mutant, outcome, self.rewritten(mutant, target, switched, ws, out))
         else:
@@ -639,6 +654,7 @@ class Runner:
         self.record(index, mutant, outcome)
 
     digests: dict[str, tuple[str, str]] = {}
+    owed: dict[str, Outcome] = {}  # run_all's: earlier verdicts that await only the own tests'
     # --check-switch: each switched mutant is run rewritten too, and the two
     # verdicts compared (in <records>.switch-check.jsonl).
     check_switch = False
@@ -654,7 +670,8 @@ class Runner:
         pristine = path.read_text()
         try:
             path.write_text(switched.rewrite(mutant, pristine) if switched is not None else mutant.apply(pristine))
-            return evaluate(mutant, target, ws, out, self.timeouts, self.baseline, self.commit, self.own_tests)
+            return evaluate(mutant, target, ws, out, self.timeouts, self.baseline, self.commit, self.own_tests,
+                            self.owed.get(mutant.key))
         finally:
             path.write_text(pristine)
 

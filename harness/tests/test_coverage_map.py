@@ -5,6 +5,7 @@ what order a mutant meets them, and NoCoverage without a run."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pathlib
 import sys
@@ -240,6 +241,14 @@ def test_the_own_tests_judge_by_their_own_map_what_the_conformance_suites_did_no
     outcome = judge("TOP = 1")
     assert runs[-1] == ["reference/python/tests", "--deselect=tests/test_toy.py::test_fails_before_any_mutant"]
     assert (outcome.verdict, outcome.own_tests) == ("survived", "survived")
+    # A verdict of this tree that lacks only the own tests' (a --resume with
+    # --own-tests): the conformance suites do not run again.
+    monkeypatch.setattr(mutants, "python_suite", lambda *a, **k: pytest.fail("the conformance suite ran again"))
+    earlier = dataclasses.replace(outcome, own_tests="", seconds={"python": 5.0, "total": 5.0})
+    outcome = mutant_runner.evaluate(candidates[line_of(MODULE, "if x > 0")], target, mutants.FIRST, tree / "out",
+                                     timeouts, {}, own_tests=True, earlier=earlier)
+    assert (outcome.verdict, outcome.own_tests, outcome.where) == ("survived", "killed", earlier.where)
+    assert outcome.seconds["total"] >= 5.0 and runs[-1][0] == "tests/test_toy.py::test_positive"
 
 
 def test_statement_lines_map_continuations_to_their_first_line():
