@@ -19,6 +19,7 @@ from fixtures.python.torch_fixtures import A, B, STOCK, mul
 from fixtures.python.torch_fixtures import MUL_CPU as KEY
 
 ADD_KEY = ("aten", "add.Tensor", "CPU")
+SUB_KEY = ("aten", "sub.Tensor", "CPU")
 ADD_STOCK = torch.tensor([6.0, 8.0])  # A + B from aten's own kernel
 
 
@@ -187,12 +188,15 @@ def test_a_reorder_with_reregister_installs_every_changed_graph(impl):
     impl.register("dsl_b", *KEY, cpe_accept, cpe_fill(8.0))
     impl.register("dsl_a", *ADD_KEY, cpe_accept, cpe_fill(7.0))
     impl.register("dsl_b", *ADD_KEY, cpe_accept, cpe_fill(8.0))
+    impl.register("dsl_a", *SUB_KEY, cpe_accept, cpe_fill(7.0))  # one node: reversed, unchanged
     impl.install(*KEY)
     impl.reorder(cpe_reversed, reregister=True)
     assert torch.equal(mul(), torch.tensor([8.0, 8.0]))
     # Never installed before, but changed: installed now.
     assert impl.router_installed(*ADD_KEY)
     assert torch.equal(cpe_add(), torch.tensor([8.0, 8.0]))
+    # Never installed and not changed: still not installed.
+    assert not impl.router_installed(*SUB_KEY)
 
 
 @behaviour("ordering.registration-during-ordering-kept")

@@ -300,3 +300,8 @@ def test_the_package_reports_its_version():
     assert native_registry.__version__ == project_version
     assert importlib.metadata.version("native_registry") == project_version
     assert re.fullmatch(r"\d+\.\d+\.\d+", native_registry.__version__)
+
+
+def test_upstreams_private_name_of_register_all_overrides_is_the_same_function():
+    import native_registry.registry as registry
+    assert registry._register_all_overrides is registry.register_all_overrides

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 
+import pytest
 import torch
 
 from fixtures.python.torch_fixtures import mul
@@ -119,3 +120,51 @@ def test_the_decomposition_table_skips_a_router_another_kernel_shadows(reg):
     finally:
         lib._destroy()
     assert op in reg.native_decomp_table(overrides_only=True)
+
+
+def test_copies_of_a_graph_whose_op_is_gone_refuse_a_reinstalling_reorder_unchanged(reg):
+    """With reregister_overrides, copies with new callables of a graph whose
+    op no longer resolves (its library destroyed since registration) end the
+    reordering before any change: AttributeError naming the op, the nodes
+    keep their callables."""
+    lib = torch.library.Library("nr_copies_gone", "DEF")
+    lib.define("twice(Tensor x) -> Tensor")
+    lib.impl("twice", lambda x: x * 2, "CPU")
+    reg.allow_namespace("nr_copies_gone")
+    seven, nine = fill(7.0), fill(9.0)
+    reg.register_op_override("dsl_a", "nr_copies_gone", "twice", "CPU", accept, seven)
+    lib._destroy()
+    with pytest.raises(AttributeError, match="op 'nr_copies_gone::twice' not found"):
+        reg.reorder_graphs_from_user_function(copying([], impl_fn=nine), reregister_overrides=True)
+    assert _C.graph(("nr_copies_gone", "twice", "CPU"))[0].impl_fn is seven
+
+
+def test_an_emptied_graph_meets_the_ordering_function_without_a_failure(reg, caplog):
+    """A graph emptied through the core (_C.replace_graph with no nodes) is
+    still handed to the ordering function; returning it as it is fails
+    nothing."""
+    reg.register_op_override("dsl_a", *KEY, accept, fill(7.0))
+    _C.replace_graph(KEY, [])
+    seen = []
+    with caplog.at_level(logging.WARNING, logger="native_registry.registry"):
+        reg.reorder_graphs_from_user_function(lambda op, key, graph: seen.append(len(graph)) or graph)
+    assert seen == [0] and not caplog.records, [r.getMessage() for r in caplog.records]
+
+
+def test_a_result_holding_a_copy_and_its_node_again_is_refused_unchanged(reg, caplog):
+    """An ordering function's result with a copy (new callables) and the
+    same node once more is refused as a whole, by the core's check that
+    names the node: the graph keeps its order and its node its callables."""
+    seven, nine = fill(7.0), fill(9.0)
+    reg.register_op_override("dsl_a", *KEY, accept, seven)
+    reg.register_all_overrides()
+
+    def copy_and_again(op_symbol, dispatch_key, graph):
+        return [dataclasses.replace(graph[0], impl_fn=nine), graph[0]]
+
+    with caplog.at_level(logging.WARNING, logger="native_registry.registry"):
+        reg.reorder_graphs_from_user_function(copy_and_again, reregister_overrides=True)
+    (message,) = [r.getMessage() for r in caplog.records]
+    assert "Graph transformation failed" in message and "appears twice" in message
+    assert _C.graph(KEY)[0].impl_fn is seven and len(_C.graph(KEY)) == 1
+    assert torch.equal(mul(), torch.full((2,), 7.0))
