@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import pathlib
 import shutil
+import subprocess
 import sys
 
 # Imports nothing of the harness: the lifecycle runner (reference/python/tests/
@@ -45,6 +46,16 @@ def editable_builds() -> list[str]:
     the install of another checkout too, whose build is not its ROOT/build."""
     return [str(f._build_path) for f in sys.meta_path
             if type(f).__name__ == "MesonpyMetaFinder" and isinstance(getattr(f, "_build_path", None), str)]
+
+
+def editable_builds_of_new_interpreters() -> list[str]:
+    """editable_builds() as an interpreter started now finds them (the
+    installs' .pth files are read at start-up): an install made or moved
+    since this one started shows here only."""
+    found = subprocess.run(
+        [sys.executable, "-c", "import sys; print('\\n'.join(str(f._build_path) for f in sys.meta_path "
+         "if type(f).__name__ == 'MesonpyMetaFinder'))"], capture_output=True, text=True, timeout=120)
+    return sorted(line for line in found.stdout.splitlines() if line)
 
 
 def environment_for(staged: pathlib.Path) -> dict[str, str]:

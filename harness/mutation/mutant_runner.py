@@ -22,6 +22,7 @@ from .mutant_records import Outcome, awaits_own_verdict, resumed, tail, tree_com
 from .mutants import FIRST, ROOT, Workspace
 from .reached_map import GTEST_PREFIX, split as split_tests
 from .schemata_build import SWITCH
+from .. import staging
 from ..progress import duration, remaining
 
 @dataclass
@@ -519,9 +520,9 @@ def run_all(chosen: list, equivalents: dict[str, str], records: pathlib.Path, ba
     runner.owed = owed
     runner.digests = digests or {}
     runner.check_switch = check_switch
+    runner.switched_keys = {key for s in places[0][1].switched.values() for key in s.keys}
     if shared_build:  # the places share one schemata build (a C++ layer's --switch)
         runner.rebuilder = places[0][2]
-        runner.switched_keys = {key for s in places[0][1].switched.values() for key in s.keys}
     if check_switch:
         records.with_suffix(".switch-check.jsonl").unlink(missing_ok=True)
     try:
@@ -562,6 +563,12 @@ class Runner:
         self.check_differs: list[str] = []
         self.start = time.monotonic()
         self.busy = 0  # workers inside a mutant's run
+        # The editable installs an interpreter started now would load: the
+        # suites' environment skips those of the run's start (staging), so a
+        # new one (ci/setup run meanwhile) would make every fresh interpreter
+        # import it instead of the mutated package, and its mutants survive.
+        self.editable = staging.editable_builds_of_new_interpreters()
+        self.editable_checked = time.monotonic()
 
     # Where the workers share one schemata build: the worker (by its out
     # folder) that alone runs the mutants that are not switched, each
@@ -608,6 +615,12 @@ class Runner:
                 return "wait"
         if not self.pending:
             return None
+        if self.pending[0][1].key in self.switched_keys:
+            # Switched: no compile to save by keeping to a file, so the order
+            # as given (a --shuffle's: a run cut short judged a uniform sample).
+            index, mutant = self.pending.pop(0)
+            self.at[ws] = mutant.file
+            return index, mutant
         at = {f for w, f in self.at.items() if w != ws}
         pick = next((k for k, (_, m) in enumerate(self.pending) if m.file == self.at.get(ws)), None)
         if pick is None:
@@ -638,8 +651,25 @@ class Runner:
             self.errors.append(exc)
             self.stop.set()
 
+    def check_editable_installs(self) -> None:
+        """Raises (ending the run, its verdicts so far kept) once the editable
+        installs a new interpreter loads differ from the run's start; looked
+        at every 20 s at most."""
+        with self.lock:
+            if time.monotonic() - self.editable_checked < 20:
+                return
+            self.editable_checked = time.monotonic()
+        now = staging.editable_builds_of_new_interpreters()
+        if now != self.editable:
+            raise RuntimeError(
+                f"the editable installs changed during the run ({self.editable} at its start, {now} now: "
+                f"ci/setup or a pip install ran meanwhile); the suites' fresh interpreters would import "
+                f"them, not the mutated package, so no later verdict could be trusted. Run again "
+                f"(--resume keeps the verdicts so far)")
+
     def run_one(self, ws: Workspace, target: Target, out: pathlib.Path, index: int, mutant: mutagen.Mutant
                 ) -> None:
+        self.check_editable_installs()
         switched = target.switched.get(mutant.file)
         if switched is not None and mutant.key in switched.keys:
             # The instrumented copy is in place (and built): the suites' processes select it.

@@ -363,6 +363,11 @@ def test_each_workspace_keeps_to_the_files_of_its_mutants(tmp_path):
     # Nothing of its own file or a free one left: it shares another's file.
     runner = mutant_runner.Runner(chosen[:3], {}, tmp_path / "r.jsonl", {}, {}, {})
     assert [runner.take(ws)[1].key for ws in (one, two, two)] == ["a1", "a2", "a3"]
+    # Switched mutants cost no compile: taken in the order given (a --shuffle's).
+    runner = mutant_runner.Runner(chosen, {}, tmp_path / "r.jsonl", {}, {}, {})
+    runner.switched_keys = {m.key for m in chosen}
+    assert [runner.take(ws)[1].key for ws in (one, two, one, two, one, two, two)] == [
+        "a1", "a2", "a3", "b1", "b2", "c1", "d1"]
 
 
 def test_the_tests_ci_mutants_names_run_first_in_its_order_and_the_rest_as_collected():
@@ -451,3 +456,27 @@ def test_with_a_baseline_of_another_source_a_python_kill_stands_only_if_its_test
     seeded_faults.confirm_kills(faults, outcomes[:1], baseline, target, mutants.Workspace(tmp_path), tmp_path,
                                 [], ("", ""), already={a})
     assert ran == []
+
+
+def test_a_run_ends_when_the_editable_installs_change_under_it(tmp_path, monkeypatch):
+    """A new editable install (ci/setup run meanwhile) would make the suites'
+    fresh interpreters import it instead of the mutated package: the runner
+    stops rather than record verdicts that saw no mutant."""
+    from harness import staging
+    from harness.mutation import mutant_runner
+    builds = [["/a/build"]]
+    monkeypatch.setattr(staging, "editable_builds_of_new_interpreters", lambda: list(builds[-1]))
+    runner = mutant_runner.Runner([], {}, tmp_path / "r.jsonl", {}, {}, {})
+    runner.editable_checked -= 60
+    runner.check_editable_installs()  # unchanged: nothing
+    builds.append(["/b/build"])
+    runner.check_editable_installs()  # looked at less than 20 s ago: not yet
+    runner.editable_checked -= 60
+    with pytest.raises(RuntimeError, match="editable installs changed during the run"):
+        runner.check_editable_installs()
+
+
+def test_new_interpreters_editable_installs_are_read_from_a_new_interpreter():
+    from harness import staging
+    # This checkout's own editable install (ci/setup's), as a new interpreter loads it.
+    assert staging.editable_builds_of_new_interpreters() == sorted(staging.editable_builds())
