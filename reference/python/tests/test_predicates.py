@@ -107,3 +107,27 @@ def test_predicate_as_cond_routes_without_python_on_decline(reg):
     finally:
         sys.setprofile(None)
     assert any("<lambda>" in call for call in python_calls)
+
+
+@pytest.mark.parametrize("dtype, expected", [(torch.float16, 7.0), (torch.float32, 1.0)])
+def test_a_predicate_cond_decides_in_a_decomposed_program_as_in_eager(reg, dtype, expected):
+    """The decomposition table's router asks a C++ predicate cond with the
+    traced call's arguments: a program exported and decomposed with
+    native_decomp_table() takes the override where eager does, and only there."""
+    reg.register_op_override("test_dsl", "aten", "mul.Tensor", "CPU",
+                             P.dtype_in(torch.float16) & P.max_numel(4),
+                             lambda a, b: torch.full_like(a, 7.0))
+    reg.register_all_overrides()
+
+    class Mul(torch.nn.Module):
+        def forward(self, a, b):
+            return a * b
+
+    x = torch.ones(2, dtype=dtype)
+    assert torch.equal(mul(x, x), torch.full_like(x, expected))  # eager
+    program = torch.export.export(Mul(), (x, x)).run_decompositions(reg.native_decomp_table())
+    assert torch.equal(program.module()(x, x), torch.full_like(x, expected))
+    # Decided when decomposed: the program calls the override's `_native` op
+    # itself, or the op (which the eager router would route again).
+    called = [str(n.target) for n in program.graph.nodes if n.op == "call_function"]
+    assert any(t.startswith("_native.") for t in called) == (expected == 7.0), called
