@@ -131,3 +131,24 @@ def test_a_predicate_cond_decides_in_a_decomposed_program_as_in_eager(reg, dtype
     # itself, or the op (which the eager router would route again).
     called = [str(n.target) for n in program.graph.nodes if n.op == "call_function"]
     assert any(t.startswith("_native.") for t in called) == (expected == 7.0), called
+
+
+def test_a_predicate_coverage_check_declines_in_a_decomposed_program_as_in_eager(reg):
+    """A C++ predicate set as the coverage check is asked by the
+    decomposition table's router too: a call it covers keeps the op."""
+    reg.register_op_override("test_dsl", "aten", "mul.Tensor", "CPU", P.always(),
+                             lambda a, b: torch.full_like(a, 7.0))
+    reg.register_all_overrides()
+    reg.set_coverage_check(P.dtype_in(torch.float16))
+    try:
+        class Mul(torch.nn.Module):
+            def forward(self, a, b):
+                return a * b
+
+        for dtype, routed in ((torch.float16, False), (torch.float32, True)):
+            x = torch.ones(2, dtype=dtype)
+            program = torch.export.export(Mul(), (x, x)).run_decompositions(reg.native_decomp_table())
+            called = [str(n.target) for n in program.graph.nodes if n.op == "call_function"]
+            assert any(t.startswith("_native.") for t in called) == routed, (dtype, called)
+    finally:
+        reg.set_coverage_check(None)
