@@ -240,3 +240,22 @@ print("grew_kb", rss_kb() - start)
 """, timeout=300)
     grew = int(out.split()[-1])
     assert grew < 1024, f"RSS grew by {grew} kB over 100k cycles"
+
+
+def test_a_decomposition_table_read_in_a_scope_holds_no_native_op_after_it(reg):
+    """The decomposition table's routers are cached while their chain is
+    published; once a scope's restore retires the chain, the cached router
+    goes too, so a retired `_native` op that nothing else holds is undefined
+    by the next restore (no op left behind by a table read and dropped)."""
+    import gc
+
+    with reg.scoped():
+        reg.register_op_override("gone_dsl", "aten", "mul.Tensor", "CPU", lambda a, b: True, seven)
+        reg.register_all_overrides()
+        node_id = reg.graph("aten", "mul.Tensor", "CPU")[0].node_id
+        assert len(reg.native_decomp_table(overrides_only=True)) == 1  # read, then dropped
+    gc.collect()
+    with reg.scoped():
+        pass
+    with pytest.raises(RuntimeError):
+        torch._C._dispatch_find_schema_or_throw(f"_native::{node_id}", "")
