@@ -51,10 +51,12 @@ def editable_builds() -> list[str]:
 def editable_builds_of_new_interpreters() -> list[str]:
     """editable_builds() as an interpreter started now finds them (the
     installs' .pth files are read at start-up): an install made or moved
-    since this one started shows here only."""
+    since this one started shows here only. The new interpreter runs this
+    file's editable_builds(), which needs nothing of the harness."""
     found = subprocess.run(
-        [sys.executable, "-c", "import sys; print('\\n'.join(str(f._build_path) for f in sys.meta_path "
-         "if type(f).__name__ == 'MesonpyMetaFinder'))"], capture_output=True, text=True, timeout=120)
+        [sys.executable, "-c", "import runpy, sys; "
+         f"print('\\n'.join(runpy.run_path({__file__!r})['editable_builds']()))"],
+        capture_output=True, text=True, timeout=120)
     return sorted(line for line in found.stdout.splitlines() if line)
 
 

@@ -37,8 +37,8 @@ from . import mutation_report
 from . import mutants
 from . import schemata_build
 from .. import staging, with_root_on_path
-from .mutant_records import (EQUIVALENTS, awaits_own_verdict, TARGET_KILL_RATE, Outcome, figures, load_equivalents,  # noqa: F401
-                            per_mutant, percent, summary, write_report)
+from .mutant_records import (EQUIVALENTS, TARGET_KILL_RATE, Outcome, awaits_own_verdict, figures,  # noqa: F401
+                            load_equivalents, per_mutant, percent, summary, write_report)
 from .mutant_runner import BUILT_FROM, BUILT_LAYERS, Target, check_pristine
 from .mutants import FIRST, ROOT, Workspace
 

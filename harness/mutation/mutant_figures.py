@@ -161,8 +161,10 @@ def counts(name: str, candidates: int, outcomes: list[auto_mutants.Outcome], equ
     uncovered = [o for o in outcomes if o.verdict == "nocoverage"]  # by the conformance suites
     # The own tests' kills: of conformance survivors, and of mutants no
     # conformance test reaches (where the own tests had a map of their own).
-    own = sum(o.own_tests == "killed" for o in survivors + uncovered if o.key not in equivalents)
-    left = len(survivors) - equivalent - sum(o.own_tests == "killed" for o in survivors if o.key not in equivalents)
+    own_kills = lambda group: sum(o.own_tests == "killed" for o in group if o.key not in equivalents)  # noqa: E731
+    own_of_survivors = own_kills(survivors)
+    own = own_of_survivors + own_kills(uncovered)
+    left = len(survivors) - equivalent - own_of_survivors
     real = killed + len(survivors) - equivalent + len(uncovered)  # a mutant no test executes is not killed
     rate = lambda k, n: f"{100 * k / n:.1f} %" if n else "n/a"  # noqa: E731
     return {"file": name, "candidates": candidates, "verdicts": len(outcomes),
