@@ -8,6 +8,7 @@ and the log records of a re-enable."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 import pytest
@@ -197,6 +198,16 @@ def test_a_reorder_with_reregister_installs_every_changed_graph(impl):
     assert torch.equal(cpe_add(), torch.tensor([8.0, 8.0]))
     # Never installed and not changed: still not installed.
     assert not impl.router_installed(*SUB_KEY)
+
+
+@behaviour("ordering.reregister-installs-changed-graphs")
+def test_a_graph_returned_as_unchanged_copies_is_not_installed(impl):
+    impl.register("dsl_a", *SUB_KEY, cpe_accept, cpe_fill(7.0))
+    impl.register("dsl_b", *SUB_KEY, cpe_accept, cpe_fill(8.0))
+    # Copies equal to the nodes, in the same order: the graph is unchanged.
+    impl.reorder(lambda op_symbol, dispatch_key, graph: [dataclasses.replace(n) for n in graph],
+                 reregister=True)
+    assert not impl.router_installed(*SUB_KEY), "a graph returned unchanged was installed"
 
 
 @behaviour("ordering.registration-during-ordering-kept")

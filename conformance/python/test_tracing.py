@@ -240,6 +240,47 @@ def test_a_cpu_export_is_not_routed_into_a_cuda_override(impl):
     assert torch.equal(ep.module()(A, B), STOCK + 1)
 
 
+ONES_CPU = ("aten", "ones", "CPU")
+
+
+class PlusOnes(torch.nn.Module):
+    def forward(self, x):
+        return x + torch.ones(2)
+
+
+class MetaOnes(torch.nn.Module):
+    def forward(self, x):
+        return torch.ones(2, device="meta")
+
+
+def install_sevens(impl):
+    """An override of a factory (aten::ones takes no tensor) at CPU."""
+    impl.register("test_dsl", *ONES_CPU, lambda *a, **k: True, lambda *a, **k: torch.full((2,), 7.0))
+    impl.install(*ONES_CPU)
+
+
+@behaviour("export.factory-op-runs")
+def test_an_exported_program_runs_the_override_of_a_factory_op(impl):
+    install_sevens(impl)
+    x = torch.zeros(2)
+    assert torch.equal(PlusOnes()(x), torch.full((2,), 7.0))  # eager routes it
+    ep = torch.export.export(PlusOnes(), (x,)).run_decompositions(impl.decomp_table())
+    assert "aten.ones.default" not in call_targets(ep), "the factory call was not routed"
+    assert torch.equal(ep.module()(x), torch.full((2,), 7.0)), (
+        "the exported program's _native op of a factory did not run the impl")
+
+
+@behaviour("export.factory-router-honours-device")
+def test_a_factory_call_on_another_device_is_not_routed_into_a_cpu_override(impl):
+    install_sevens(impl)
+    x = torch.zeros(2)
+    assert MetaOnes()(x).device.type == "meta"  # eager: the Meta kernel, not the CPU router
+    ep = torch.export.export(MetaOnes(), (x,)).run_decompositions(impl.decomp_table())
+    assert "aten.ones.default" in call_targets(ep), "a meta factory call was routed to a CPU override"
+    out = ep.module()(x)
+    assert out.device.type == "meta" and out.shape == (2,)
+
+
 @behaviour("export.runtime-asked-at-run-time")
 def test_an_exported_program_asks_the_runtime_when_it_runs(impl):
     available = [True]

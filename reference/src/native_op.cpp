@@ -13,11 +13,15 @@
 #include "names.h"
 #include "quiet_override_warning.h"
 
+#include <native_registry/backend_select.h>
 #include <native_registry/errors.h>
 
 #include <mutex>
+#include <optional>
 #include <vector>
 
+#include <ATen/core/jit_type.h>
+#include <c10/core/TensorOptions.h>
 #include <torch/csrc/jit/runtime/operator.h>
 
 namespace native_registry::detail {
@@ -78,6 +82,19 @@ class CallImpl final : public c10::OperatorKernel {
  private:
   std::shared_ptr<NativeOp::Binding> binding_;
   std::shared_ptr<const Target> target_;
+};
+
+// A `_native` op whose target takes no tensor: the kernel of its node's key
+// (or Meta, under a fake mode's meta device) by the call's options, as the
+// target's own BackendSelect kernel chooses (backend_select.h). Without it an
+// exported program's call of the op fails to dispatch.
+class SelectBackend final : public c10::OperatorKernel {
+ public:
+  void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, Stack* stack) {
+    const size_t count = op.schema().arguments().size();
+    const c10::ArrayRef<c10::IValue> arguments(stack->data() + (stack->size() - count), count);
+    op.redispatchBoxed(c10::DispatchKeySet(tensorless_backend(op.schema(), arguments)), stack);
+  }
 };
 
 // Every call of a retired op, at any key (CompositeImplicitAutograd fills
@@ -246,6 +263,12 @@ void NativeOp::activate(const NodePtr& node, const c10::OperatorHandle& target,
   kernels_->impl(name_.c_str(),
                  torch::dispatch(dispatch_key, torch::CppFunction::makeFromBoxedFunctor(
                                                    std::make_unique<CallImpl>(binding_, shared))));
+  if (!takes_a_tensor(target.schema())) {
+    kernels_->impl(name_.c_str(),
+                   torch::dispatch(c10::DispatchKey::BackendSelect,
+                                   torch::CppFunction::makeFromBoxedFunctor(
+                                       std::make_unique<SelectBackend>())));
+  }
   target_watch_ = std::move(watch);
   node_ = node;
 }
@@ -282,3 +305,38 @@ std::shared_ptr<const void> NativeOp::retire() {
 }
 
 }  // namespace native_registry::detail
+
+namespace native_registry {
+
+bool takes_a_tensor(const c10::FunctionSchema& schema) {
+  for (const c10::Argument& argument : schema.arguments()) {
+    const c10::TypePtr& type = argument.type();
+    if (type->isSubtypeOf(*c10::TensorType::get()) ||
+        type->isSubtypeOf(*c10::OptionalType::ofTensor()) ||
+        type->isSubtypeOf(*c10::ListType::ofTensors()) ||
+        type->isSubtypeOf(*c10::ListType::ofOptionalTensors())) {
+      return true;
+    }
+  }
+  return false;
+}
+
+c10::DispatchKey tensorless_backend(const c10::FunctionSchema& schema,
+                                    c10::ArrayRef<c10::IValue> arguments) {
+  TORCH_CHECK(arguments.size() == schema.arguments().size(), "tensorless_backend: ",
+              arguments.size(), " arguments for the ", schema.arguments().size(), " of ",
+              schema.name());
+  auto given = [&](const char* name) -> const c10::IValue* {
+    const std::optional<int> index = schema.argumentIndexWithName(name);
+    return index && !arguments[*index].isNone() ? &arguments[*index] : nullptr;
+  };
+  std::optional<c10::ScalarType> dtype;
+  std::optional<c10::Layout> layout;
+  std::optional<c10::Device> device;
+  if (const c10::IValue* value = given("dtype")) dtype = value->toScalarType();
+  if (const c10::IValue* value = given("layout")) layout = value->toLayout();
+  if (const c10::IValue* value = given("device")) device = value->toDevice();
+  return c10::computeDispatchKey(dtype, layout, device);
+}
+
+}  // namespace native_registry

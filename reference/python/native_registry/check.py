@@ -47,6 +47,7 @@ from torch.utils import _pytree as pytree
 
 from . import _C
 from . import registry
+from .compile_routing import _reaches_key
 
 __all__ = ["CHECKS", "CheckReport", "CheckResult", "check_overrides", "main"]
 
@@ -264,13 +265,6 @@ def _tensors(value: Any) -> list[torch.Tensor]:
     return [v for v in pytree.tree_leaves(value) if isinstance(v, torch.Tensor)]
 
 
-def _reaches_key(dispatch_key: str, args: tuple, kwargs: dict) -> bool:
-    """Whether an eager call with these arguments reaches `dispatch_key`."""
-    key = getattr(torch._C.DispatchKey, dispatch_key, None)
-    tensors = _tensors((args, kwargs))
-    return key is None or not tensors or any(torch._C._dispatch_keys(t).has(key) for t in tensors)
-
-
 # ---- one graph --------------------------------------------------------------------
 
 
@@ -333,8 +327,8 @@ class _Graph:
             if isinstance(bound, str):
                 self.unfit.append(f"sample {index}: {bound}")
                 continue
-            if not _reaches_key(key[2], *bound):
-                self.unfit.append(f"sample {index}: its tensors do not reach {key[2]}")
+            if not _reaches_key(overload, key[2], *bound):
+                self.unfit.append(f"sample {index}: it would not reach {key[2]} in eager")
                 continue
             self.samples.append(_Sample(index, *bound, _describe(index, self.op_name, *bound)))
         self.mutable = {i for i, a in enumerate(self.schema.arguments) if a.is_write}

@@ -23,8 +23,8 @@ from . import _C
 from .nodes import GraphKey, bound_field
 
 # What the package's other modules may use (_resolve_overload keeps upstream's name).
-__all__ = ["_resolve_overload", "compile_backend", "decomp_overrides", "drop_cached_native_packets",
-           "drop_stale_compile_routers", "native_decomp_table"]
+__all__ = ["_reaches_key", "_resolve_overload", "compile_backend", "decomp_overrides",
+           "drop_cached_native_packets", "drop_stale_compile_routers", "native_decomp_table"]
 
 def _resolve_overload(lib_symbol: str, op_symbol: str) -> torch._ops.OpOverload | None:
     """The OpOverload ``lib_symbol::op_symbol`` names ("bmm" is bmm.default,
@@ -51,14 +51,22 @@ def _resolve_overload(lib_symbol: str, op_symbol: str) -> torch._ops.OpOverload 
     return found
 
 
-def _reaches_key(dispatch_key: str, args: tuple, kwargs: dict) -> bool:
-    """Whether a call would reach `dispatch_key` in eager: some tensor argument
-    carries it (a CPU call never reaches a CUDA router). The decomposition
-    table is keyed by op only, so its router must check this itself. A call
-    without tensors, or a key torch does not name, is not judged here."""
-    key = getattr(torch._C.DispatchKey, dispatch_key, None)
+def _reaches_key(overload: torch._ops.OpOverload, dispatch_key: str, args: tuple, kwargs: dict) -> bool:
+    """Whether a call of `overload` would reach `dispatch_key` in eager: some
+    tensor argument carries it (a CPU call never reaches a CUDA router), or,
+    for an op that takes no tensor (a factory such as aten::ones), the key its
+    dtype, layout and device select, as the op's BackendSelect kernel does
+    (a meta or CUDA factory call never reaches a CPU router). The
+    decomposition table is keyed by op only, so its router must check this
+    itself (the registry admits only keys torch names). A call that passes
+    none of the tensors its op takes is not judged here."""
+    key = getattr(torch._C.DispatchKey, dispatch_key)
     tensors = [a for a in torch.utils._pytree.tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)]
-    return key is None or not tensors or any(torch._C._dispatch_keys(t).has(key) for t in tensors)
+    if tensors:
+        return any(torch._C._dispatch_keys(t).has(key) for t in tensors)
+    schema = overload._schema
+    selected = _C.tensorless_backend(schema.name, schema.overload_name, tuple(args), dict(kwargs))
+    return selected is None or selected == dispatch_key
 
 
 def _compile_cond(handle: _C.Node, overload: torch._ops.OpOverload) -> Callable[..., Any]:
@@ -108,7 +116,7 @@ def _make_compile_router(chain: list[_C.Node], overload: torch._ops.OpOverload) 
     op_symbol, dispatch_key = chain[0].op_symbol, chain[0].dispatch_key
 
     def compile_router(*args: Any, **kwargs: Any) -> Any:
-        if not _reaches_key(dispatch_key, args, kwargs):
+        if not _reaches_key(overload, dispatch_key, args, kwargs):
             return NotImplemented
         if _covered(op_symbol, dispatch_key, overload, args, kwargs):
             return NotImplemented

@@ -1,12 +1,19 @@
 // What the registry holds, for Python: graphs and their keys, published
 // chains, routers and their state, filters, the indexes by name, and the
-// self-checks the tests call (check_invariants, dump_state, router_id). Each
+// self-checks the tests call (check_invariants, dump_state, router_id), and
+// the backend a tensorless call selects (tensorless_backend). Each
 // releases the GIL while the core answers (the GIL rules are at gil.cpp's head).
 //
 // Owns: these read-only module functions. May not touch: registry state (a
 // query changes nothing), or how keys and nodes convert (node_views.cpp).
 
 #include "binding.h"
+
+#include <native_registry/backend_select.h>
+
+#include <optional>
+
+#include <torch/csrc/jit/python/pybind_utils.h>
 
 namespace native_registry::python {
 
@@ -26,6 +33,19 @@ void bind_queries(py::module_& m) {
   });
   m.def("is_enabled", [](const OverrideNode& node) {
     return without_gil([&] { return registry().is_enabled(node); });
+  });
+  // The dispatch key a call of the op `name.overload` selects when the op
+  // takes no tensor (backend_select.h), or None when it takes one: whether a
+  // factory's call reaches an override's key, for the compile router.
+  m.def("tensorless_backend", [](const std::string& name, const std::string& overload,
+                                 const py::tuple& args, const py::dict& kwargs) -> py::object {
+    const std::optional<c10::OperatorHandle> op =
+        c10::Dispatcher::singleton().findSchema({name, overload});
+    if (!op) throw py::value_error("tensorless_backend: no op " + name + "." + overload);
+    if (takes_a_tensor(op->schema())) return py::none();
+    const Stack stack = torch::jit::createStackForSchema(
+        op->schema(), args, py::reinterpret_borrow<py::kwargs>(kwargs), std::nullopt);
+    return py::str(c10::toString(tensorless_backend(op->schema(), stack)));
   });
   m.def("check_invariants", [] { without_gil([] { registry().check_invariants(); }); });
   m.def("dump_state", [] { return without_gil([] { return registry().dump_state(); }); });

@@ -305,3 +305,31 @@ def test_the_package_reports_its_version():
 def test_upstreams_private_name_of_register_all_overrides_is_the_same_function():
     import native_registry.registry as registry
     assert registry._register_all_overrides is registry.register_all_overrides
+
+
+# ---- small edges of the Python layer ------------------------------------------------
+
+def test_a_node_given_more_positional_fields_than_it_has_is_refused():
+    fields = registry._OverrideNode.__dataclass_fields__
+    with pytest.raises(TypeError, match=f"at most {len(fields)} positional arguments \\({len(fields) + 1} given\\)"):
+        registry._OverrideNode(*(["x"] * (len(fields) + 1)))
+
+
+def test_the_log_sink_logs_nothing_while_the_interpreter_finalizes(monkeypatch, caplog):
+    monkeypatch.setattr(registry, "log", None)  # as the module's globals are cleared at exit
+    registry._forward_log("warning", "at exit", _finalizing=lambda: True)
+    monkeypatch.undo()
+    with caplog.at_level(logging.INFO, logger=registry.log.name):
+        registry._forward_log("warning", "while running", _finalizing=lambda: False)
+    assert [r.getMessage() for r in caplog.records] == ["while running"]
+
+
+@pytest.mark.parametrize("bad", [None, 1, "yes"])
+def test_collect_stats_takes_a_bool_only_and_changes_nothing_else(reg, bad):
+    before = reg.collect_stats(True)
+    try:
+        with pytest.raises(TypeError, match=f"collect_stats takes a bool, got {type(bad).__name__}: {bad!r}"):
+            reg.collect_stats(bad)
+        assert reg.collect_stats(True) is True, "a refused setting changed the collection"
+    finally:
+        reg.collect_stats(before)

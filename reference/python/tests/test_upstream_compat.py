@@ -261,4 +261,11 @@ def test_the_takeover_reads_a_routers_chain_only_from_a_list_of_cond_and_node_id
                _register_overrides_from_graph([(None, "n2"), (None, "n3")]),  # two graphs' ids
                _register_overrides_from_graph([(None, "unknown")])]
     assert takeover._routed_chains(stock, owner) == {mul: ["n1", "n2"]}
+    # A stock registry whose installer is not a plain function (or has none):
+    # no router is read, nothing raises.
+    for installer in (None, len):
+        stock._register_overrides_from_graph = installer
+        assert takeover._routed_chains(stock, owner) == {}
+    del stock._register_overrides_from_graph
+    assert takeover._routed_chains(stock, owner) == {}
     del routers
