@@ -157,10 +157,13 @@ def test_explain_names_the_filter_entry_that_disabled_a_node(impl):
     explained = impl.explain(MUL, A, B)
     assert verdicts(explained) == ["disabled", "accepted", "not reached"], str(explained)
     assert "off_dsl" in explained.nodes[0].detail
+    # Only the entry that names it: no op symbol or dispatch key entry exists yet.
+    assert "mul.Tensor" not in explained.nodes[0].detail, str(explained)
     impl.disable(op_symbols=["mul.Tensor"])
     explained = impl.explain(MUL, A, B)
     assert verdicts(explained) == ["disabled"] * 3, str(explained)
     assert "mul.Tensor" in explained.nodes[1].detail
+    assert "on_dsl" not in explained.nodes[1].detail, str(explained)  # no dsl entry names it
     assert explained.kernel.kind == "fallback"
 
 
@@ -302,6 +305,20 @@ def test_explain_of_a_graph_without_a_router_says_that_once_installed_the_call_w
     assert explained.kernel.kind == "no router", str(explained)
     assert verdicts(explained) == ["declined", "raised"], str(explained)
     assert "cond exploded 5812" in explained.kernel.detail, str(explained)
+
+
+@behaviour("explain.router-state")
+def test_explain_says_whether_the_router_is_absent_dormant_or_active(impl):
+    impl.register("stateful", *KEY, lambda a, b: False, forbidden())
+    explained = impl.explain(MUL, A, B)
+    assert explained.router.startswith("absent"), str(explained)
+    assert "own kernel" in explained.kernel.detail, str(explained)
+    impl.install(*KEY)
+    explained = impl.explain(MUL, A, B)
+    assert explained.router == "active", str(explained)
+    impl.disable(dsl_names=["stateful"])
+    explained = impl.explain(MUL, A, B)
+    assert explained.router.startswith("dormant"), str(explained)
 
 
 @behaviour("explain.coverage-check")

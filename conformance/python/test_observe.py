@@ -248,6 +248,21 @@ def test_with_stats_off_nothing_is_counted_and_switching_off_keeps_the_counts(im
     assert impl.graph_stats(*KEY) == {"calls": 1, "fallbacks": 0}
 
 
+@behaviour("stats.off-counts-nothing")
+def test_an_impl_error_while_stats_are_off_counts_nothing(impl):
+    def failing(a, b):
+        raise ValueError("impl failed")
+
+    impl.register("failing", *KEY, lambda a, b: True, failing)
+    impl.install(*KEY)
+    (node,) = impl.graph(*KEY)
+    impl.reset_stats()
+    with pytest.raises(ValueError, match="impl failed"):
+        mul()
+    assert impl.node_stats(node) == {"taken": 0, "declined": 0, "runtime_unavailable": 0, "raised": 0}
+    assert impl.graph_stats(*KEY) == {"calls": 0, "fallbacks": 0}
+
+
 @behaviour("stats.exact-under-threads")
 def test_stats_are_exact_under_many_threads(impl):
     impl.register("choosy", *KEY, lambda a, b: a.numel() == 2, returning(SEVENS))

@@ -87,12 +87,14 @@ REDEFINE_RESULTS = """
 
 
 @behaviour("robustness.native-op-target-redefined")
-@pytest.mark.parametrize("redefinition,new_op,computes", [
-    (REDEFINE, "getattr(torch.ops, NS).foo(x, x, x).tolist()", "[3.0, 3.0]"),
-    (REDEFINE_RESULTS, "[t.tolist() for t in getattr(torch.ops, NS).foo(x)]", "[[2.0, 2.0], [3.0, 3.0]]"),
+@pytest.mark.parametrize("redefinition,new_op,computes,schema_now", [
+    (REDEFINE, "getattr(torch.ops, NS).foo(x, x, x).tolist()", "[3.0, 3.0]",
+     "(Tensor x, Tensor y, Tensor z) -> Tensor"),
+    (REDEFINE_RESULTS, "[t.tolist() for t in getattr(torch.ops, NS).foo(x)]", "[[2.0, 2.0], [3.0, 3.0]]",
+     "(Tensor x) -> (Tensor, Tensor)"),
 ], ids=["other-arguments", "other-results"])
 def test_a_restore_after_the_target_was_redefined_does_not_revive_the_old_op(impl, redefinition, new_op,
-                                                                             computes):
+                                                                             computes, schema_now):
     module = impl.module
     if not hasattr(module, "snapshot") or not hasattr(module, "restore"):
         pytest.skip(f"unsupported: {impl.name} has no snapshot() and restore()")
@@ -111,6 +113,7 @@ def test_a_restore_after_the_target_was_redefined_does_not_revive_the_old_op(imp
     """, redefinition, """
         impl.module.restore(saved)              # would re-activate it on the new op
         print("warned: " + str(any(node.node_id in m and "foo" in m for m in warned)))
+        print("warning: " + " ".join(" ".join(warned).split()))
         print("id: " + node.node_id)
         print("eager: " + outcome(native, x))
         print("meta: " + outcome(native, torch.ones(2, device="meta")))
@@ -118,6 +121,9 @@ def test_a_restore_after_the_target_was_redefined_does_not_revive_the_old_op(imp
     """).replace("NEW_OP", new_op), timeout=120)
     results = check_named_error(lines)
     assert results["warned"] == "True", "the restore logged no warning naming the override and the op"
+    # Both schemas, in the schema language's notation.
+    assert "(Tensor x) -> Tensor" in results["warning"] and schema_now in results["warning"], (
+        results["warning"])
     for what in ("eager", "meta"):
         assert results[what].startswith("raised"), f"the _native op's {what} call: {results[what]}"
         assert results["id"] in results[what], results[what]

@@ -154,28 +154,40 @@ void check_unchanged(const c10::OperatorHandle& target, const std::string& signa
   if (now == signature) return;
   throw OperatorChangedError(
       "op " + full_name(target.operator_name()) + " changed since " + description +
-      " was first installed: its schema was (" + signature + "), it is now (" + now +
-      ") (its library destroyed and the op defined again); " + name +
+      " was first installed: its schema was " + signature + ", it is now " + now +
+      " (its library destroyed and the op defined again); " + name +
       " was defined for the old schema, so register the override again for the op as it is now");
 }
 
 }  // namespace
 
-// Built field by field: printing a whole schema with its default values
-// crashed on torch 2.11 for ops such as add.Tensor, sort and topk.
+// In the schema language's notation, less the name and the default values
+// (a default is shown as "=..."): "(Tensor x, *, int n=...) -> Tensor". Built
+// field by field: printing a whole schema with its default values crashed on
+// torch 2.11 for ops such as add.Tensor, sort and topk.
 std::string NativeOp::signature_of(const c10::FunctionSchema& schema) {
   std::string out = "(";
+  bool keywords = false;
   for (const c10::Argument& argument : schema.arguments()) {
+    if (out.size() > 1) out.append(", ");
+    if (argument.kwarg_only() && !keywords) {
+      out.append("*, ");
+      keywords = true;
+    }
     out.append(argument.type()->str()).append(" ").append(argument.name());
-    if (argument.kwarg_only()) out.append(" kw");
-    if (argument.default_value()) out.append("=?");
-    out.append(", ");
+    if (argument.default_value()) out.append("=...");
   }
-  out.append(") -> (");
-  for (const c10::Argument& result : schema.returns()) {
-    out.append(result.type()->str()).append(" ").append(result.name()).append(", ");
+  out.append(") -> ");
+  const std::vector<c10::Argument>& results = schema.returns();
+  const bool bare = results.size() == 1 && results[0].name().empty();
+  if (!bare) out.append("(");
+  for (size_t i = 0; i < results.size(); ++i) {
+    if (i > 0) out.append(", ");
+    out.append(results[i].type()->str());
+    if (!results[i].name().empty()) out.append(" ").append(results[i].name());
   }
-  return out.append(")");
+  if (!bare) out.append(")");
+  return out;
 }
 
 void check_signature(const OverrideNode& node, const std::string& signature,

@@ -84,8 +84,9 @@ class NativeOp {
 
   // "_native::<node_id>", the name the dispatcher knows it by.
   static c10::OperatorName name_for(const OverrideNode& node);
-  // What of a schema a `_native` op copies, as text: each argument's and
-  // result's type and name, which arguments have defaults; not the name.
+  // What of a schema a `_native` op copies, as text in the schema language's
+  // notation: each argument's and result's type and name, which arguments are
+  // keyword-only and which have defaults; not the name, nor the defaults' values.
   static std::string signature_of(const c10::FunctionSchema& schema);
 
   // Routes the op's calls to `node` again (a restore to a snapshot taken
