@@ -334,6 +334,30 @@ print(json.dumps(out))
     assert json.loads(lines[-1]) == [9.0, 9.0, 9.0]
 
 
+@behaviour("takeover.routing-unchanged")
+@pytest.mark.parametrize("entry,value", [("op_symbols", "mul.Tensor"), ("dispatch_keys", "CPU")])
+def test_a_stock_filter_naming_no_dsl_still_applies_after_the_takeover(impl, entry, value):
+    """The stock registry disabled by op symbol or by dispatch key only: off
+    before, after, once installed again by the served module, and on once
+    re-enabled."""
+    _takes_over(impl)
+    lines = run_in_fresh_interpreter(impl, SETUP + f'''
+stock.register_op_override("stock_dsl", "aten", "mul.Tensor", "CPU", small, const(8.0))
+stock._register_all_overrides()
+stock.deregister_op_overrides(disable_{entry}={value!r})
+out = [answers()[0]]
+compat.install_as_torch_native()
+import torch._native.registry as served
+out.append(answers()[0])
+served._register_all_overrides()
+out.append(answers()[0])
+served.reenable_op_overrides(enable_{entry}={value!r})
+out.append(answers()[0])
+print(json.dumps(out))
+''')
+    assert json.loads(lines[-1]) == [9.0, 9.0, 9.0, 8.0]
+
+
 @behaviour("takeover.bound-names-keep-working")
 def test_names_bound_from_the_stock_module_before_the_takeover_keep_working(impl):
     _takes_over(impl)
