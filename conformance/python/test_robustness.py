@@ -148,6 +148,33 @@ def test_a_scope_left_while_the_routed_op_is_gone_does_not_route_its_successor(i
     assert results["after"] == "returned [3.0, 3.0]", f"the new op after the scope: {results['after']}"
 
 
+@behaviour("robustness.scope-after-target-redefined")
+def test_a_restore_holding_a_router_whose_op_is_gone_brings_the_others_back(impl):
+    """A snapshot holds the router of an op that has left the dispatcher (it
+    sorts first) and a router of aten::mul installed since an earlier
+    snapshot; restoring the earlier one removes mul's router, restoring the
+    later one must bring it back, the gone op's record notwithstanding."""
+    module = impl.module
+    if not hasattr(module, "snapshot") or not hasattr(module, "restore"):
+        pytest.skip(f"unsupported: {impl.name} has no snapshot() and restore()")
+    lines = run_in_fresh_interpreter(impl, script(REDEF_SETUP, """
+        impl.register("mul_dsl", "aten", "mul.Tensor", "CPU", lambda *a: True,
+                      lambda a, b: torch.full_like(a, 5.0))
+        early = impl.module.snapshot()   # the foo router; no mul router
+        impl.install("aten", "mul.Tensor", "CPU")
+        lib._destroy()                   # foo leaves the dispatcher
+        saved = impl.module.snapshot()   # foo's router (its op gone) and mul's
+        impl.module.restore(early)
+        print("between: " + outcome(torch.mul, x, x))
+        impl.module.restore(saved)
+        print("restored: " + outcome(torch.mul, x, x))
+    """), timeout=120)
+    results = check_named_error(lines)
+    assert results["between"] == "returned [1.0, 1.0]", results["between"]
+    assert results["restored"] == "returned [5.0, 5.0]", (
+        f"mul's router was not brought back: {results['restored']}")
+
+
 @behaviour("robustness.reinstall-after-target-redefined")
 def test_a_graph_installed_again_after_its_target_was_redefined_routes_the_new_op(impl):
     lines = run_in_fresh_interpreter(impl, script(REDEF_SETUP, """
