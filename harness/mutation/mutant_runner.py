@@ -621,10 +621,15 @@ class Runner:
             index, mutant = self.pending.pop(0)
             self.at[ws] = mutant.file
             return index, mutant
+        # A rewritten mutant leads: keep to a file among the rewritten ones
+        # only, so that the switched ones behind it keep their order (a
+        # worker at a file would otherwise take that file's switched mutants
+        # one after another while the rewritten one stays first).
+        rewritten = [k for k, (_, m) in enumerate(self.pending) if m.key not in self.switched_keys]
         at = {f for w, f in self.at.items() if w != ws}
-        pick = next((k for k, (_, m) in enumerate(self.pending) if m.file == self.at.get(ws)), None)
+        pick = next((k for k in rewritten if self.pending[k][1].file == self.at.get(ws)), None)
         if pick is None:
-            pick = next((k for k, (_, m) in enumerate(self.pending) if m.file not in at), 0)
+            pick = next((k for k in rewritten if self.pending[k][1].file not in at), rewritten[0])
         index, mutant = self.pending.pop(pick)
         self.at[ws] = mutant.file
         return index, mutant

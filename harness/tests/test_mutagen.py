@@ -368,6 +368,13 @@ def test_each_workspace_keeps_to_the_files_of_its_mutants(tmp_path):
     runner.switched_keys = {m.key for m in chosen}
     assert [runner.take(ws)[1].key for ws in (one, two, one, two, one, two, two)] == [
         "a1", "a2", "a3", "b1", "b2", "c1", "d1"]
+    # A rewritten mutant at the head: a worker keeps to its file among the
+    # rewritten ones only; the switched ones behind keep their order.
+    mixed = [chosen[k] for k in (0, 3, 5, 1, 6, 2, 4)]  # a1 b1 c1 a2 d1 a3 b2
+    runner = mutant_runner.Runner(mixed, {}, tmp_path / "r.jsonl", {}, {}, {})
+    runner.switched_keys = {"a1", "c1", "a2", "d1", "a3"}  # b1 and b2 rewritten
+    assert [runner.take(ws)[1].key for ws in (one, one, one, one, one, one, one)] == [
+        "a1", "b1", "c1", "a2", "d1", "a3", "b2"]
 
 
 def test_the_tests_ci_mutants_names_run_first_in_its_order_and_the_rest_as_collected():
