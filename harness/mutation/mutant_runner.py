@@ -521,6 +521,7 @@ def run_all(chosen: list, equivalents: dict[str, str], records: pathlib.Path, ba
     runner.digests = digests or {}
     runner.check_switch = check_switch
     runner.switched_keys = {key for s in places[0][1].switched.values() for key in s.keys}
+    runner.keep_to_files = places[0][1].needs_build
     if shared_build:  # the places share one schemata build (a C++ layer's --switch)
         runner.rebuilder = places[0][2]
     if check_switch:
@@ -576,6 +577,9 @@ class Runner:
     # and the switched mutants' keys. None: each worker has a build of its own.
     rebuilder: pathlib.Path | None = None
     switched_keys: set[str] = set()
+    # Whether a rewritten mutant costs a compile (a C++ layer's), which a
+    # worker saves by keeping to the file of its last one.
+    keep_to_files: bool = True
 
     def run(self, places: list[tuple[Workspace, Target, pathlib.Path]]) -> None:
         threads = [threading.Thread(target=self.work, args=place, daemon=True) for place in places]
@@ -615,9 +619,10 @@ class Runner:
                 return "wait"
         if not self.pending:
             return None
-        if self.pending[0][1].key in self.switched_keys:
-            # Switched: no compile to save by keeping to a file, so the order
-            # as given (a --shuffle's: a run cut short judged a uniform sample).
+        if not self.keep_to_files or self.pending[0][1].key in self.switched_keys:
+            # No compile to save by keeping to a file (a switched mutant, or a
+            # layer that is not built), so the order as given (a --shuffle's:
+            # a run cut short judged a uniform sample).
             index, mutant = self.pending.pop(0)
             self.at[ws] = mutant.file
             return index, mutant

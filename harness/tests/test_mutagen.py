@@ -375,6 +375,12 @@ def test_each_workspace_keeps_to_the_files_of_its_mutants(tmp_path):
     runner.switched_keys = {"a1", "c1", "a2", "d1", "a3"}  # b1 and b2 rewritten
     assert [runner.take(ws)[1].key for ws in (one, one, one, one, one, one, one)] == [
         "a1", "b1", "c1", "a2", "d1", "a3", "b2"]
+    # A layer that is not built (the Python layer) saves nothing by keeping to
+    # a file: every mutant in the order given.
+    runner = mutant_runner.Runner(chosen, {}, tmp_path / "r.jsonl", {}, {}, {})
+    runner.keep_to_files = False
+    assert [runner.take(ws)[1].key for ws in (one, two, one, two, one, two, two)] == [
+        "a1", "a2", "a3", "b1", "b2", "c1", "d1"]
 
 
 def test_the_tests_ci_mutants_names_run_first_in_its_order_and_the_rest_as_collected():
