@@ -215,13 +215,19 @@ def test_a_fallback_is_counted_per_graph_and_reset_zeroes_everything(impl):
                                            "raised": 0}
 
 
-@behaviour("stats.counts-each-outcome")
-def test_a_call_whose_impl_raised_is_still_one_its_graph_decided(impl):
+def install_failing_impl(impl):
+    """One accepting node whose impl raises ValueError("impl failed"), installed; the node."""
     def failing(a, b):
         raise ValueError("impl failed")
     impl.register("failing", *KEY, lambda a, b: True, failing)
     impl.install(*KEY)
     (node,) = impl.graph(*KEY)
+    return node
+
+
+@behaviour("stats.counts-each-outcome")
+def test_a_call_whose_impl_raised_is_still_one_its_graph_decided(impl):
+    node = install_failing_impl(impl)
     with impl.collect_stats(True):
         impl.reset_stats()
         for _ in range(3):
@@ -250,12 +256,7 @@ def test_with_stats_off_nothing_is_counted_and_switching_off_keeps_the_counts(im
 
 @behaviour("stats.off-counts-nothing")
 def test_an_impl_error_while_stats_are_off_counts_nothing(impl):
-    def failing(a, b):
-        raise ValueError("impl failed")
-
-    impl.register("failing", *KEY, lambda a, b: True, failing)
-    impl.install(*KEY)
-    (node,) = impl.graph(*KEY)
+    node = install_failing_impl(impl)
     impl.reset_stats()
     with pytest.raises(ValueError, match="impl failed"):
         mul()

@@ -20,6 +20,7 @@
 #include <torch/csrc/utils/tensor_memoryformats.h>
 
 #include <algorithm>
+#include <optional>
 
 namespace py = pybind11;
 
@@ -201,6 +202,17 @@ bool call_cond(ArgumentPlans& plans, const py::handle& fn, const c10::OperatorHa
                                 converted.names);
   }
   return accepted;
+}
+
+std::pair<c10::OperatorHandle, std::vector<c10::IValue>> boxed_call(
+    const char* who, const std::string& name, const std::string& overload,
+    const py::tuple& args, const py::dict& kwargs) {
+  const std::optional<c10::OperatorHandle> op =
+      c10::Dispatcher::singleton().findSchema({name, overload});
+  if (!op) throw py::value_error(std::string(who) + ": no op " + name + "." + overload);
+  return {*op, torch::jit::createStackForSchema(op->schema(), args,
+                                                py::reinterpret_borrow<py::kwargs>(kwargs),
+                                                std::nullopt)};
 }
 
 }  // namespace native_registry::python

@@ -5,7 +5,7 @@
 //
 // Owns: ArgumentPlan(s), the conversion of a boxed call's arguments to
 // Python and SharedArguments (argument_plan.cpp builds the plans,
-// arguments.cpp converts by them). May not touch:
+// arguments.cpp converts by them), and a Python call boxed for an op. May not touch:
 // registry state, or what an impl returns (callables.cpp converts results).
 
 #pragma once
@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -146,5 +147,13 @@ pybind11::object call_with_arguments(ArgumentPlans& plans, const pybind11::handl
 // An accepting cond leaves its arguments in `shared` if that holds none yet.
 bool call_cond(ArgumentPlans& plans, const pybind11::handle& fn, const c10::OperatorHandle& op,
                const std::vector<c10::IValue>& stack, SharedArguments* shared);
+
+// The reverse, for functions that take a call from Python (evaluate_on_call,
+// tensorless_backend): the op `name`.`overload` and `args`/`kwargs` boxed for
+// it as its kernel would get them; a ValueError "`who`: no op ..." if the
+// dispatcher has no such op.
+std::pair<c10::OperatorHandle, std::vector<c10::IValue>> boxed_call(
+    const char* who, const std::string& name, const std::string& overload,
+    const pybind11::tuple& args, const pybind11::dict& kwargs);
 
 }  // namespace native_registry::python

@@ -10,6 +10,8 @@
 
 #include "binding.h"
 
+#include "arguments.h"
+
 #include <torch/csrc/Dtype.h>
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/jit/python/pybind_utils.h>
@@ -89,11 +91,8 @@ void bind_predicates(py::module_& m) {
       .def("evaluate_on_call",
            [](const P::Predicate& self, const std::string& name, const std::string& overload,
               const py::tuple& args, const py::dict& kwargs) {
-             auto op = c10::Dispatcher::singleton().findSchema({name, overload});
-             if (!op) throw py::value_error("evaluate_on_call: no op " + name + "." + overload);
-             const Stack stack = torch::jit::createStackForSchema(
-                 op->schema(), args, py::reinterpret_borrow<py::kwargs>(kwargs), std::nullopt);
-             return self(*op, c10::DispatchKeySet(), stack);
+             const auto [op, stack] = boxed_call("evaluate_on_call", name, overload, args, kwargs);
+             return self(op, c10::DispatchKeySet(), stack);
            })
       // Immutable: a copy may share the expression (dataclasses.asdict of a
       // node deep-copies its cond).

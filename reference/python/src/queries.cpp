@@ -9,11 +9,9 @@
 
 #include "binding.h"
 
+#include "arguments.h"
+
 #include <native_registry/backend_select.h>
-
-#include <optional>
-
-#include <torch/csrc/jit/python/pybind_utils.h>
 
 namespace native_registry::python {
 
@@ -39,13 +37,9 @@ void bind_queries(py::module_& m) {
   // factory's call reaches an override's key, for the compile router.
   m.def("tensorless_backend", [](const std::string& name, const std::string& overload,
                                  const py::tuple& args, const py::dict& kwargs) -> py::object {
-    const std::optional<c10::OperatorHandle> op =
-        c10::Dispatcher::singleton().findSchema({name, overload});
-    if (!op) throw py::value_error("tensorless_backend: no op " + name + "." + overload);
-    if (takes_a_tensor(op->schema())) return py::none();
-    const Stack stack = torch::jit::createStackForSchema(
-        op->schema(), args, py::reinterpret_borrow<py::kwargs>(kwargs), std::nullopt);
-    return py::str(c10::toString(tensorless_backend(op->schema(), stack)));
+    const auto [op, stack] = boxed_call("tensorless_backend", name, overload, args, kwargs);
+    if (takes_a_tensor(op.schema())) return py::none();
+    return py::str(c10::toString(tensorless_backend(op.schema(), stack)));
   });
   m.def("check_invariants", [] { without_gil([] { registry().check_invariants(); }); });
   m.def("dump_state", [] { return without_gil([] { return registry().dump_state(); }); });
