@@ -283,6 +283,10 @@ def parser() -> argparse.ArgumentParser:
                    help="with --mutants auto: run each mutant the conformance suites leave alive against the "
                         "reference's own tests too (reference/tests, reference/python/tests), and record "
                         "which kill it: the kill rate of the conformance suites alone and with them")
+    p.add_argument("--run-equivalents", action="store_true",
+                   help="with --mutants auto: run the reviewed equivalent mutants too "
+                        "(fixtures/faults/equivalent_mutants.toml), to check a review; by default each is "
+                        "recorded as a reviewed equivalent (status Ignored) without running it")
     p.add_argument("--resume", action="store_true",
                    help="with --mutants auto: keep the verdicts an interrupted run of the same sample recorded "
                         "(results/mutants/auto-<layer>.jsonl) and run only the mutants it did not reach")

@@ -260,6 +260,13 @@ def run(args) -> int:
                           uncovered_too=target.own_coverage is not None)
         print(f"  --incremental: {len(reused)} of the {len(chosen)} mutants keep their verdict of "
               f"{args.incremental} (their line and their tests' sources unchanged)", flush=True)
+    if not getattr(args, "run_equivalents", False):
+        unrun = reviewed_unrun(chosen, equivalents, at)
+        if unrun:
+            print(f"  {len(unrun)} of the {len(chosen)} mutants are reviewed equivalents "
+                  f"(fixtures/faults/equivalent_mutants.toml): recorded as such, not run "
+                  f"(--run-equivalents runs them)", flush=True)
+        reused = {**unrun, **reused}
     places = [(ws, t, out if ws.root == FIRST.root else out / ws.root.name) for ws, t in zip(spaces, targets)]
     if schemata:
         # (--check-switch rebuilds every mutant too: one worker.)
@@ -485,6 +492,19 @@ def reusable(earlier: list[Outcome], digests: dict[str, tuple[str, str]], own_te
                 and not awaits_own_verdict(o, own_tests, uncovered_too)):
             kept[o.key] = dataclasses.replace(o, reused=o.reused or o.commit)
     return kept
+
+
+def reviewed_unrun(chosen: list[mutagen.Mutant], equivalents: dict[str, str],
+                   at: tuple[str, str]) -> dict[str, Outcome]:
+    """The chosen mutants reviewed as equivalent, as survivors not run (a
+    mutation-testing report's Ignored, as Stryker leaves its ignored mutants
+    unrun): a review is keyed by the mutant's line, so an edit of that line
+    runs the mutant again. Running one costs a survivor's time, every test
+    that reaches it; for the core's routing lines that is most of the suites."""
+    return {m.key: Outcome(m.key, m.where, m.kind, m.change, m.original, m.mutated, verdict="survived",
+                           output_tail=f"not run: a reviewed equivalent: {equivalents[m.key]}",
+                           tests_completed=0, commit=at[0], source=at[1])
+            for m in chosen if m.key in equivalents}
 
 
 def chosen_only(spec: str) -> set[str]:

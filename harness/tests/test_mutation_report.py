@@ -18,7 +18,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 from harness import main
 from harness.mutation import auto_mutants, mutagen, mutant_figures, mutation_report
-from harness.mutation.mutant_records import Outcome
+from harness.mutation.mutant_records import Outcome, figures
 
 SOURCE = """\
 def pick(a, b):
@@ -202,6 +202,24 @@ def test_the_incremental_mode_keeps_a_verdict_only_while_line_and_tests_are_unch
     assert moved not in auto_mutants.reusable(earlier, changed, False)
     # --own-tests: a survivor the own tests did not judge runs again.
     assert not any(o.verdict == "survived" for o in auto_mutants.reusable(earlier, digests, True).values())
+
+
+def test_a_reviewed_equivalent_is_recorded_as_one_without_running_it():
+    chosen = mutagen.python_mutants(REL, SOURCE)
+    reviewed = chosen[0]
+    equivalents = {reviewed.key: "changes nothing anyone sees"}
+    unrun = auto_mutants.reviewed_unrun(chosen, equivalents, ("abc", "src"))
+    assert set(unrun) == {reviewed.key}  # the others run
+    o = unrun[reviewed.key]
+    assert (o.verdict, o.tests_completed, o.commit, o.source) == ("survived", 0, "abc", "src")
+    assert "not run" in o.output_tail and "changes nothing anyone sees" in o.output_tail
+    # Counted as an equivalent, shown as Ignored with its reason.
+    assert figures([o], equivalents)["equivalent"] == 1
+    assert mutation_report.status_of(o, equivalents) == ("Ignored", "reviewed equivalent: changes nothing anyone sees")
+    # An edit of its line changes its key: the review no longer covers it, and it runs.
+    assert reviewed.where == f"{REL}:2"
+    edited = mutagen.python_mutants(REL, SOURCE.replace("if a == b:", "if a == b or a is None:"))
+    assert auto_mutants.reviewed_unrun(edited, equivalents, ("abc", "src")) == {}
 
 
 def test_the_html_view_shows_each_mutant_at_its_line(tmp_path):
