@@ -115,6 +115,55 @@ void add_redef_override(RegistryAdapter& registry, const Key& key) {
   std::_Exit(bad == 0 ? 0 : 1);
 }
 
+// Runs in a death-test child: `foo.a` and `foo.b`, two overloads of one op,
+// each defined by a library of its own; an override of foo.a installed, then
+// foo.b's library destroyed. Exits 0 if foo.a still routes (the impl's 7s
+// while the cond accepts, its own kernel's x + 1 when it declines).
+[[noreturn]] void remove_another_overload(RegistryAdapter& registry) {
+  alarm(60);
+  auto define = [](torch::Library::Kind kind, const char* schema, const char* name,
+                   torch::CppFunction kernel) {
+    auto lib = std::make_unique<torch::Library>(kind, kRedefNs, std::nullopt, __FILE__, __LINE__);
+    lib->def(schema);
+    lib->impl(name, torch::dispatch(c10::DispatchKey::CPU, std::move(kernel)));
+    return lib;
+  };
+  auto lib_a = define(torch::Library::DEF, "foo.a(Tensor x) -> Tensor", "foo.a",
+                      torch::CppFunction::makeFromBoxedFunction<&foo_kernel<1, false>>());
+  auto lib_b = define(torch::Library::FRAGMENT, "foo.b(Tensor x, Tensor y, Tensor z) -> Tensor",
+                      "foo.b", torch::CppFunction::makeFromBoxedFunction<&foo_kernel<3, false>>());
+  const Key key{kRedefNs, "foo.a", "CPU"};
+  auto accept = std::make_shared<std::atomic<bool>>(true);
+  registry.allow_namespace(key.lib_symbol);
+  registry.register_override({"overload_dsl", key.lib_symbol, key.op_symbol, key.dispatch_key,
+                              [accept](const c10::OperatorHandle&, c10::DispatchKeySet,
+                                       const Stack&) { return accept->load(); },
+                              fill_impl(7), {}, false});
+  registry.install(key);
+  const c10::OperatorHandle a =
+      c10::Dispatcher::singleton().findSchemaOrThrow((std::string(kRedefNs) + "::foo").c_str(), "a");
+  lib_b.reset();
+  int bad = 0;
+  auto check = [&](const char* what, float expected) {
+    Stack stack{tensor({1, 1})};
+    try {
+      a.callBoxed(&stack);
+      if (!same(stack.at(0).toTensor(), tensor({expected, expected}))) {
+        std::fprintf(stderr, "%s: foo.a returned another value than %g\n", what, expected);
+        ++bad;
+      }
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "%s: foo.a raised: %s\n", what, e.what());
+      ++bad;
+    }
+  };
+  check("taken", 7);
+  accept->store(false);
+  check("declined", 2);
+  std::fflush(stderr);
+  std::_Exit(bad == 0 ? 0 : 1);
+}
+
 // Runs in a death-test child: scopes left out of order (the outer one first,
 // which tears the override down), the target defined again with another
 // schema in between, then the inner one, whose snapshot had the `_native` op
@@ -179,11 +228,16 @@ std::unique_ptr<torch::Library> install_then_redefine_foo(RegistryAdapter& regis
 // and the graph installed again. Exits 0 if a call of the new op routes to the
 // override (7s) and its `_native` op runs the impl eagerly and infers the
 // shape on meta tensors, else 1 with what happened.
-[[noreturn]] void install_again_after_redefinition(RegistryAdapter& registry) {
+// `all`: installed again by install_all, else by installing its graph.
+[[noreturn]] void install_again_after_redefinition(RegistryAdapter& registry, bool all) {
   alarm(60);
   const Key key{kRedefNs, "foo", "CPU"};
   auto lib = install_then_redefine_foo(registry, key);
-  registry.install(key);
+  if (all) {
+    registry.install_all();
+  } else {
+    registry.install(key);
+  }
   int bad = 0;
   auto foo = foo_op();
   Stack routed{tensor({1, 1})};
@@ -355,7 +409,9 @@ TEST_P(Conformance, AGraphInstalledAgainAfterItsTargetWasRedefinedRoutesTheNewOp
   REQUIRE_FEATURE("native-op-meta");
   REQUIRE_FEATURE("namespaces");
   GTEST_FLAG_SET(death_test_style, "threadsafe");
-  EXPECT_EXIT(install_again_after_redefinition(adapter()),
+  EXPECT_EXIT(install_again_after_redefinition(adapter(), false),
+              ::testing::ExitedWithCode(0), "");
+  EXPECT_EXIT(install_again_after_redefinition(adapter(), true),
               ::testing::ExitedWithCode(0), "");
 }
 
@@ -365,6 +421,13 @@ TEST_P(Conformance, AScopeLeftWhileTheRoutedOpIsGoneBuildsNoRouterOnItsSuccessor
   REQUIRE_FEATURE("namespaces");
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_EXIT(scope_after_redefinition(adapter()), ::testing::ExitedWithCode(0), "");
+}
+
+TEST_P(Conformance, AnotherOverloadLeavingTheDispatcherLeavesThisOneRouted) {
+  BEHAVIOUR("robustness.other-overload-removed");
+  REQUIRE_FEATURE("namespaces");
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(remove_another_overload(adapter()), ::testing::ExitedWithCode(0), "");
 }
 
 // Forty children forked while another thread registers, installs, toggles,

@@ -176,11 +176,13 @@ def test_a_restore_holding_a_router_whose_op_is_gone_brings_the_others_back(impl
 
 
 @behaviour("robustness.reinstall-after-target-redefined")
-def test_a_graph_installed_again_after_its_target_was_redefined_routes_the_new_op(impl):
+@pytest.mark.parametrize("install_again", ['impl.install(NS, "foo", "CPU")', "impl.install_all()"],
+                         ids=["install", "install-all"])
+def test_a_graph_installed_again_after_its_target_was_redefined_routes_the_new_op(impl, install_again):
     lines = run_in_fresh_interpreter(impl, script(REDEF_SETUP, """
         lib._destroy()
         lib = define("foo(Tensor x) -> Tensor", lambda x: x + 2)   # the same schema, anew
-        impl.install(NS, "foo", "CPU")
+    """, install_again, """
         native = impl.native_op(impl.graph(NS, "foo", "CPU")[0])
         print("routed: " + outcome(getattr(torch.ops, NS).foo, x))
         print("eager: " + outcome(native, x))
@@ -223,6 +225,48 @@ def test_a_native_op_whose_target_left_the_dispatcher_raises(impl):
             f"the _native op's {what} call after its target left: {results[what]}")
         assert results["id"] in results[what] and "foo" in results[what], (
             f"the error names neither the override nor the op: {results[what]}")
+
+
+@behaviour("robustness.other-overload-removed")
+def test_another_overload_leaving_the_dispatcher_leaves_this_one_routed(impl):
+    lines = run_in_fresh_interpreter(impl, script(REDEF_SETUP, """
+        lib_a = torch.library.Library(NS, "FRAGMENT")
+        lib_a.define("bar.a(Tensor x) -> Tensor")
+        lib_a.impl("bar.a", lambda x: x + 1, "CPU")
+        lib_b = torch.library.Library(NS, "FRAGMENT")
+        lib_b.define("bar.b(Tensor x, Tensor y) -> Tensor")
+        lib_b.impl("bar.b", lambda x, y: x + y, "CPU")
+        accept = [True]
+        impl.register("overload_dsl", NS, "bar.a", "CPU", lambda *a, **k: accept[0], lambda x: x * 7)
+        impl.install(NS, "bar.a", "CPU")
+        bar_a = getattr(torch.ops, NS).bar.a
+        print("before: " + outcome(bar_a, x))
+        lib_b._destroy()
+        print("taken: " + outcome(bar_a, x))
+        accept[0] = False
+        print("declined: " + outcome(bar_a, x))
+    """), timeout=120)
+    results = check_named_error(lines)
+    assert results["before"] == "returned [7.0, 7.0]", results["before"]
+    assert results["taken"] == "returned [7.0, 7.0]", (
+        f"bar.a's call after another overload, bar.b, left the dispatcher: {results['taken']}")
+    assert results["declined"] == "returned [2.0, 2.0]", (
+        f"bar.a's declined call after bar.b left the dispatcher: {results['declined']}")
+
+
+@behaviour("robustness.quiet-in-normal-use")
+def test_normal_use_writes_nothing_to_stderr(impl):
+    written = []
+    lines = run_in_fresh_interpreter(impl, """
+        import torch
+        with impl.scope():
+            impl.register("quiet_dsl", "aten", "mul.Tensor", "CPU", lambda *a, **k: True, lambda a, b: a + b)
+            impl.install("aten", "mul.Tensor", "CPU")
+            print(torch.mul(torch.ones(2), torch.ones(2)).tolist())
+        print(torch.mul(torch.ones(2), torch.ones(2)).tolist())
+    """, stderr=written, timeout=120)
+    assert lines == ["[2.0, 2.0]", "[1.0, 1.0]"], lines
+    assert written == [""], f"normal use wrote to stderr: {written[0]!r}"
 
 
 # ---- fork ----------------------------------------------------------------------

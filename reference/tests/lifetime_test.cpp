@@ -6,6 +6,12 @@
 
 #include "support.h"
 
+#include <algorithm>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
 namespace native_registry::testing {
 namespace {
 
@@ -89,6 +95,37 @@ TEST_P(LifetimeTest, ANativeOpsImplThatRetiresItFinishes) {
   EXPECT_TRUE(same(stack.at(0).toTensor(), tensor({4})));
   Stack again{tensor({2}), tensor({4})};
   EXPECT_THROW(native->callBoxed(&again), c10::Error);
+}
+
+// More retired ops held outside than the store's floor (64): the store's
+// bound follows what its last sweep kept, so the invariants hold with all of
+// them held and after they are let go. In a death test's child: the store is
+// process-wide, and one that kept 100 ops sweeps only once it doubles, which
+// would keep later tests' let-go ops defined.
+using RetiredStoreTest = RegistryTest;
+
+TEST_F(RetiredStoreTest, MoreHeldOpsThanTheSweepFloorStayWithinTheStoresBound) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        const Snapshot empty = registry().snapshot();
+        std::vector<NodePtr> nodes;
+        for (int i = 0; i < 100; ++i) {
+          nodes.push_back(register_override(mul_cpu(), constant_cond(false), fill_impl(1), {},
+                                            "held_" + std::to_string(i)));
+        }
+        registry().install_all();
+        std::vector<std::shared_ptr<const c10::OperatorHandle>> held;
+        for (const NodePtr& node : nodes) held.push_back(hold_native_op(node->node_id));
+        if (std::count(held.begin(), held.end(), nullptr) != 0) std::_Exit(2);
+        registry().restore(empty);  // retires all 100, each held: the store keeps them
+        registry().check_invariants();
+        held.clear();
+        registry().restore(empty);
+        registry().check_invariants();
+        std::_Exit(0);
+      },
+      ::testing::ExitedWithCode(0), "");
 }
 
 INSTANTIATE_TEST_SUITE_P(Policies, LifetimeTest,

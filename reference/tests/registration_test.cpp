@@ -245,5 +245,23 @@ TEST_F(RegistrationTest, GraphKeysCarryTheNamespace) {
   EXPECT_EQ(key.to_string(), std::string(fixtures::kTestNamespace) + "::twice/CPU");
 }
 
+// The binding's write of a node's field never changes the unconditional
+// flag (its Python view refuses first); the C++ entry refuses it too, and the
+// graph keeps the node it had.
+TEST_F(RegistrationTest, NewCallablesCannotChangeTheUnconditionalFlag) {
+  const NodePtr node = register_override(mul_cpu(), constant_cond(false), fill_impl(1));
+  OverrideOptions unconditional;
+  unconditional.unconditional_override = true;
+  try {
+    registry().replace_node_callables(*node, constant_cond(true), fill_impl(2), unconditional);
+    ADD_FAILURE() << "replace_node_callables changed unconditional_override";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("cannot change unconditional_override"));
+    EXPECT_THAT(e.what(), ::testing::HasSubstr(node->node_id));
+  }
+  ASSERT_EQ(registry().graph(mul_cpu()).size(), 1u);
+  EXPECT_EQ(registry().graph(mul_cpu()).at(0), node);
+}
+
 }  // namespace
 }  // namespace native_registry::testing
