@@ -108,8 +108,7 @@ struct Reading {
 };
 
 std::string key_list(const std::vector<GraphKey>& keys) {
-  std::string out;
-  for (const GraphKey& key : keys) out += (out.empty() ? "" : ", ") + key.dispatch_key;
+  const std::string out = detail::comma_separated(keys, [](const GraphKey& key) { return key.dispatch_key; });
   return out.empty() ? "none" : out;
 }
 
@@ -128,8 +127,8 @@ std::vector<c10::DispatchKey> keys_visited(c10::DispatchKeySet keys) {
 }
 
 std::string names_of(const std::vector<c10::DispatchKey>& keys) {
-  std::string out;
-  for (c10::DispatchKey key : keys) out += (out.empty() ? "" : ", ") + std::string(c10::toString(key));
+  const std::string out =
+      detail::comma_separated(keys, [](c10::DispatchKey key) { return std::string(c10::toString(key)); });
   return out.empty() ? "none" : out;
 }
 

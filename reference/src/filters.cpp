@@ -22,7 +22,7 @@ namespace {
 std::string describe(const Filter& filter) {
   auto list = [](const std::vector<std::string>& names) {
     std::string out = "[";
-    for (const std::string& name : names) out += (out.size() > 1 ? ", " : "") + name;
+    out += detail::comma_separated(names);
     return out + "]";
   };
   return "dsl=" + list(filter.dsl_names) + " op_symbol=" + list(filter.op_symbols) +

@@ -95,8 +95,7 @@ NodePtr Registry::register_op_override(const std::string& dsl_name,
     throw;
   }
   if (!r.graphs_.allows(lib_symbol)) {
-    std::string names;
-    for (const auto& ns : r.graphs_.allowlist()) names += (names.empty() ? "" : ", ") + ns;
+    const std::string names = detail::comma_separated(r.graphs_.allowlist());
     // The node (and the callables it took) is freed after the lock.
     r.defer_release(std::move(node));
     throw InvalidArgumentError("lib_symbol=" + quoted(lib_symbol) +

@@ -82,12 +82,11 @@ namespace {
 // The runtime keys of a per-backend functionality for the backends people
 // name first, e.g. Sparse -> SparseCPU, SparseCUDA.
 std::string runtime_keys_of(c10::DispatchKey functionality) {
-  std::string names;
-  for (const auto backend : {c10::BackendComponent::CPUBit, c10::BackendComponent::CUDABit}) {
-    if (!names.empty()) names += ", ";
-    names += c10::toString(c10::toRuntimePerBackendFunctionalityKey(functionality, backend));
-  }
-  return names;
+  const c10::BackendComponent backends[] = {c10::BackendComponent::CPUBit,
+                                            c10::BackendComponent::CUDABit};
+  return comma_separated(backends, [functionality](c10::BackendComponent backend) {
+    return std::string(c10::toString(c10::toRuntimePerBackendFunctionalityKey(functionality, backend)));
+  });
 }
 
 }  // namespace

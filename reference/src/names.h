@@ -73,6 +73,24 @@ c10::OperatorHandle resolve_op(const GraphKey& key);
 // an op defined since registration.
 c10::OperatorHandle resolve_op_for_router(const GraphKey& key);
 
+// The items, each spelled by `spell` (or as they are), separated by ", ":
+// how every message and log record of the registry lists names.
+template <class Range, class Spell>
+std::string comma_separated(const Range& items, Spell spell) {
+  std::string out;
+  bool first = true;
+  for (const auto& item : items) {
+    if (!first) out += ", ";
+    first = false;
+    out += spell(item);
+  }
+  return out;
+}
+template <class Range>
+std::string comma_separated(const Range& items) {
+  return comma_separated(items, [](const auto& item) -> const auto& { return item; });
+}
+
 // Letters, digits and '_' kept, anything else turned into '_', capped in
 // length, for minting `_native` op names.
 std::string identifier_fragment(const std::string& text, size_t max_length);

@@ -8,6 +8,7 @@
 
 #include <native_registry/predicates.h>
 
+#include "names.h"
 #include "tensor_walk.h"
 
 #include <bitset>
@@ -158,8 +159,8 @@ Predicate always() { return Predicate::constant(true); }
 Predicate never() { return Predicate::constant(false); }
 
 Predicate dtype_in(std::vector<c10::ScalarType> dtypes, std::optional<size_t> arg) {
-  std::string names;
-  for (auto dtype : dtypes) names += (names.empty() ? "" : ", ") + std::string(c10::toString(dtype));
+  const std::string names = native_registry::detail::comma_separated(
+      dtypes, [](c10::ScalarType dtype) { return std::string(c10::toString(dtype)); });
   // A kTensors node for the description, made a kDtypeIn one; no test.
   Predicate predicate = Predicate::on_tensors({nullptr, "dtype in {" + names + "}"}, arg);
   auto node = std::make_shared<Node>(*predicate.node_);
