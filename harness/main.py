@@ -259,8 +259,8 @@ def parser() -> argparse.ArgumentParser:
                         "a 90 %% kill rate")
     p.add_argument("--only", default="", metavar="NAMES",
                    help="with --mutants: only these comma-separated fault names; with --mutants auto: "
-                        "only these mutant keys or file:line places, comma-separated, or @FILE with one "
-                        "per line (whether the sample drew them or not)")
+                        "only these mutant keys, file:line places or files (every mutant of the file), "
+                        "comma-separated, or @FILE with one per line (whether the sample drew them or not)")
     p.add_argument("--mutate", default="cpp", choices=["cpp", "binding", "python"],
                    help="with --mutants auto: the reference's C++ core (reference/src/*.cpp), its binding "
                         "(reference/python/src/*.cpp) or its Python layer (reference/python/native_registry/"

@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import hashlib
+import importlib.util
 import json
 import os
 import pathlib
@@ -64,6 +65,34 @@ NOT_MUTATED = {
     "reference/python/native_registry/upstream_compat.py": "run only by --upstream-tests (upstream's "
                                                            "own test file), never by the conformance suites",
 }
+
+
+# Files whose tests all need what only some hosts' torch has: mutated only
+# there. Elsewhere every test reaching them reports "unsupported", so each of
+# their mutants would survive unseen; left out instead, saying why, and run
+# where torch has it (`--only FILE` on such a host) with the records merged.
+NEEDS_TORCH_NATIVE = {
+    "reference/python/native_registry/takeover.py": "its tests move torch's own registry "
+                                                    "(torch._native.registry) into the reference",
+}
+
+
+def host_lacks(module: str) -> bool:
+    """Whether this host's Python cannot import `module` (torch._native)."""
+    try:
+        return importlib.util.find_spec(module) is None
+    except ModuleNotFoundError:
+        return True
+
+
+def left_out_on_this_host() -> dict[str, str]:
+    """NEEDS_TORCH_NATIVE's files, where this host's torch lacks torch._native."""
+    if not host_lacks("torch._native"):
+        return {}
+    import torch
+    return {rel: f"{why}, and torch {torch.__version__} here has no torch._native: mutate it on a host "
+                 f"whose torch has (--only {rel}) and merge the records"
+            for rel, why in NEEDS_TORCH_NATIVE.items()}
 
 
 # Parts of a mutated file left out, with why: in C++ a section (its
@@ -113,9 +142,10 @@ def choose_target(args, ws: Workspace) -> Target:
             raise SystemExit(f"harness/run: error: --impl {impl.spec} is a Python implementation: "
                              f"use --mutate python (its registry module is mutated)")
         return foreign_target(impl.python, args.suite_env, ws)
+    not_mutated = {**NOT_MUTATED, **left_out_on_this_host()}
     files = sorted(str(p.relative_to(ROOT)) for p in ROOT.glob(LAYERS[args.mutate])
-                   if str(p.relative_to(ROOT)) not in NOT_MUTATED)
-    left_out = {rel: why for rel, why in NOT_MUTATED.items() if fnmatch.fnmatch(rel, LAYERS[args.mutate])}
+                   if str(p.relative_to(ROOT)) not in not_mutated)
+    left_out = {rel: why for rel, why in not_mutated.items() if fnmatch.fnmatch(rel, LAYERS[args.mutate])}
     if args.mutate in BUILT_LAYERS:
         return Target(args.mutate, files, {rel: ws.src / rel for rel in files}, left_out=left_out)
     return python_layer_target(files, left_out, ws, args.build)
@@ -196,8 +226,7 @@ def run(args) -> int:
     chosen = mutagen.sample(candidates, args.sample, args.seed)
     only = chosen_only(args.only)
     if only:  # these mutants, whether the sample drew them or not
-        chosen = [m for m in candidates if m.key in only or m.where in only]
-        missing = only - {m.key for m in chosen} - {m.where for m in chosen}
+        chosen, missing = named_by(candidates, only)
         if missing:
             print(f"  --only: {len(missing)} not among the candidates (their line changed or was removed, "
                   f"or a part left out holds it): {', '.join(sorted(missing))}", flush=True)
@@ -507,9 +536,17 @@ def reviewed_unrun(chosen: list[mutagen.Mutant], equivalents: dict[str, str],
             for m in chosen if m.key in equivalents}
 
 
+def named_by(candidates: list[mutagen.Mutant], only: set[str]) -> tuple[list[mutagen.Mutant], set[str]]:
+    """The candidates --only names (by key, file:line or file), and the names
+    that name none of them."""
+    chosen = [m for m in candidates if m.key in only or m.where in only or m.file in only]
+    return chosen, only - {m.key for m in chosen} - {m.where for m in chosen} - {m.file for m in chosen}
+
+
 def chosen_only(spec: str) -> set[str]:
-    """--only's mutants: comma-separated keys or file:line places, or @FILE
-    with one per line (a run's survivors, say)."""
+    """--only's mutants: comma-separated keys, file:line places or files
+    (every mutant of the file), or @FILE with one per line (a run's
+    survivors, say)."""
     if spec.startswith("@"):
         return {line.strip() for line in pathlib.Path(spec[1:]).read_text().splitlines() if line.strip()}
     return {o for o in spec.split(",") if o}

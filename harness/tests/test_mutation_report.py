@@ -222,6 +222,33 @@ def test_a_reviewed_equivalent_is_recorded_as_one_without_running_it():
     assert auto_mutants.reviewed_unrun(edited, equivalents, ("abc", "src")) == {}
 
 
+def test_files_needing_torch_native_are_left_out_only_where_torch_lacks_it(monkeypatch):
+    real_host_lacks = auto_mutants.host_lacks
+    monkeypatch.setattr(auto_mutants, "host_lacks", lambda module: module == "torch._native")
+    lacking = auto_mutants.left_out_on_this_host()
+    assert set(lacking) == set(auto_mutants.NEEDS_TORCH_NATIVE) == {"reference/python/native_registry/takeover.py"}
+    why = lacking["reference/python/native_registry/takeover.py"]
+    assert "no torch._native" in why and "--only reference/python/native_registry/takeover.py" in why
+    monkeypatch.setattr(auto_mutants, "host_lacks", lambda module: False)
+    assert auto_mutants.left_out_on_this_host() == {}
+    # The real question, asked of this host's torch: a missing parent package is "lacks" too.
+    assert real_host_lacks("no_such_package_here.sub") is True
+    assert real_host_lacks("json") is False
+
+
+def test_only_takes_keys_places_and_whole_files(tmp_path):
+    chosen = mutagen.python_mutants(REL, SOURCE)
+    listed = tmp_path / "keys.txt"
+    listed.write_text(f"{chosen[0].key}\n{REL}:5\n")
+    only = auto_mutants.chosen_only(f"@{listed}")
+    assert only == {chosen[0].key, f"{REL}:5"}
+    assert auto_mutants.chosen_only(f"{REL},{chosen[1].key}") == {REL, chosen[1].key}
+    # A file names every mutant of it; a place, those of its line; a name matching none is told.
+    assert auto_mutants.named_by(chosen, {REL}) == (chosen, set())
+    on_line_5 = [m for m in chosen if m.where == f"{REL}:5"]
+    assert on_line_5 and auto_mutants.named_by(chosen, {f"{REL}:5", "pkg/other.py"}) == (on_line_5, {"pkg/other.py"})
+
+
 def test_the_html_view_shows_each_mutant_at_its_line(tmp_path):
     doc = document()
     pages = mutation_report.write_html(doc, tmp_path / "html")
