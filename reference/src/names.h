@@ -74,7 +74,7 @@ c10::OperatorHandle resolve_op(const GraphKey& key);
 c10::OperatorHandle resolve_op_for_router(const GraphKey& key);
 
 // The items, each spelled by `spell` (or as they are), separated by ", ":
-// how every message and log record of the registry lists names.
+// how the registry's messages and log records list names.
 template <class Range, class Spell>
 std::string comma_separated(const Range& items, Spell spell) {
   std::string out;

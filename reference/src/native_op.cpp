@@ -181,11 +181,9 @@ std::string NativeOp::signature_of(const c10::FunctionSchema& schema) {
   const std::vector<c10::Argument>& results = schema.returns();
   const bool bare = results.size() == 1 && results[0].name().empty();
   if (!bare) out.append("(");
-  for (size_t i = 0; i < results.size(); ++i) {
-    if (i > 0) out.append(", ");
-    out.append(results[i].type()->str());
-    if (!results[i].name().empty()) out.append(" ").append(results[i].name());
-  }
+  out.append(comma_separated(results, [](const c10::Argument& result) {
+    return result.name().empty() ? result.type()->str() : result.type()->str() + " " + result.name();
+  }));
   if (!bare) out.append(")");
   return out;
 }
