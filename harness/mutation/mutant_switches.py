@@ -18,7 +18,9 @@ taken at each call:
 
 so a process that imported the module with no mutant chosen can choose one
 later by setting the global (suite_server.py does, in a forked child: these
-are `call_time`). That needs the variants to be one function to Python: the
+are `call_time`), except in a def, lambda or class the body makes: that
+object may have been made before the choice (a closure a module-level call
+installs at the import), so such a mutant is chosen by a fresh import. That needs the variants to be one function to Python: the
 same local names, the same kind (generator or not), no `global` or
 `nonlocal` declaration (which must precede every use of its name). A mutant
 that breaks one of these, or lies on a def's or decorator's line, is
@@ -70,7 +72,8 @@ class Switched:
     text: str                                            # the instrumented module
     keys: set[str] = field(default_factory=set)          # the mutants NR_MUTANT selects
     lines: dict[int, tuple[int, str]] = field(default_factory=dict)  # line -> (its line in text, indent added)
-    call_time: set[str] = field(default_factory=set)     # of keys, those read at each call (in a body)
+    call_time: set[str] = field(default_factory=set)     # of keys, those read at each call (in a body,
+                                                         # outside any def, lambda or class made there)
 
     def rewritable(self, m: Mutant) -> Mutant:
         """A mutant that is not switched, placed at its line (lines) of the instrumented text."""
@@ -202,6 +205,11 @@ def _declares_scope(node: ast.AST) -> bool:
     return False
 
 
+# Scopes a unit's body may make: their code runs when the object made is used,
+# which may be long after the unit's run chose its variant.
+_NESTED_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+
+
 @dataclass
 class _Unit:
     """A switchable function: its lines and where its body begins."""
@@ -247,10 +255,14 @@ def instrument(rel: str, text: str, mutants: list[Mutant]) -> Switched:
     pristine = compile(text, rel, "exec")
     module_names = _module_names(pristine, tree)
     in_unit: dict[int, _Unit] = {}
+    nested: set[int] = set()  # lines inside a def, lambda or class within a unit
     for node in units(tree):
         unit = _unit(node, lines, pristine)
         for line in range(unit.first, unit.last + 1):
             in_unit[line] = unit
+        for inner in ast.walk(node):
+            if inner is not node and isinstance(inner, _NESTED_SCOPES):
+                nested.update(range(inner.lineno, inner.end_lineno + 1))
     around: dict[int, list[Mutant]] = {}   # unit's first line -> mutants switched around its def
     inside: dict[int, list[Mutant]] = {}   # unit's first line -> mutants switched inside its body
     units_by_first: dict[int, _Unit] = {}
@@ -335,8 +347,14 @@ def instrument(rel: str, text: str, mutants: list[Mutant]) -> Switched:
     if not headed:  # an empty module, or one that is only a docstring
         out.insert(after, HEADER)
         mapping = {line: (at + (1 if at > after else 0), added) for line, (at, added) in mapping.items()}
+    # A mutant in a function, lambda or class made inside its unit is in the
+    # object the unit's run made: one made at the import (a closure a
+    # module-level call installs) was made before a warm suite's child
+    # chooses, so only a fresh import chooses it.
+    late = {m.key for ms in inside.values() for m in ms
+            if not any(line in nested for line in range(m.line, m.line + m.lines_replaced))}
     return Switched("\n".join(out), {m.key for ms in (*around.values(), *inside.values()) for m in ms},
-                    mapping, {m.key for ms in inside.values() for m in ms})
+                    mapping, late)
 
 
 # ---- what a mutant id selects (for the tests) -------------------------------------------

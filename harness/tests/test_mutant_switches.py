@@ -246,3 +246,50 @@ def test_a_mutant_shares_its_function_s_body_only_where_python_sees_one_function
     namespace: dict = {}
     exec(compile(switched.text, "s.py", "exec"), namespace)
     assert namespace["shadowing"](5) == 5 and namespace["dropped"](2) == 2 and namespace["gen"]([4]) == 4
+
+
+INSTALLED_AT_IMPORT = '''\
+import logging
+
+seen = []
+
+
+def watch():
+    original = logging.Logger.manager._clear_cache
+
+    def clear_and_note():
+        original()
+        seen.append(1)
+
+    logging.Logger.manager._clear_cache = clear_and_note
+    return len(seen)
+
+
+watch()
+'''
+
+
+def test_a_mutant_in_a_closure_its_unit_made_is_not_chosen_after_the_import(tmp_path):
+    """watch() runs at the import and installs the closure there: choosing
+    a mutant of the closure's body later (as a warm suite's child does) would
+    leave the pristine closure installed, and the mutant would survive unrun.
+    Its own line in watch() stays chosen at each call."""
+    lines = INSTALLED_AT_IMPORT.split("\n")
+    in_closure = lines.index("        seen.append(1)") + 1
+    in_body = lines.index("    return len(seen)") + 1
+    closure = mutagen.Mutant("w.py", in_closure, "k", "c", lines[in_closure - 1], "        pass",
+                             f"w.py|k|c|{in_closure}|1")
+    body = mutagen.Mutant("w.py", in_body, "k", "c", lines[in_body - 1], "    return 0",
+                          f"w.py|k|c|{in_body}|1")
+    switched = mutant_switches.instrument("w.py", INSTALLED_AT_IMPORT, [closure, body])
+    assert switched.keys == {closure.key, body.key}
+    assert switched.call_time == {body.key}
+    # Chosen at the import, the closure's mutant is the one installed.
+    (tmp_path / "w.py").write_text(switched.text)
+    probe = "import logging, w; logging.getLogger('x').setLevel(10); print(len(w.seen))"
+    env = {**{k: v for k, v in os.environ.items() if k != "NR_MUTANT"}, "NR_MUTANT": closure.key}
+    done = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert done.stdout.strip() == "0", done.stderr
+    env.pop("NR_MUTANT")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert done.stdout.strip() == "1", done.stderr
