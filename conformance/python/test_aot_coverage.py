@@ -222,3 +222,24 @@ def test_the_compile_router_declines_a_covered_call(impl):
             "the check is not given the call's arguments as the eager router gives them"
         check.answer = False
         assert torch.equal(router(A, B), FILLED), "not covered: the cond routes"
+
+
+@behaviour("aot.switch-must-be-bool")
+@pytest.mark.parametrize("setting", [0, "off", None], ids=["int", "str", "none"])
+def test_the_aot_switch_refuses_what_is_not_a_bool_and_stays_as_it_was(impl, setting):
+    log = []
+    with impl.coverage_check(Recorder(True, log)):
+        impl.register("aot_dsl", *KEY, logging_cond(log, "cond", True), fill)
+        impl.install(*KEY)
+        with pytest.raises(TypeError, match=type(setting).__name__):
+            with impl.aot_enabled(setting):
+                pass
+        assert torch.equal(mul(), STOCK), "the refused setting switched the checks off"
+        assert log == ["check"]
+        log.clear()
+        with impl.aot_enabled(False):
+            with pytest.raises(TypeError, match=type(setting).__name__):
+                with impl.aot_enabled(setting):
+                    pass
+            assert torch.equal(mul(), FILLED), "the refused setting switched the checks on"
+            assert log == ["cond"]

@@ -499,3 +499,50 @@ def test_explain_of_a_graph_whose_router_s_op_left_the_dispatcher_says_the_call_
     assert results["verdicts"] == "not reached,not reached", results
     assert "not asked" in results["coverage"], results
     assert results["after install"] == "impl returned [7.0, 7.0]", results
+
+
+@behaviour("explain.op-names")
+def test_explain_takes_an_op_by_its_name_as_by_its_overload(impl):
+    impl.register("named_dsl", *KEY, lambda a, b: False, forbidden())
+    impl.register("bmm_dsl", "aten", "bmm", "CPU", lambda a, b: True, forbidden())
+    impl.install(*KEY)
+    impl.install("aten", "bmm", "CPU")
+    by_overload = impl.explain(MUL, A, B)
+    assert impl.explain("aten::mul.Tensor", A, B) == by_overload
+    x = torch.ones(1, 2, 2)
+    unnamed = impl.explain(torch.ops.aten.bmm.default, x, x)
+    assert unnamed.op == "aten::bmm", unnamed.op
+    for spelled in ("aten::bmm", "aten::bmm.default"):
+        assert impl.explain(spelled, x, x) == unnamed, spelled
+
+
+@behaviour("explain.op-names")
+@pytest.mark.parametrize("op,error,named", [
+    (torch.ops.aten.mul, TypeError, "aten::mul"),  # the packet: which overload?
+    ("mul.Tensor", ValueError, "mul.Tensor"),       # no namespace
+    ("aten::", ValueError, "aten::"),
+    ("::mul", ValueError, "::mul"),
+    (42, TypeError, "int"),
+], ids=["packet", "no-namespace", "no-name", "empty-namespace", "not-an-op"])
+def test_explain_refuses_an_op_it_cannot_name_naming_it(impl, op, error, named):
+    impl.register("named_dsl", *KEY, lambda a, b: True, lambda a, b: torch.full_like(a, 7.0))
+    impl.install(*KEY)
+    before = dispatcher_state()
+    with pytest.raises(error, match=re.escape(named)) as refused:
+        impl.explain(op, A, B)
+    if op is torch.ops.aten.mul:
+        assert "overload" in str(refused.value), f"the fix goes unsaid: {refused.value}"
+    assert dispatcher_state() == before
+    assert torch.equal(mul(), torch.full_like(A, 7.0))
+
+
+@behaviour("explain.op-names")
+def test_explain_refuses_a_dispatch_key_that_is_no_key_name(impl):
+    cond = MagicMock(return_value=False)
+    impl.register("named_dsl", *KEY, cond, forbidden())
+    impl.install(*KEY)
+    with pytest.raises(TypeError, match="7"):
+        impl.explain(MUL, A, B, dispatch_key=7)
+    with pytest.raises(ValueError, match="''"):
+        impl.explain(MUL, A, B, dispatch_key="")
+    cond.assert_not_called()

@@ -14,7 +14,7 @@ import torch
 from functorch.compile import make_boxed_func
 from torch._dynamo.backends.common import aot_autograd
 
-from conftest import behaviour
+from conftest import behaviour, run_in_fresh_interpreter
 
 from fixtures.python.torch_fixtures import A, B, STOCK, mul
 from fixtures.python.torch_fixtures import MUL_CPU as KEY
@@ -401,3 +401,48 @@ def test_explain_on_this_thread_reports_a_per_thread_disable(impl):
     with impl.disabled_in_thread(dsl_names=["dsl_a"]):
         report = impl.explain(torch.ops.aten.mul.Tensor, A, B)
     assert [entry.verdict for entry in report.nodes] == ["disabled", "accepted"], str(report)
+
+
+@behaviour("stats.setting-must-be-bool")
+@pytest.mark.parametrize("setting", [1, "yes", None], ids=["int", "str", "none"])
+def test_collect_stats_refuses_what_is_not_a_bool_and_keeps_counting_as_it_was(impl, setting):
+    impl.register("counted", *KEY, always, returning(SEVENS))
+    impl.install(*KEY)
+    (counted,) = impl.graph(*KEY)
+    impl.reset_stats()
+    with pytest.raises(TypeError, match=type(setting).__name__):
+        with impl.collect_stats(setting):
+            pass
+    mul()
+    assert impl.node_stats(counted)["taken"] == 0, "the refused setting turned counting on"
+    with impl.collect_stats(True):
+        with pytest.raises(TypeError, match=type(setting).__name__):
+            with impl.collect_stats(setting):
+                pass
+        mul()
+    assert impl.node_stats(counted)["taken"] == 1, "the refused setting turned counting off"
+
+
+@behaviour("observe.routing-log-configured-before-import")
+def test_a_routing_logger_at_debug_before_the_import_logs_the_first_call(impl):
+    if "routing-observability" not in impl.features:
+        pytest.skip(f"{impl.name} lacks feature routing-observability")
+    lines = run_in_fresh_interpreter(impl, """
+        from fixtures.python.torch_fixtures import MUL_CPU as KEY, mul
+        impl.register("early_log_dsl", *KEY, lambda a, b: True, lambda a, b: a + b)
+        impl.install(*KEY)
+        mul()
+        for _ in range(1000):
+            pass  # records of calls made without the GIL arrive within a few bytecodes
+        print("done")
+    """, prelude="""
+        import logging, sys
+        routing = logging.getLogger("native_registry.routing")
+        routing.setLevel(logging.DEBUG)
+        handler = logging.StreamHandler(sys.stdout)
+        handler.setFormatter(logging.Formatter("record: %(message)s"))
+        routing.addHandler(handler)
+    """)
+    records = [line for line in lines if line.startswith("record: ")]
+    assert len(records) == 1 and "early_log_dsl" in records[0], lines
+    assert lines[-1] == "done"

@@ -280,17 +280,25 @@ def instrument(rel: str, text: str, mutants: list[Mutant]) -> Switched:
 
     def indented(line: int, text_of: str, depth: int) -> tuple[str, str]:
         """A line of a copy, `depth` indents deeper (a string's continuation
-        and an empty line as they are): (its text, the indentation added)."""
+        and an empty line as they are): (its text, the indentation added).
+        `line`: the original's line it stands for; 0 for one a mutant adds."""
         added = "" if line in continuing or not text_of.strip() else INDENT * depth
         return added + text_of, added
 
-    def variant(m: Mutant | None, line: int) -> list[str]:
+    def variant(m: Mutant | None, line: int) -> list[tuple[int, str]]:
         """What stands for the original's `line` in the copy of mutant `m`
-        (None: the original): its line, or the lines it replaces its span
-        with (at the span's first line; none at the others)."""
+        (None: the original), each text with the original's line it stands
+        for (indented()'s): its line, or the lines it replaces its span with
+        (at the span's first line; none at the others). A line the mutant
+        adds beyond its span stands for none: a fault that inserts code after
+        a docstring's last line (a string's continuation) takes that line in,
+        and the code it adds is indented as code."""
         if m is None or not m.line <= line < m.line + m.lines_replaced:
-            return [lines[line - 1]]
-        return m.mutated.split("\n") if line == m.line else []
+            return [(line, lines[line - 1])]
+        if line != m.line:
+            return []
+        return [(line + k if k < m.lines_replaced else 0, text_of)
+                for k, text_of in enumerate(m.mutated.split("\n"))]
 
     def function_copy(unit: _Unit, mutated: Mutant | None, depth: int, record: bool) -> list[str]:
         """The function's lines with `mutated`'s line (None: as it is) and
@@ -298,8 +306,8 @@ def instrument(rel: str, text: str, mutants: list[Mutant]) -> Switched:
         the one `lines` maps the original's lines to."""
         copy_lines: list[str] = []
 
-        def emit(line: int, text_of: str, deeper: int) -> None:
-            placed, added = indented(line, text_of, deeper)
+        def emit(line: int, text_of: str, deeper: int, stands_for: int) -> None:
+            placed, added = indented(stands_for, text_of, deeper)
             copy_lines.append(placed)
             if record:
                 mapping[line] = (len(out) + len(copy_lines), added)
@@ -307,19 +315,19 @@ def instrument(rel: str, text: str, mutants: list[Mutant]) -> Switched:
         switches = inside.get(unit.first, []) if mutated is None else []
         body_from = unit.body_from if switches else unit.last + 1
         for line in range(unit.first, body_from):
-            for text_of in variant(mutated, line):
-                emit(line, text_of, depth)
+            for stands_for, text_of in variant(mutated, line):
+                emit(line, text_of, depth, stands_for)
         if switches:
             head = INDENT * depth + unit.body_indent
             for i, m in enumerate(switches):
                 copy_lines.append(f"{head}{'if' if i == 0 else 'elif'} {VARIABLE} == {m.key!r}:")
                 for line in range(body_from, unit.last + 1):
-                    for text_of in variant(m, line):
-                        placed, _ = indented(line, text_of, depth + 1)
+                    for stands_for, text_of in variant(m, line):
+                        placed, _ = indented(stands_for, text_of, depth + 1)
                         copy_lines.append(placed)
             copy_lines.append(f"{head}else:")
             for line in range(body_from, unit.last + 1):
-                emit(line, lines[line - 1], depth + 1)
+                emit(line, lines[line - 1], depth + 1, line)
         return copy_lines
 
     out: list[str] = []

@@ -293,3 +293,33 @@ def test_a_mutant_in_a_closure_its_unit_made_is_not_chosen_after_the_import(tmp_
     env.pop("NR_MUTANT")
     done = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert done.stdout.strip() == "1", done.stderr
+
+
+AFTER_A_DOCSTRING = '''\
+def switch(enabled):
+    """Set it.
+    Returns the old one."""
+    if not isinstance(enabled, bool):
+        raise TypeError("a bool")
+    return enabled
+'''
+
+
+def test_code_a_fault_inserts_after_a_docstring_is_indented_as_code():
+    """A fault that only inserts lines takes the line before in too: here a
+    docstring's last line, a string's continuation, which keeps its text;
+    the statement inserted after it is code, indented with its function."""
+    from harness.mutation import seeded_faults
+    fault = seeded_faults.SeededFault(
+        file="d.py", key="takes-any-truth", change="b",
+        find="    if not isinstance(enabled, bool):",
+        replace="    enabled = bool(enabled)  # FAULT\n    if not isinstance(enabled, bool):")
+    m = fault.as_mutant(AFTER_A_DOCSTRING)
+    assert m.line == 3  # the docstring's last line, taken in
+    switched = mutant_switches.instrument("d.py", AFTER_A_DOCSTRING, [m])
+    assert switched.keys == {m.key}
+    assert mutant_switches.resolve(switched.text, m.key) == mutant_switches.resolve(m.apply(AFTER_A_DOCSTRING), "")
+    assert mutant_switches.resolve(switched.text, "") == mutant_switches.resolve(AFTER_A_DOCSTRING, "")
+    chosen: dict = {"_nr_mutant_": m.key}
+    exec(compile(switched.text.split("\n", 1)[1], "d.py", "exec"), chosen)  # past the header
+    assert chosen["switch"](1) is True
