@@ -241,6 +241,31 @@ def test_export_declines_where_eager_declines_with_a_native_predicate(impl):
     assert not any("_native" in str(n.target) for n in ep.graph.nodes if n.op == "call_function")
 
 
+class SearchPlain(torch.nn.Module):
+    def forward(self, s, v):
+        return torch.searchsorted(s, v)
+
+
+@behaviour("binding.compile-router-sees-keywords")
+def test_export_takes_the_override_where_eager_takes_it_with_a_native_predicate(impl):
+    """The other half: a predicate that accepts the call in eager accepts it
+    in the compile router too (its arguments reach it, not a stand-in)."""
+    supported = "native-predicates" in impl.features
+    if not supported:
+        pytest.skip(f"unsupported: {impl.name} lacks feature native-predicates")
+    predicates = impl.predicates_module()
+    impl.register("test_dsl", *SEARCHSORTED, predicates.dtype_in(torch.float32),
+                  lambda s, v, **kwargs: torch.full(v.shape, 99, dtype=torch.long))
+    impl.install(*SEARCHSORTED)
+    eager = torch.searchsorted(SORTED, PROBES)
+    assert torch.equal(eager, torch.tensor([99])), "eager declined the override"
+    ep = torch.export.export(SearchPlain(), (SORTED, PROBES))
+    ep = ep.run_decompositions(impl.decomp_table())
+    assert torch.equal(ep.module()(SORTED, PROBES), eager)
+    assert any("_native" in str(n.target) for n in ep.graph.nodes if n.op == "call_function"), (
+        "the exported program does not call the override's _native op")
+
+
 # ---- cycles through the registry ---------------------------------------------------------
 
 def assert_collected(ref: weakref.ref, what: str) -> None:

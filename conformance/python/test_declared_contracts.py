@@ -123,6 +123,64 @@ def test_a_defining_module_that_cannot_be_imported_is_a_valueerror_naming_it(
         assert graphs(impl)["first"] == []
 
 
+@behaviour("declared.check-raises-valueerror")
+@pytest.mark.parametrize("attribute, value, message", [
+    ("_OVERRIDES", None, "no _OVERRIDES"),          # absent: said to be absent
+    ("_OVERRIDES", "first", "_OVERRIDES.*str"),     # a str is no sequence of rows: its type named
+    ("_OVERRIDES", 3, "_OVERRIDES.*int"),
+    ("_NAMESPACE", None, "no _NAMESPACE"),          # absent, empty or not a str: none declared
+    ("_NAMESPACE", "", "no _NAMESPACE"),
+    ("_NAMESPACE", 3, "no _NAMESPACE"),
+    ("_DEFINING_MODULE", None, "no _DEFINING_MODULE"),
+    ("_DEFINING_MODULE", "", "no _DEFINING_MODULE"),
+    ("_VARIANTS", ["first"], "_VARIANTS.*first"),   # not a mapping of ops: the value named
+    ("_VARIANTS", {"first": ["fast"]}, "_VARIANTS.*fast"),  # an op's variants not a mapping
+], ids=["no-overrides", "overrides-str", "overrides-int", "no-namespace", "empty-namespace",
+        "namespace-int", "no-defining", "empty-defining", "variants-list", "variants-of-list"])
+def test_a_declaration_missing_or_mistyping_a_table_is_a_valueerror_naming_it(
+        impl, declaring, attribute, value, message):
+    declared = impl.declared_overrides()
+    if value is None:
+        if hasattr(declaring, attribute):
+            delattr(declaring, attribute)
+    else:
+        setattr(declaring, attribute, value)
+    with impl.scope():
+        impl.allow_namespace(NS)
+        for call in (lambda: declared.check(declaring),
+                     lambda: declared.register(declaring, "test_dsl", "CPU")):
+            with pytest.raises(ValueError, match=message):
+                call()
+        assert graphs(impl)["first"] == []
+
+
+@behaviour("declared.check-raises-valueerror")
+def test_a_row_with_more_than_three_elements_is_taken_by_its_first_three(impl, declaring):
+    declared = impl.declared_overrides()
+    declaring._OVERRIDES = (["first", accept, fill(6.0), "a note", 2],)
+    with impl.scope():
+        impl.allow_namespace(NS)
+        declared.check(declaring)
+        declared.register(declaring, "test_dsl", "CPU")
+        impl.install(NS, "first", "CPU")
+        assert torch.equal(getattr(torch.ops, NS).first(torch.ones(2)), torch.full((2,), 6.0))
+
+
+@behaviour("declared.check-raises-valueerror")
+def test_a_defining_module_whose_own_import_fails_is_a_valueerror_naming_it(
+        impl, declaring, tmp_path):
+    declared = impl.declared_overrides()
+    broken = "_native_registry_declared_broken_defining"
+    (tmp_path / f"{broken}.py").write_text("from _native_registry_nowhere import anything\n")
+    declaring._DEFINING_MODULE = broken
+    with impl.scope():
+        impl.allow_namespace(NS)
+        with pytest.raises(ValueError, match=f"{broken}.*import") as refused:
+            declared.check(declaring)  # said to fail its import, not to leave an op unresolved
+        assert "_native_registry_nowhere" in str(refused.value), "the import's own error goes unsaid"
+        assert graphs(impl)["first"] == []
+
+
 # ---- _resolve_overload ----------------------------------------------------------------
 
 
