@@ -86,6 +86,54 @@ def test_a_node_written_before_its_first_install_routes_by_what_was_written(impl
     assert torch.equal(mul(), NINE)
 
 
+# ---- one object per node ---------------------------------------------------------------
+
+def ten(a, *rest):
+    return torch.full_like(a, 10.0)
+
+
+def eleven(a, *rest):
+    return torch.full_like(a, 11.0)
+
+
+@behaviour("nodes.one-object-per-node")
+def test_every_query_hands_out_the_same_object_for_a_node(impl):
+    impl.register("test_dsl", *KEY, always, seven)
+    impl.register("other_dsl", *KEY, always, nine)
+    first = impl.graph(*KEY)
+    again = impl.graph(*KEY)
+    assert all(a is b for a, b in zip(first, again)), "a second query made new node objects"
+    seen = []
+    impl.reorder(lambda op_symbol, dispatch_key, graph: seen.extend(graph) or list(graph))
+    assert seen and all(any(n is f for f in first) for n in seen), (
+        "the ordering function was handed other objects than the graph's")
+    first[0].impl_fn = ten
+    assert impl.graph(*KEY)[0] is first[0] and impl.graph(*KEY)[0].impl_fn is ten
+
+
+@behaviour("nodes.one-object-per-node")
+def test_writes_through_a_node_and_through_a_copy_put_in_its_place_end_in_the_last(impl):
+    """An ordering function puts a copy in a node's place (dataclasses.replace
+    with another impl); the node read before is written, then the copy: the
+    graph routes by what was written last through the copy."""
+    impl.register("test_dsl", *KEY, always, seven)
+    impl.install(*KEY)
+    (original,) = impl.graph(*KEY)
+    copies = []
+
+    def put_a_copy(op_symbol, dispatch_key, graph):
+        copies.append(dataclasses.replace(graph[0], impl_fn=nine))
+        return copies
+
+    impl.reorder(put_a_copy, reregister=True)
+    assert torch.equal(mul(), NINE)
+    original.impl_fn = ten
+    copies[0].impl_fn = eleven
+    impl.install_all()
+    assert torch.equal(mul(), torch.full((2,), 11.0)), "the last write, through the copy, does not route"
+    assert impl.graph(*KEY)[0].impl_fn is eleven
+
+
 # ---- nodes are dataclasses ---------------------------------------------------------------
 
 @behaviour("binding.node-is-a-dataclass")

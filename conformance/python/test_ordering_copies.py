@@ -138,7 +138,10 @@ def test_a_copy_that_changes_more_than_callables_is_refused(impl, field, value):
         return [b, dataclasses.replace(a, impl_fn=fill(9.0), **{field: value})]
 
     warnings = reorder_logged(impl, moved, reregister=True)
-    assert [w for w in warnings if FAILED in w], f"no warning; warnings: {warnings}"
+    failed = [w for w in warnings if FAILED in w]
+    assert failed, f"no warning; warnings: {warnings}"
+    assert field in failed[0] and "ValueError" in failed[0], (
+        f"the warning names neither the field nor the error (a ValueError): {failed[0]}")
     graph = impl.graph(*KEY)
     assert [n.dsl_name for n in graph] == ["dsl_a", "dsl_b"]
     assert by_dsl(graph, "dsl_a").impl_fn is seven
@@ -153,8 +156,30 @@ def test_a_copy_with_a_callable_that_is_not_callable_is_refused(impl):
     warnings = reorder_logged(
         impl, lambda op, key, g: [dataclasses.replace(n, impl_fn="not callable") for n in g],
         reregister=True)
-    assert [w for w in warnings if FAILED in w], f"no warning; warnings: {warnings}"
+    failed = [w for w in warnings if FAILED in w]
+    assert failed, f"no warning; warnings: {warnings}"
+    assert "impl_fn" in failed[0] and "TypeError" in failed[0], (
+        f"the warning names neither the field nor the error (a TypeError): {failed[0]}")
     assert by_dsl(impl.graph(*KEY), "dsl_a").impl_fn is seven
+    assert torch.equal(mul(), torch.full((2,), 7.0))
+
+
+@behaviour("ordering.copy-changes-only-callables")
+@pytest.mark.parametrize("stranger", ["int", "foreign-node"])
+def test_an_item_that_is_neither_a_node_nor_a_copy_is_refused_naming_it(impl, stranger):
+    seven = fill(7.0)
+    impl.register("dsl_a", *KEY, accept, seven)
+    impl.install(*KEY)
+    if stranger == "int":
+        item = 3
+    else:  # a node made by hand, whose node_id no node of the graph has
+        item = impl.make_node("dsl_z", "aten", "mul.Tensor", "CPU", accept, fill(9.0), "not_a_node_id")
+    warnings = reorder_logged(impl, lambda op, key, g: [item], reregister=True)
+    failed = [w for w in warnings if FAILED in w]
+    assert failed, f"no warning; warnings: {warnings}"
+    assert repr(item) in failed[0] and "TypeError" in failed[0], (
+        f"the warning names neither the item nor the error (a TypeError): {failed[0]}")
+    assert [n.impl_fn for n in impl.graph(*KEY)] == [seven]
     assert torch.equal(mul(), torch.full((2,), 7.0))
 
 
