@@ -414,3 +414,37 @@ def test_code_written_for_torch_2_13_runs(impl):
     assert node.cond_fn is cond and node.impl_fn is body
     assert getattr(node, "lib_symbol", "aten") == "aten"
     assert node.unconditional_override is False and node.active is True
+
+
+@behaviour("api.upstream-defaults")
+def test_register_without_keywords_registers_a_conditional_override(impl):
+    impl.module.register_op_override("test_dsl", "aten", "mul.Tensor", "CPU",
+                                     lambda a, b: False, lambda a, b: torch.full_like(a, 4.0))
+    (node,) = impl.graph(*KEY)
+    assert node.unconditional_override is False
+    impl.install(*KEY)
+    assert torch.equal(mul(), STOCK), "the cond was not asked: registered as unconditional"
+
+
+@behaviour("api.upstream-defaults")
+def test_reorder_without_keywords_leaves_the_routers_until_the_next_install(impl):
+    impl.register("first_dsl", *KEY, lambda a, b: True, lambda a, b: torch.full_like(a, 4.0))
+    impl.register("second_dsl", *KEY, lambda a, b: True, lambda a, b: torch.full_like(a, 5.0))
+    impl.install(*KEY)
+    assert torch.equal(mul(), torch.full((2,), 4.0))
+    impl.module.reorder_graphs_from_user_function(lambda op, key, graph: list(reversed(graph)))
+    assert [n.dsl_name for n in impl.graph(*KEY)] == ["second_dsl", "first_dsl"]
+    assert torch.equal(mul(), torch.full((2,), 4.0)), "reordering without reregister_overrides installed"
+    impl.install(*KEY)
+    assert torch.equal(mul(), torch.full((2,), 5.0))
+
+
+@behaviour("api.upstream-defaults")
+def test_the_decomposition_table_without_keywords_holds_the_default_decompositions(impl):
+    impl.register("test_dsl", *KEY, lambda a, b: True, lambda a, b: torch.full_like(a, 4.0))
+    impl.install(*KEY)
+    table = impl.module.native_decomp_table()
+    defaults = torch.export.default_decompositions()
+    assert torch.ops.aten.mul.Tensor in table
+    missing = [op for op in defaults if op not in table and op is not torch.ops.aten.mul.Tensor]
+    assert not missing, f"{len(missing)} default decompositions missing, e.g. {missing[:3]}"
