@@ -28,12 +28,14 @@ def always(*args, **kwargs):
     return True
 
 
-def seven(a, *rest):
-    return torch.full_like(a, 7.0)
+def filling(value):
+    """An impl that answers a tensor like its first argument, filled with `value`."""
+    def fill(a, *rest):
+        return torch.full_like(a, value)
+    return fill
 
 
-def nine(a, *rest):
-    return torch.full_like(a, 9.0)
+seven, nine, ten, eleven = (filling(value) for value in (7.0, 9.0, 10.0, 11.0))
 
 
 # ---- writes of a registered node's callables ------------------------------------------
@@ -87,14 +89,6 @@ def test_a_node_written_before_its_first_install_routes_by_what_was_written(impl
 
 
 # ---- one object per node ---------------------------------------------------------------
-
-def ten(a, *rest):
-    return torch.full_like(a, 10.0)
-
-
-def eleven(a, *rest):
-    return torch.full_like(a, 11.0)
-
 
 @behaviour("nodes.one-object-per-node")
 def test_every_query_hands_out_the_same_object_for_a_node(impl):
@@ -269,11 +263,9 @@ def test_export_declines_where_eager_declines_on_a_keyword_tensor(impl):
     assert not any("_native" in str(n.target) for n in ep.graph.nodes if n.op == "call_function")
 
 
-@behaviour("binding.compile-router-sees-keywords")
-def test_export_declines_where_eager_declines_with_a_native_predicate(impl):
-    """The same call with a cond evaluated outside Python (issue 23's case:
-    dtype_in(float32) sees the int64 sorter in eager; the compile router's
-    predicate must see it too)."""
+def override_float32_searches_by_a_native_predicate(impl):
+    """searchsorted overridden at CPU, answering 99s, for calls whose tensors
+    are all float32, by the cond evaluated outside Python dtype_in(float32)."""
     supported = "native-predicates" in impl.features
     if not supported:
         pytest.skip(f"unsupported: {impl.name} lacks feature native-predicates")
@@ -281,6 +273,14 @@ def test_export_declines_where_eager_declines_with_a_native_predicate(impl):
     impl.register("test_dsl", *SEARCHSORTED, predicates.dtype_in(torch.float32),
                   lambda s, v, **kwargs: torch.full(v.shape, 99, dtype=torch.long))
     impl.install(*SEARCHSORTED)
+
+
+@behaviour("binding.compile-router-sees-keywords")
+def test_export_declines_where_eager_declines_with_a_native_predicate(impl):
+    """The same call with a cond evaluated outside Python (issue 23's case:
+    dtype_in(float32) sees the int64 sorter in eager; the compile router's
+    predicate must see it too)."""
+    override_float32_searches_by_a_native_predicate(impl)
     eager = torch.searchsorted(SORTED, PROBES, sorter=SORTER)
     assert torch.equal(eager, torch.tensor([2])), "eager took the override"
     ep = torch.export.export(SearchWithSorter(), (SORTED, PROBES, SORTER))
@@ -298,13 +298,7 @@ class SearchPlain(torch.nn.Module):
 def test_export_takes_the_override_where_eager_takes_it_with_a_native_predicate(impl):
     """The other half: a predicate that accepts the call in eager accepts it
     in the compile router too (its arguments reach it, not a stand-in)."""
-    supported = "native-predicates" in impl.features
-    if not supported:
-        pytest.skip(f"unsupported: {impl.name} lacks feature native-predicates")
-    predicates = impl.predicates_module()
-    impl.register("test_dsl", *SEARCHSORTED, predicates.dtype_in(torch.float32),
-                  lambda s, v, **kwargs: torch.full(v.shape, 99, dtype=torch.long))
-    impl.install(*SEARCHSORTED)
+    override_float32_searches_by_a_native_predicate(impl)
     eager = torch.searchsorted(SORTED, PROBES)
     assert torch.equal(eager, torch.tensor([99])), "eager declined the override"
     ep = torch.export.export(SearchPlain(), (SORTED, PROBES))
