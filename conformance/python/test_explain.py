@@ -119,6 +119,11 @@ def check_table(explained):
                for i, (k, n) in enumerate(zip(rows, explained.nodes))]
     assert all(o == offsets[0] for o in offsets), table
     assert column_starts(lines[rows[0] - 1]) == offsets[0], table  # the header's columns
+    starts, header = offsets[0], lines[rows[0] - 1]
+    for c in range(len(starts) - 1):  # two blanks after each column's widest cell
+        cells = [header[starts[c]:starts[c + 1]].rstrip()] + [
+            [str(i + 1), n.node_id, n.dsl_name, n.verdict][c] for i, n in enumerate(explained.nodes)]
+        assert starts[c + 1] - starts[c] - max(map(len, cells)) == 2, table
     kernel = " ".join(lines[rows[-1] + 1:])
     assert explained.kernel.kind in kernel and explained.kernel.detail in kernel, table
     assert kernel.index(explained.kernel.kind) < kernel.index(explained.kernel.detail), table  # kind first

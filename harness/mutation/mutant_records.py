@@ -61,7 +61,8 @@ class Outcome:
 
 
 def load_equivalents(path: pathlib.Path = EQUIVALENTS) -> dict[str, str]:
-    """Reviewed equivalent mutants: key -> reason. Each entry needs a reason."""
+    """Reviewed equivalent mutants: key -> reason. Each entry needs a reason,
+    and each mutant is reviewed once."""
     if not path.exists():
         return {}
     with path.open("rb") as f:
@@ -70,6 +71,8 @@ def load_equivalents(path: pathlib.Path = EQUIVALENTS) -> dict[str, str]:
     for entry in entries:
         if not entry.get("reason", "").strip():
             raise ValueError(f"{path}: equivalent mutant {entry.get('key')!r} gives no reason")
+        if entry["key"] in table:  # one review per mutant: a second would be counted twice
+            raise ValueError(f"{path}: equivalent mutant {entry['key']!r} is reviewed twice")
         table[entry["key"]] = entry["reason"]
     return table
 

@@ -122,6 +122,11 @@ def test_equivalents_need_a_reason(tmp_path):
     bad.write_text('[[equivalent]]\nkey = "k2"\nreason = " "\n')
     with pytest.raises(ValueError, match="k2"):
         auto_mutants.load_equivalents(bad)
+    twice = tmp_path / "twice.toml"
+    twice.write_text('[[equivalent]]\nkey = "k3"\nreason = "one"\n\n'
+                     '[[equivalent]]\nkey = "k3"\nreason = "two"\n')
+    with pytest.raises(ValueError, match="k3.*twice"):
+        auto_mutants.load_equivalents(twice)
 
 
 def test_the_shipped_equivalents_name_current_mutants_with_reasons():
