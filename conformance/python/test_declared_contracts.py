@@ -52,6 +52,14 @@ def declaring(impl, tmp_path, monkeypatch):
         defining.LIB._destroy()
 
 
+def assert_check_and_register_refuse(declared, module, match: str) -> None:
+    """check(module) and register(module, ...) each raise ValueError matching `match`."""
+    for call in (lambda: declared.check(module),
+                 lambda: declared.register(module, "test_dsl", "CPU")):
+        with pytest.raises(ValueError, match=match):
+            call()
+
+
 def graphs(impl):
     return {op: [n.node_id for n in impl.graph(NS, op, "CPU")] for op in ("first", "composite")}
 
@@ -99,10 +107,7 @@ def test_a_malformed_row_is_refused_before_anything_registers(impl, declaring, r
     declaring._OVERRIDES += (row,)
     with impl.scope():
         impl.allow_namespace(NS)
-        with pytest.raises(ValueError, match=message):
-            declared.check(declaring)
-        with pytest.raises(ValueError, match=message):
-            declared.register(declaring, "test_dsl", "CPU")
+        assert_check_and_register_refuse(declared, declaring, message)
         assert graphs(impl)["first"] == [], "the rows before the malformed one were registered"
 
 
@@ -116,10 +121,7 @@ def test_a_defining_module_that_cannot_be_imported_is_a_valueerror_naming_it(
     declaring._DEFINING_MODULE = defining
     with impl.scope():
         impl.allow_namespace(NS)
-        for call in (lambda: declared.check(declaring),
-                     lambda: declared.register(declaring, "test_dsl", "CPU")):
-            with pytest.raises(ValueError, match=defining.lstrip(".")):
-                call()
+        assert_check_and_register_refuse(declared, declaring, defining.lstrip("."))
         assert graphs(impl)["first"] == []
 
 
@@ -147,10 +149,7 @@ def test_a_declaration_missing_or_mistyping_a_table_is_a_valueerror_naming_it(
         setattr(declaring, attribute, value)
     with impl.scope():
         impl.allow_namespace(NS)
-        for call in (lambda: declared.check(declaring),
-                     lambda: declared.register(declaring, "test_dsl", "CPU")):
-            with pytest.raises(ValueError, match=message):
-                call()
+        assert_check_and_register_refuse(declared, declaring, message)
         assert graphs(impl)["first"] == []
 
 

@@ -20,9 +20,10 @@ so a process that imported the module with no mutant chosen can choose one
 later by setting the global (suite_server.py does, in a forked child: these
 are `call_time`), except in a def, lambda or class the body makes: that
 object may have been made before the choice (a closure a module-level call
-installs at the import), so such a mutant is chosen by a fresh import. That needs the variants to be one function to Python: the
-same local names, the same kind (generator or not), no `global` or
-`nonlocal` declaration (which must precede every use of its name). A mutant
+installs at the import), so such a mutant is chosen by a fresh import. That
+needs the variants to be one function to Python: the same local names, the
+same kind (generator or not), no `global` or `nonlocal` declaration (which
+must precede every use of its name). A mutant
 that breaks one of these, or lies on a def's or decorator's line, is
 switched around the def instead, read once at import:
 

@@ -110,14 +110,23 @@ def test_a_stillborn_mutant_is_not_switched_and_stays_stillborn():
         compile(switched.rewritable(broken).apply(switched.text), "m.py", "exec")
 
 
-def run_toy(tmp_path, text, mutant_id=None):
-    (tmp_path / "toy.py").write_text(text)
+def run_module(tmp_path, name, text, probe, mutant_id=None):
+    """`text` written as module `name` in `tmp_path`, and what `probe` prints
+    in a fresh Python there (or its last error line), with NR_MUTANT=`mutant_id`
+    (None: unset)."""
+    (tmp_path / f"{name}.py").write_text(text)
     env = {k: v for k, v in os.environ.items() if k != "NR_MUTANT"}
     if mutant_id is not None:
         env["NR_MUTANT"] = mutant_id
-    probe = "import toy; print(toy.clamp(-5), toy.clamp(50), toy.ALIAS(3), toy.Box().grow(1))"
     done = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True)
     return done.stdout.strip() or done.stderr.strip().splitlines()[-1]
+
+
+TOY_CALLS = "print(toy.clamp(-5), toy.clamp(50), toy.ALIAS(3), toy.Box().grow(1))"
+
+
+def run_toy(tmp_path, text, mutant_id=None):
+    return run_module(tmp_path, "toy", text, "import toy; " + TOY_CALLS, mutant_id)
 
 
 def test_the_switched_module_runs_as_the_rewritten_one(tmp_path):
@@ -178,12 +187,7 @@ def test_switch_goes_with_generated_mutants_of_every_layer():
 def run_toy_chosen_late(tmp_path, text, key):
     """The toy imported with no mutant chosen, then `key` chosen by setting
     its global, as the warm suite's child does."""
-    (tmp_path / "toy.py").write_text(text)
-    env = {k: v for k, v in os.environ.items() if k != "NR_MUTANT"}
-    probe = (f"import toy; toy._nr_mutant_ = {key!r}; "
-             "print(toy.clamp(-5), toy.clamp(50), toy.ALIAS(3), toy.Box().grow(1))")
-    done = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True)
-    return done.stdout.strip() or done.stderr.strip().splitlines()[-1]
+    return run_module(tmp_path, "toy", text, f"import toy; toy._nr_mutant_ = {key!r}; " + TOY_CALLS)
 
 
 def test_a_mutant_in_a_body_is_chosen_at_each_call_after_the_import(tmp_path):
@@ -285,14 +289,9 @@ def test_a_mutant_in_a_closure_its_unit_made_is_not_chosen_after_the_import(tmp_
     assert switched.keys == {closure.key, body.key}
     assert switched.call_time == {body.key}
     # Chosen at the import, the closure's mutant is the one installed.
-    (tmp_path / "w.py").write_text(switched.text)
     probe = "import logging, w; logging.getLogger('x').setLevel(10); print(len(w.seen))"
-    env = {**{k: v for k, v in os.environ.items() if k != "NR_MUTANT"}, "NR_MUTANT": closure.key}
-    done = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True)
-    assert done.stdout.strip() == "0", done.stderr
-    env.pop("NR_MUTANT")
-    done = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True)
-    assert done.stdout.strip() == "1", done.stderr
+    assert run_module(tmp_path, "w", switched.text, probe, closure.key) == "0"
+    assert run_module(tmp_path, "w", switched.text, probe) == "1"
 
 
 AFTER_A_DOCSTRING = '''\
