@@ -52,6 +52,13 @@ def reorder_logged(impl, fn, *, reregister=False) -> list[str]:
     return [r.getMessage() for r in handler.records]
 
 
+def refusal_warning(warnings: list[str]) -> str:
+    """The first warning that says the graph transformation failed; there must be one."""
+    failed = [w for w in warnings if FAILED in w]
+    assert failed, f"no warning; warnings: {warnings}"
+    return failed[0]
+
+
 def by_dsl(graph, dsl_name):
     (node,) = [n for n in graph if n.dsl_name == dsl_name]
     return node
@@ -138,10 +145,9 @@ def test_a_copy_that_changes_more_than_callables_is_refused(impl, field, value):
         return [b, dataclasses.replace(a, impl_fn=fill(9.0), **{field: value})]
 
     warnings = reorder_logged(impl, moved, reregister=True)
-    failed = [w for w in warnings if FAILED in w]
-    assert failed, f"no warning; warnings: {warnings}"
-    assert field in failed[0] and "ValueError" in failed[0], (
-        f"the warning names neither the field nor the error (a ValueError): {failed[0]}")
+    failed = refusal_warning(warnings)
+    assert field in failed and "ValueError" in failed, (
+        f"the warning names neither the field nor the error (a ValueError): {failed}")
     graph = impl.graph(*KEY)
     assert [n.dsl_name for n in graph] == ["dsl_a", "dsl_b"]
     assert by_dsl(graph, "dsl_a").impl_fn is seven
@@ -156,10 +162,9 @@ def test_a_copy_with_a_callable_that_is_not_callable_is_refused(impl):
     warnings = reorder_logged(
         impl, lambda op, key, g: [dataclasses.replace(n, impl_fn="not callable") for n in g],
         reregister=True)
-    failed = [w for w in warnings if FAILED in w]
-    assert failed, f"no warning; warnings: {warnings}"
-    assert "impl_fn" in failed[0] and "TypeError" in failed[0], (
-        f"the warning names neither the field nor the error (a TypeError): {failed[0]}")
+    failed = refusal_warning(warnings)
+    assert "impl_fn" in failed and "TypeError" in failed, (
+        f"the warning names neither the field nor the error (a TypeError): {failed}")
     assert by_dsl(impl.graph(*KEY), "dsl_a").impl_fn is seven
     assert torch.equal(mul(), torch.full((2,), 7.0))
 
@@ -170,15 +175,19 @@ def test_an_item_that_is_neither_a_node_nor_a_copy_is_refused_naming_it(impl, st
     seven = fill(7.0)
     impl.register("dsl_a", *KEY, accept, seven)
     impl.install(*KEY)
-    if stranger == "int":
-        item = 3
-    else:  # a node made by hand, whose node_id no node of the graph has
-        item = impl.make_node("dsl_z", "aten", "mul.Tensor", "CPU", accept, fill(9.0), "not_a_node_id")
-    warnings = reorder_logged(impl, lambda op, key, g: [item], reregister=True)
-    failed = [w for w in warnings if FAILED in w]
-    assert failed, f"no warning; warnings: {warnings}"
-    assert repr(item) in failed[0] and "TypeError" in failed[0], (
-        f"the warning names neither the item nor the error (a TypeError): {failed[0]}")
+    returned = []
+
+    def a_stranger(op_symbol, dispatch_key, graph):
+        # A copy with a node_id no node of the graph has stands for a node
+        # made by hand, in whatever field order the implementation's nodes take.
+        returned.append(3 if stranger == "int" else dataclasses.replace(graph[0], node_id="not_a_node_id"))
+        return returned
+
+    warnings = reorder_logged(impl, a_stranger, reregister=True)
+    (item,) = returned
+    failed = refusal_warning(warnings)
+    assert repr(item) in failed and "TypeError" in failed, (
+        f"the warning names neither the item nor the error (a TypeError): {failed}")
     assert [n.impl_fn for n in impl.graph(*KEY)] == [seven]
     assert torch.equal(mul(), torch.full((2,), 7.0))
 
