@@ -71,6 +71,8 @@ examples:
                                                    the second of four shards (merge: mutation_report)
   ./harness/run --mutants auto --mutate python --incremental OLD.mutation.json
                                                    only mutants whose line or tests changed since
+  ./harness/run --mutants auto --mutate python --own-tests --own-tests-after OLD.jsonl.gz
+                                                   the own tests alone for what OLD's run left alive
   ./harness/run --upstream-tests ../shared/spec/test_registry.py
                                                    an upstream test file: installed torch vs reference
 
@@ -84,7 +86,7 @@ def resolve_paths(args) -> None:
     """Every path option against the caller's directory (./harness/run runs
     this in the directory it was called from), absolute from here on: the
     suites run in subprocesses with other working directories."""
-    for option in ("build", "results", "spec", "upstream_tests", "baseline_from", "incremental"):
+    for option in ("build", "results", "spec", "upstream_tests", "baseline_from", "incremental", "own_tests_after"):
         value = getattr(args, option)
         if value is not None:
             setattr(args, option, value.expanduser().resolve())
@@ -113,6 +115,10 @@ def resolve_paths(args) -> None:
         args.shard = parse_shard(args.shard)
     if args.incremental is not None and not args.incremental.is_file():
         raise UsageError(f"--incremental {args.incremental}: no such report")
+    if args.own_tests_after is not None and not (args.mutants == "auto" and args.own_tests):
+        raise UsageError("--own-tests-after goes with --mutants auto --own-tests")
+    if args.own_tests_after is not None and not args.own_tests_after.is_file():
+        raise UsageError(f"--own-tests-after {args.own_tests_after}: no such record")
     if args.baseline_from is not None and (args.mutants != "auto" or args.mutate != "python"):
         raise UsageError("--baseline-from goes with --mutants auto --mutate python")
     if args.jobs < 1:
@@ -329,6 +335,12 @@ def parser() -> argparse.ArgumentParser:
                    help="with --mutants auto: take over the verdicts of an earlier run's report "
                         "(results/mutants/auto-<layer>.mutation.json) for the mutants whose line and whose "
                         "tests' sources are unchanged, and run only the others")
+    p.add_argument("--own-tests-after", type=pathlib.Path, default=None, metavar="RECORD",
+                   help="with --mutants auto --own-tests: take the conformance verdicts of an earlier run's record "
+                        "(a report, or its .jsonl or .jsonl.gz journal; another tree's too) for the mutants whose line "
+                        "is unchanged: those it killed keep their verdict, those it left alive meet only the own "
+                        "tests now (each verdict records the tree it came from); the conformance suites alone "
+                        "are not run again")
     p.add_argument("--baseline-from", type=pathlib.Path, metavar="DIR",
                    help="with --mutants auto --mutate python: the Python suite's results of a conformance run "
                         "of the reference on the same build (its --results DIR) stand for the baseline run, "

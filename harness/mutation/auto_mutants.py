@@ -289,6 +289,14 @@ def run(args) -> int:
                           uncovered_too=target.own_coverage is not None)
         print(f"  --incremental: {len(reused)} of the {len(chosen)} mutants keep their verdict of "
               f"{args.incremental} (their line and their tests' sources unchanged)", flush=True)
+    owed_after = {}
+    if getattr(args, "own_tests_after", None) is not None:
+        kept, owed_after = carried_over(mutation_report.load(args.own_tests_after), digests,
+                                        uncovered_too=target.own_coverage is not None)
+        reused = {**kept, **reused}
+        print(f"  --own-tests-after: of the {len(chosen)} mutants, {len(kept)} keep their verdict of "
+              f"{args.own_tests_after} and {len(owed_after)} its conformance verdict, meeting only the own "
+              f"tests now (their line unchanged)", flush=True)
     if not getattr(args, "run_equivalents", False):
         unrun = reviewed_unrun(chosen, equivalents, at)
         if unrun:
@@ -304,7 +312,7 @@ def run(args) -> int:
     outcomes = mutant_runner.run_all(chosen, equivalents, records, baseline, args.resume, args.own_tests,
                                      places, digests=digests, reused=reused,
                                      check_switch=schemata and getattr(args, "check_switch", False),
-                                     shared_build=schemata, at=at)
+                                     shared_build=schemata, at=at, owed_after=owed_after)
     stats = figures(outcomes, equivalents)
     stats.update(candidates=len(candidates), chosen=len(chosen), seed=args.seed, requested=args.sample,
                  files=target.files, not_mutated=target.left_out, impl=target.impl, jobs=len(places),
@@ -521,6 +529,27 @@ def reusable(earlier: list[Outcome], digests: dict[str, tuple[str, str]], own_te
                 and not awaits_own_verdict(o, own_tests, uncovered_too)):
             kept[o.key] = dataclasses.replace(o, reused=o.reused or o.commit)
     return kept
+
+
+def carried_over(earlier: list[Outcome], digests: dict[str, tuple[str, str]], uncovered_too: bool
+                 ) -> tuple[dict[str, Outcome], dict[str, Outcome]]:
+    """--own-tests-after: an earlier run's conformance verdicts, at its own
+    tree, for the mutants chosen now whose line is unchanged (digests: the
+    chosen mutants'). Those it killed (or that did not compile) keep their
+    verdict; those it left alive meet the own tests alone now (the owed);
+    one that has the own tests' verdict already keeps it. The conformance
+    suites are not run again: the verdicts say which tree each came from."""
+    kept, owed = {}, {}
+    for o in earlier:
+        if o.key not in digests or o.verdict not in ("killed", "survived", "stillborn", "nocoverage"):
+            continue
+        if not o.line_digest or o.line_digest != digests[o.key][0]:
+            continue  # its line changed, or the record cannot tell
+        if awaits_own_verdict(o, True, uncovered_too):
+            owed[o.key] = o
+        else:
+            kept[o.key] = dataclasses.replace(o, reused=o.reused or o.commit)
+    return kept, owed
 
 
 def reviewed_unrun(chosen: list[mutagen.Mutant], equivalents: dict[str, str],

@@ -47,6 +47,11 @@ class Outcome:
     # test reaches it, by the own tests' coverage map); "" when not run.
     own_tests: str = ""
     own_failing: list[str] = field(default_factory=list)
+    # The tree the own tests ran at: commit and source as above. Another than
+    # the conformance verdict's only where --own-tests-after carried that
+    # verdict over from an earlier record (its line unchanged).
+    own_commit: str = ""
+    own_source: str = ""
     # Tests chosen by coverage: the tests that execute the mutant's line in
     # the pristine run ([] where no coverage was measured), and how many tests
     # ran before the verdict (-1: not counted).
@@ -145,16 +150,17 @@ def awaits_own_verdict(outcome: Outcome, own_tests: bool, uncovered_too: bool = 
 def resumed(records: pathlib.Path, chosen: list[mutagen.Mutant], source: str = "",
             own_tests: bool = False, uncovered_too: bool = False) -> dict[str, Outcome]:
     """The verdicts an interrupted run recorded for mutants of this sample,
-    of this source (tree_source: a verdict of another tree may not hold),
-    with the own tests' verdict where --own-tests asks for one
-    (awaits_own_verdict)."""
+    of this source (tree_source: a verdict of another tree may not hold; or
+    whose own tests' verdict is of this source, its conformance verdict
+    carried over by --own-tests-after), with the own tests' verdict where
+    --own-tests asks for one (awaits_own_verdict)."""
     keys = {m.key for m in chosen}
     done = {}
     if records.exists():
         for line in records.read_text().splitlines():
             outcome = Outcome(**json.loads(line))
-            if outcome.key in keys and (not source or outcome.source == source) and not awaits_own_verdict(
-                    outcome, own_tests, uncovered_too):
+            of_this_tree = not source or source in (outcome.source, outcome.own_source)
+            if outcome.key in keys and of_this_tree and not awaits_own_verdict(outcome, own_tests, uncovered_too):
                 done[outcome.key] = outcome
     return done
 

@@ -116,7 +116,7 @@ def evaluate(mutant: mutagen.Mutant, target: Target, ws: Workspace, out: pathlib
             return outcome
     if earlier is not None:
         outcome = dataclasses.replace(earlier, seconds=dict(earlier.seconds))
-        judge_by_own_tests(outcome, mutant, target, ws, out, timeouts)
+        judge_by_own_tests(outcome, mutant, target, ws, out, timeouts, commit)
         outcome.seconds["total"] = earlier.seconds.get("total", 0.0) + outcome.seconds["own"]
         return outcome
     outcome.tests_completed = 0
@@ -126,7 +126,7 @@ def evaluate(mutant: mutagen.Mutant, target: Target, ws: Workspace, out: pathlib
         if chosen == []:  # no test executes its line (reaches its switch): nothing can kill it
             outcome.verdict, outcome.tests_completed = "nocoverage", 0
             if own_tests and target.own_coverage is not None:
-                judge_by_own_tests(outcome, mutant, target, ws, out, timeouts)
+                judge_by_own_tests(outcome, mutant, target, ws, out, timeouts, commit)
             outcome.seconds["total"] = time.monotonic() - start
             return outcome
         if chosen is not None:
@@ -153,13 +153,13 @@ def evaluate(mutant: mutagen.Mutant, target: Target, ws: Workspace, out: pathlib
     else:
         outcome.verdict = "survived"
         if own_tests:
-            judge_by_own_tests(outcome, mutant, target, ws, out, timeouts)
+            judge_by_own_tests(outcome, mutant, target, ws, out, timeouts, commit)
     outcome.seconds["total"] = time.monotonic() - start
     return outcome
 
 
 def judge_by_own_tests(outcome: Outcome, mutant: mutagen.Mutant, target: Target, ws: Workspace,
-                       out: pathlib.Path, timeouts: dict[str, float]) -> None:
+                       out: pathlib.Path, timeouts: dict[str, float], commit: tuple[str, str] = ("", "")) -> None:
     """The own tests' verdict on a mutant the conformance suites did not
     kill (outcome.own_tests): where the own tests have a map, the ones that
     execute its line (or, for a line run at import, its observers), cheapest
@@ -180,6 +180,7 @@ def judge_by_own_tests(outcome: Outcome, mutant: mutagen.Mutant, target: Target,
         if failed:
             outcome.output_tail = tail(output)
     outcome.seconds["own"] = time.monotonic() - began
+    outcome.own_commit, outcome.own_source = commit
 
 
 def covering_suites(chosen: list[str], mutant: mutagen.Mutant, target: Target, ws: Workspace,
@@ -495,11 +496,14 @@ def run_all(chosen: list, equivalents: dict[str, str], records: pathlib.Path, ba
             own_tests: bool, places: list[tuple[Workspace, Target, pathlib.Path]],
             digests: dict[str, tuple[str, str]] | None = None,
             reused: dict[str, Outcome] | None = None, check_switch: bool = False,
-            shared_build: bool = False, at: tuple[str, str] | None = None) -> list[Outcome]:
+            shared_build: bool = False, at: tuple[str, str] | None = None,
+            owed_after: dict[str, Outcome] | None = None) -> list[Outcome]:
     """Runs `chosen` over the workspaces, recording each outcome in `records`
     (keeping, with `resume`, the verdicts recorded there of this tree's source);
-    the outcomes in order. Ctrl-C or a SIGTERM stops it: the mutated files
-    are restored and the outcomes so far returned."""
+    the outcomes in order. `owed_after`: conformance verdicts of an earlier
+    tree (--own-tests-after) whose mutants meet only the own tests now.
+    Ctrl-C or a SIGTERM stops it: the mutated files are restored and the
+    outcomes so far returned."""
     signal.signal(signal.SIGTERM, interrupt)
     # `at`: the commit and source the workspaces were copied at (a run's
     # first step), so that an edit of the tree during a long run is not
@@ -509,7 +513,7 @@ def run_all(chosen: list, equivalents: dict[str, str], records: pathlib.Path, ba
     done = {**(reused or {}), **(resumed(records, chosen, source, own_tests, uncovered_too) if resume else {})}
     # Verdicts of this source that lack only the own tests' (a --resume with
     # --own-tests of a run without): those mutants meet the own tests alone.
-    owed = {key: o for key, o in (resumed(records, chosen, source) if resume else {}).items()
+    owed = {key: o for key, o in {**(owed_after or {}), **(resumed(records, chosen, source) if resume else {})}.items()
             if key not in done and awaits_own_verdict(o, own_tests, uncovered_too)}
     if resume:
         print(f"  --resume: {len(done)} of the {len(chosen)} mutants have a verdict of this tree "

@@ -281,6 +281,37 @@ def test_resume_keeps_only_verdicts_of_this_source_and_with_the_own_tests_when_a
     assert mutant_records.tree_source() == mutant_records.tree_source()
 
 
+def test_own_tests_after_keeps_kills_and_owes_the_own_tests_only_what_lived_on_an_unchanged_line(tmp_path):
+    """--own-tests-after: an earlier record's verdicts at its own tree. A
+    kill is kept; a survivor (and, with the own map, a mutant no conformance
+    test reached) meets only the own tests; a mutant whose line changed, or
+    whose record has no line digest, or that the record lacks, runs in full.
+    Then a later call resumes the carried verdicts by their own tests' tree."""
+    import dataclasses
+    from harness.mutation import auto_mutants, mutant_records
+    at = lambda o, **kw: dataclasses.replace(o, source="old", commit="c0", line_digest="L", **kw)  # noqa: E731
+    earlier = [at(outcome("killed", "dead")), at(outcome("survived", "alive")),
+               at(outcome("nocoverage", "unreached")), at(outcome("survived", "edited")),
+               dataclasses.replace(outcome("survived", "undigested"), source="old"),
+               at(outcome("survived", "judged"), own_tests="killed"), at(outcome("killed", "not-chosen"))]
+    digests = {key: ("L", "T") for key in ("dead", "alive", "unreached", "undigested", "judged", "fresh")}
+    digests["edited"] = ("L2", "T")
+    kept, owed = auto_mutants.carried_over(earlier, digests, uncovered_too=False)
+    assert set(kept) == {"dead", "unreached", "judged"} and set(owed) == {"alive"}
+    assert kept["dead"].reused == "c0" and kept["dead"].source == "old"
+    kept, owed = auto_mutants.carried_over(earlier, digests, uncovered_too=True)
+    assert set(kept) == {"dead", "judged"} and set(owed) == {"alive", "unreached"}
+    # The own tests ran now, at source "new": the verdict keeps its conformance
+    # tree and names the own tests' tree, and a resume at "new" keeps it.
+    judged = dataclasses.replace(owed["alive"], own_tests="survived", own_commit="c1", own_source="new")
+    records = tmp_path / "r.jsonl"
+    records.write_text(json.dumps(dataclasses.asdict(judged)) + "\n"
+                       + json.dumps(dataclasses.asdict(owed["unreached"])) + "\n")
+    chosen = [mutagen.Mutant("f.py", 1, "k", "c", "a", "b", key) for key in ("alive", "unreached")]
+    assert set(mutant_records.resumed(records, chosen, "new", own_tests=True)) == {"alive"}
+    assert set(mutant_records.resumed(records, chosen, "other", own_tests=True)) == set()
+
+
 def test_a_seeded_fault_meets_the_tests_of_the_behaviour_it_breaks_first(tmp_path):
     """suites_for: the behaviour's Python tests before the whole Python suite,
     after the C++ suite only where the behaviour is expressed in C++ too; a
