@@ -142,13 +142,20 @@ def choose_target(args, ws: Workspace) -> Target:
             raise SystemExit(f"harness/run: error: --impl {impl.spec} is a Python implementation: "
                              f"use --mutate python (its registry module is mutated)")
         return foreign_target(impl.python, args.suite_env, ws)
-    not_mutated = {**NOT_MUTATED, **left_out_on_this_host()}
+    # With --own-tests, what is left out of the conformance population by
+    # design is mutated too, for the own tests (Target.beyond_files); what
+    # this host cannot run stays out.
+    beyond = NOT_MUTATED if args.own_tests else {}
+    not_mutated = {**{rel: why for rel, why in NOT_MUTATED.items() if rel not in beyond}, **left_out_on_this_host()}
     files = sorted(str(p.relative_to(ROOT)) for p in ROOT.glob(LAYERS[args.mutate])
                    if str(p.relative_to(ROOT)) not in not_mutated)
     left_out = {rel: why for rel, why in not_mutated.items() if fnmatch.fnmatch(rel, LAYERS[args.mutate])}
     if args.mutate in BUILT_LAYERS:
-        return Target(args.mutate, files, {rel: ws.src / rel for rel in files}, left_out=left_out)
-    return python_layer_target(files, left_out, ws, args.build)
+        target = Target(args.mutate, files, {rel: ws.src / rel for rel in files}, left_out=left_out)
+    else:
+        target = python_layer_target(files, left_out, ws, args.build)
+    target.beyond_files = {rel: why for rel, why in beyond.items() if rel in files}
+    return target
 
 
 def python_layer_target(files: list[str], left_out: dict[str, str], ws: Workspace,
@@ -222,7 +229,7 @@ def run(args) -> int:
     if reference and args.mutate == "python":
         check_imports_staged(target)
 
-    candidates, parts_left_out = generate(target)
+    candidates, parts_left_out = generate(target, beyond_too=args.own_tests)
     chosen = mutagen.sample(candidates, args.sample, args.seed)
     only = chosen_only(args.only)
     if only:  # these mutants, whether the sample drew them or not
@@ -239,8 +246,13 @@ def run(args) -> int:
           f"{len(chosen)} sampled (seed {args.seed}), {args.jobs if schemata else len(spaces)} at a time", flush=True)
     for rel, why in target.left_out.items():
         print(f"  not mutated: {rel}: {why}")
+    # With --own-tests, the parts are mutated: they and target.beyond_files
+    # count in the "with own tests" figure only.
+    state = "beyond the contract, mutated for the own tests" if args.own_tests else "not mutated"
     for part, (count, why) in parts_left_out.items():
-        print(f"  not mutated: {part} ({count} candidates): {why}")
+        print(f"  {state}: {part} ({count} candidates): {why}")
+    for rel, why in target.beyond_files.items():
+        print(f"  {state}: {rel}: {why}")
 
     if schemata and not schemata_build.switch(targets, spaces, chosen, jobs_each):
         return 1
@@ -581,9 +593,12 @@ def chosen_only(spec: str) -> set[str]:
     return {o for o in spec.split(",") if o}
 
 
-def generate(target: Target) -> tuple[list[mutagen.Mutant], dict[str, tuple[int, str]]]:
+def generate(target: Target, beyond_too: bool = False) -> tuple[list[mutagen.Mutant], dict[str, tuple[int, str]]]:
     """The candidates of the target's files, less the parts NOT_MUTATED_PARTS
-    leaves out; and per part left out, how many candidates it held and why."""
+    leaves out; and per part left out, how many candidates it held and why.
+    With `beyond_too` (--own-tests) those parts' candidates are kept too, and
+    they and every candidate of target.beyond_files are marked in
+    target.beyond_contract with why."""
     candidates, left_out = [], {}
     for rel in target.files:
         text = target.place[rel].read_text()
@@ -599,8 +614,12 @@ def generate(target: Target) -> tuple[list[mutagen.Mutant], dict[str, tuple[int,
                 name = next(n for n, lines in parts.items() if m.line in lines)
                 count, why = left_out.get(f"{rel}: {name}", (0, reasons[name]))
                 left_out[f"{rel}: {name}"] = (count + 1, why)
-            else:
-                candidates.append(m)
+                if not beyond_too:
+                    continue
+                target.beyond_contract[m.key] = f"{name}: {why}"
+            elif rel in target.beyond_files:
+                target.beyond_contract[m.key] = target.beyond_files[rel]
+            candidates.append(m)
     return candidates, left_out
 
 

@@ -155,6 +155,22 @@ def report_figures(paths: list[pathlib.Path]) -> int:
 
 
 def counts(name: str, candidates: int, outcomes: list[auto_mutants.Outcome], equivalents: dict[str, str]) -> dict:
+    # Mutants beyond the contract (Outcome.beyond_contract: mutated for the
+    # own tests only) count in "with own tests" alone; the conformance
+    # columns are of the rest.
+    beyond = [o for o in outcomes if o.beyond_contract]
+    within = [o for o in outcomes if not o.beyond_contract]
+    row = contract_counts(name, candidates, within, equivalents)
+    every = contract_counts(name, candidates, outcomes, equivalents) if beyond else row
+    row.update({"beyond the contract": len(beyond),
+                **{column: every[column] for column in ("killed by own tests", "equivalent",
+                                                        "survived", "with own tests", "no own coverage either",
+                                                        "not run by own tests")}})
+    return row
+
+
+def contract_counts(name: str, candidates: int, outcomes: list[auto_mutants.Outcome], equivalents: dict[str, str]
+                    ) -> dict:
     killed = sum(o.verdict == "killed" for o in outcomes)
     survivors = [o for o in outcomes if o.verdict == "survived"]
     equivalent = sum(o.key in equivalents for o in survivors)

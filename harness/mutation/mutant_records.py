@@ -52,6 +52,11 @@ class Outcome:
     # verdict over from an earlier record (its line unchanged).
     own_commit: str = ""
     own_source: str = ""
+    # Why no conformance test can reach it, where it lies in a file or part
+    # left out of the conformance population (auto_mutants.NOT_MUTATED,
+    # NOT_MUTATED_PARTS) and was mutated for the own tests (--own-tests): it
+    # counts in the "with own tests" figure only. "" for every other mutant.
+    beyond_contract: str = ""
     # Tests chosen by coverage: the tests that execute the mutant's line in
     # the pristine run ([] where no coverage was measured), and how many tests
     # ran before the verdict (-1: not counted).

@@ -37,6 +37,11 @@ class Target:
     needs_build: bool = True
     suites_from: pathlib.Path | None = None  # the tree whose conformance suites run; None: the workspace's
     left_out: dict[str, str] = field(default_factory=dict)
+    # With --own-tests: the files and parts left out of the conformance
+    # population, mutated for the own tests: file -> why (files), and mutant
+    # key -> why (every mutant of those files and parts: Outcome.beyond_contract).
+    beyond_files: dict[str, str] = field(default_factory=dict)
+    beyond_contract: dict[str, str] = field(default_factory=dict)
     # Tests chosen by coverage (--tests-by-coverage): the pristine run's map
     # and the pristine texts of the files it maps; None: the whole suites.
     coverage: object | None = None
@@ -99,7 +104,8 @@ def evaluate(mutant: mutagen.Mutant, target: Target, ws: Workspace, out: pathlib
     recorded without the own tests' verdict that --own-tests now owes it:
     only the own tests run."""
     outcome = Outcome(mutant.key, mutant.where, mutant.kind, mutant.change, mutant.original.strip(),
-                      mutant.mutated.strip(), commit=commit[0], source=commit[1])
+                      mutant.mutated.strip(), commit=commit[0], source=commit[1],
+                      beyond_contract=target.beyond_contract.get(mutant.key, ""))
     path = target.place[mutant.file]
     start = time.monotonic()
     if target.needs_build and mutant.file.endswith((".cpp", ".h")):
@@ -115,7 +121,8 @@ def evaluate(mutant: mutagen.Mutant, target: Target, ws: Workspace, out: pathlib
             outcome.verdict, outcome.output_tail = "stillborn", str(exc)
             return outcome
     if earlier is not None:
-        outcome = dataclasses.replace(earlier, seconds=dict(earlier.seconds))
+        outcome = dataclasses.replace(earlier, seconds=dict(earlier.seconds),
+                                      beyond_contract=target.beyond_contract.get(mutant.key, ""))
         judge_by_own_tests(outcome, mutant, target, ws, out, timeouts, commit)
         outcome.seconds["total"] = earlier.seconds.get("total", 0.0) + outcome.seconds["own"]
         return outcome

@@ -297,6 +297,46 @@ def test_the_own_tests_figure_counts_their_kills_of_mutants_no_conformance_test_
     assert total["survived"] == str(kinds.count("survived") - 1)
 
 
+def test_mutants_beyond_the_contract_count_in_the_own_tests_figure_only(tmp_path, capsys):
+    """A mutant of a file or part no conformance test can reach by design
+    (Outcome.beyond_contract, mutated for --own-tests) is left out of the
+    conformance columns and counted, killed or not, in "with own tests"."""
+    outcomes = [o for o in outcomes_of_source() if o.verdict in ("killed", "survived")][:4]
+    beyond = [dataclasses.replace(o, key=o.key + "-b", verdict="nocoverage", beyond_contract="beyond upstream",
+                                  own_tests=own)
+              for o, own in zip(outcomes_of_source()[:3], ("killed", "killed", "survived"))]
+    report = tmp_path / "r.mutation.json"
+    mutation_report.write(document(outcomes + beyond), report)
+    assert mutant_figures.report_figures([report]) == 0
+    table = capsys.readouterr().out.splitlines()
+    total = dict(zip(table[0].split(" | "), table[-1].split(" | ")))
+    kills = sum(o.verdict == "killed" for o in outcomes)
+    assert total["beyond the contract"] == "3"
+    assert total["conformance"] == f"{100 * kills / len(outcomes):.1f} %"
+    assert total["with own tests"] == f"{100 * (kills + 2) / (len(outcomes) + 3):.1f} %"
+    assert total["killed by own tests"] == "2"
+
+
+def test_with_own_tests_the_parts_left_out_are_mutated_and_marked(tmp_path, monkeypatch):
+    """generate(): a part NOT_MUTATED_PARTS leaves out is dropped from the
+    conformance population; with beyond_too (--own-tests) its mutants are kept
+    and marked with why, as is every mutant of a file in beyond_files."""
+    from harness.mutation.mutant_runner import Target
+    (tmp_path / "m.py").write_text(SOURCE + "\n\ndef extra(a):\n    return a + 1\n")
+    (tmp_path / "n.py").write_text("def g(x):\n    return x - 1\n")
+    monkeypatch.setitem(auto_mutants.NOT_MUTATED_PARTS, "pkg/m.py", {"extra": "beyond upstream"})
+    place = {"pkg/m.py": tmp_path / "m.py", "pkg/n.py": tmp_path / "n.py"}
+    plain, left_out = auto_mutants.generate(Target("python", list(place), place))
+    assert left_out["pkg/m.py: extra"][0] > 0 and all(m.line < 9 for m in plain if m.file == "pkg/m.py")
+    target = Target("python", list(place), place, beyond_files={"pkg/n.py": "a file beyond"})
+    every, _ = auto_mutants.generate(target, beyond_too=True)
+    marked = {m.key: m for m in every if m.key in target.beyond_contract}
+    assert len(every) == len(plain) + left_out["pkg/m.py: extra"][0]
+    assert {m.file for m in marked.values()} == {"pkg/m.py", "pkg/n.py"}
+    assert all(target.beyond_contract[k].startswith("extra: ") for k, m in marked.items() if m.file == "pkg/m.py")
+    assert not any(k in target.beyond_contract for k in {m.key for m in plain if m.file == "pkg/m.py"})
+
+
 def test_the_command_line_converts_merges_and_validates(tmp_path):
     outcomes = [dataclasses.replace(o, where=o.where.replace(REL, "harness/mutation/mutagen_core.py"))
                 for o in outcomes_of_source()[:3]]
