@@ -218,6 +218,19 @@ TEST_P(Conformance, WithStatsOffNothingIsCounted) {
   EXPECT_EQ(adapter().graph_counts(mul_key()), (RegistryAdapter::GraphCounts{1, 0}));
 }
 
+TEST_P(Conformance, AGraphNoRouterServedCountsZero) {
+  BEHAVIOUR("stats.unrouted-graph-counts-zero");
+  REQUIRE_FEATURE("routing-stats");
+  add(mul_key(), constant_cond(true), fill_impl(7), "choosy");  // registered, never installed
+  const Key add_key{"aten", "add.Tensor", "CPU"};
+  auto counting = adapter().collect_stats(true);
+  adapter().reset_stats();
+  EXPECT_EQ(adapter().graph_counts(mul_key()), RegistryAdapter::GraphCounts{}) << "no router";
+  EXPECT_EQ(adapter().graph_counts(add_key), RegistryAdapter::GraphCounts{}) << "no graph at all";
+  EXPECT_EQ(call_mul(tensor({2, 3}), tensor({4, 5}))[0].item<float>(), 8) << "the op's own kernel";
+  EXPECT_EQ(adapter().graph_counts(mul_key()), RegistryAdapter::GraphCounts{}) << "a call no router saw";
+}
+
 TEST_P(Conformance, StatsAreExactUnderManyThreads) {
   BEHAVIOUR("stats.exact-under-threads");
   REQUIRE_FEATURE("routing-stats");

@@ -175,7 +175,8 @@ REQUIRE_FEATURE = re.compile(r"REQUIRE_FEATURE\(\"([^\"]+)\"\)")
 
 
 def _guarded(body: str, feature: str) -> bool:
-    return f'"{feature}" in impl.features' in body or f'supports("{feature}")' in body
+    return any(guard in body for guard in (f'"{feature}" in impl.features', f'"{feature}" not in impl.features',
+                                           f'supports("{feature}")'))
 
 
 def python_test_bodies(root: pathlib.Path) -> list[tuple[str, list[str], str]]:

@@ -124,6 +124,23 @@ def test_an_interrupt_raised_by_the_check_is_the_calls(impl, interrupt):
     body.assert_not_called()
 
 
+@behaviour("aot.nested-checks-restore-the-outer")
+def test_a_check_set_inside_another_gives_way_to_it_again(impl):
+    log = []
+    outer, inner = Recorder(True, log), Recorder(False, log)
+    with impl.coverage_check(outer):
+        impl.register("aot_dsl", *KEY, logging_cond(log, "cond", True), fill)
+        impl.install(*KEY)
+        assert torch.equal(mul(), STOCK)
+        with impl.coverage_check(inner):
+            assert torch.equal(mul(), FILLED), "the inner check does not cover: the cond routes"
+        assert torch.equal(mul(), STOCK), "the outer check answers again"
+        assert (len(outer.questions), len(inner.questions)) == (2, 1)
+    log.clear()
+    assert torch.equal(mul(), FILLED), "no check left: the cond routes"
+    assert log == ["cond"]
+
+
 @behaviour("aot.switch-turns-checks-off")
 def test_switched_off_the_check_is_not_asked_and_the_conds_route(impl):
     log = []

@@ -341,6 +341,15 @@ def test_allowing_an_unencodable_namespace_is_taken_or_refused_with_value_error(
         pytest.skip("unsupported: no allowlist to add to")
 
 
+@behaviour("validation.unencodable-names")
+@pytest.mark.parametrize("field", ["dsl_names", "op_symbols", "dispatch_keys"])
+def test_a_filter_entry_with_no_utf8_form_is_taken_or_refused_naming_it(impl, field):
+    impl.register("test_dsl", *KEY, cpe_accept, cpe_fill(1.0))
+    entry = "x_\ud800"
+    cpe_value_error_or_nothing(lambda: impl.disable(**{field: [entry]}), repr(entry))
+    assert [n.active for n in impl.graph(*KEY)] == [True], "a filter naming nothing registered"
+
+
 # ---- log records ---------------------------------------------------------------
 
 @behaviour("filters.changes-logged")

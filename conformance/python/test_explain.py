@@ -63,6 +63,21 @@ def test_explain_gives_each_node_s_verdict_and_the_kernel_and_runs_no_impl(impl)
     assert body.call_count == 1
 
 
+@behaviour("explain.result-read-only")
+def test_an_explanation_and_its_entries_cannot_be_changed(impl):
+    impl.register("only", *KEY, MagicMock(return_value=False), forbidden())
+    impl.install(*KEY)
+    explained = impl.explain(MUL, A, B)
+    (node,) = explained.nodes
+    for record, field, value in [(explained, "dispatch_key", "CUDA"), (explained, "op", "aten::add.Tensor"),
+                                 (explained, "kernel", None), (node, "verdict", "accepted"),
+                                 (explained.kernel, "kind", "impl")]:
+        before = getattr(record, field)
+        with pytest.raises(AttributeError):
+            setattr(record, field, value)
+        assert getattr(record, field) == before, (type(record).__name__, field)
+
+
 @behaviour("explain.node-verdicts-and-kernel")
 def test_every_node_after_the_deciding_one_is_not_reached_and_names_what_decided(impl):
     later = [MagicMock(return_value=True) for _ in range(3)]

@@ -119,6 +119,37 @@ def test_per_thread_disables_nest_and_closing_the_inner_restores_the_outer(impl)
     assert torch.equal(mul(), SEVENS), "the outer scope is gone"
 
 
+@behaviour("thread.scope-object-reentered")
+def test_one_scope_object_entered_again_opens_a_scope_per_entry(impl):
+    impl.register("dsl_a", *KEY, always, returning(SEVENS))
+    impl.install(*KEY)
+    scope = impl.disabled_in_thread(dsl_names=["dsl_a"])
+    for round_ in ("first", "again"):
+        with scope:
+            with scope:
+                assert torch.equal(mul(), STOCK)
+            assert torch.equal(mul(), STOCK), f"{round_}: the outer entry still disables it"
+        assert torch.equal(mul(), SEVENS), f"{round_}: after the outermost exit the override routes again"
+
+
+@behaviour("thread.scope-object-reentered")
+def test_a_decorated_recursive_function_routes_as_before_after_its_outermost_call(impl):
+    impl.register("dsl_a", *KEY, always, returning(SEVENS))
+    impl.install(*KEY)
+    seen = []
+
+    @impl.disabled_in_thread(dsl_names=["dsl_a"])
+    def descend(depth):
+        seen.append(torch.equal(mul(), STOCK))
+        if depth:
+            descend(depth - 1)
+        seen.append(torch.equal(mul(), STOCK))
+
+    descend(3)
+    assert seen == [True] * 8, "disabled at every depth, on the way down and back up"
+    assert torch.equal(mul(), SEVENS)
+
+
 @behaviour("thread.disable-leaves-the-registry-alone")
 def test_a_per_thread_disable_leaves_filters_graphs_and_dispatcher_alone(impl):
     from fixtures.python.torch_fixtures import dispatcher_state
@@ -236,6 +267,20 @@ def test_a_call_whose_impl_raised_is_still_one_its_graph_decided(impl):
     assert impl.node_stats(node) == {"taken": 3, "declined": 0, "runtime_unavailable": 0, "raised": 3}
     assert impl.graph_stats(*KEY) == {"calls": 3, "fallbacks": 0}, (
         "the router chose the override for each call; its impl's error does not unmake the choice")
+
+
+@behaviour("stats.unrouted-graph-counts-zero")
+def test_a_graph_no_router_served_counts_zero(impl):
+    impl.register("choosy", *KEY, always, returning(SEVENS))  # registered, never installed
+    add = ("aten", "add.Tensor", "CPU")
+    zero = {"calls": 0, "fallbacks": 0}
+    with impl.collect_stats(True):
+        impl.reset_stats()
+        assert impl.graph_stats(*KEY) == zero, "overrides registered, no router"
+        assert impl.graph_stats(*add) == zero, "no graph at all"
+        assert torch.equal(torch.add(A, B), A + B)
+        assert impl.graph_stats(*add) == zero, "a call no router saw"
+        assert impl.graph_stats(*KEY) == zero, "asking counted nothing"
 
 
 @behaviour("stats.off-counts-nothing")

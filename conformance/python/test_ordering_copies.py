@@ -16,7 +16,7 @@ import torch
 from test_ordering import Records
 from conftest import behaviour
 
-from fixtures.python.torch_fixtures import MISSING_NS, mul
+from fixtures.python.torch_fixtures import MISSING_NS, STOCK, mul
 
 KEY = ("aten", "mul.Tensor", "CPU")
 FAILED = "Graph transformation failed"
@@ -167,6 +167,73 @@ def test_a_copy_with_a_callable_that_is_not_callable_is_refused(impl):
         f"the warning names neither the field nor the error (a TypeError): {failed}")
     assert by_dsl(impl.graph(*KEY), "dsl_a").impl_fn is seven
     assert torch.equal(mul(), torch.full((2,), 7.0))
+
+
+@behaviour("ordering.copy-changes-only-callables")
+@pytest.mark.parametrize("field", ["cond_fn", "impl_fn"])
+def test_a_copy_whose_cond_or_impl_is_none_is_refused(impl, field):
+    """None stands for "no runtime check" in try_initialize_runtime alone."""
+    seven = fill(7.0)
+    impl.register("dsl_a", *KEY, accept, seven)
+    impl.install(*KEY)
+    warnings = reorder_logged(
+        impl, lambda op, key, g: [dataclasses.replace(n, **{field: None}) for n in g], reregister=True)
+    failed = refusal_warning(warnings)
+    assert field in failed and "TypeError" in failed, (
+        f"the warning names neither the field nor the error (a TypeError): {failed}")
+    node = by_dsl(impl.graph(*KEY), "dsl_a")
+    assert node.impl_fn is seven and node.cond_fn is accept
+    assert torch.equal(mul(), torch.full((2,), 7.0))
+
+
+@behaviour("ordering.copy-changes-only-callables")
+def test_a_copy_that_drops_the_runtime_check_routes_without_it(impl):
+    if "runtime-init" not in impl.features:
+        pytest.skip(f"unsupported: {impl.name} lacks feature runtime-init")
+    state = {"ready": False, "asked": 0}
+
+    def ready():
+        state["asked"] += 1
+        return state["ready"]
+
+    impl.register("dsl_a", *KEY, accept, fill(7.0), try_initialize_runtime=ready)
+    impl.install(*KEY)
+    assert torch.equal(mul(), STOCK) and state["asked"] == 1, "its runtime is not ready"
+    warnings = reorder_logged(
+        impl, lambda op, key, g: [dataclasses.replace(n, try_initialize_runtime=None) for n in g],
+        reregister=True)
+    assert not [w for w in warnings if FAILED in w], warnings
+    assert by_dsl(impl.graph(*KEY), "dsl_a").try_initialize_runtime is None
+    assert torch.equal(mul(), torch.full((2,), 7.0)) and state["asked"] == 1, "no check asked now"
+
+
+@behaviour("ordering.copy-changes-only-callables")
+def test_a_copy_that_gives_an_unconditional_override_a_runtime_check_is_refused(impl):
+    if "runtime-init" not in impl.features:
+        pytest.skip(f"unsupported: {impl.name} lacks feature runtime-init")
+    nine = fill(9.0)
+    impl.register("hatch", *KEY, None, nine, unconditional_override=True)
+    impl.install(*KEY)
+    warnings = reorder_logged(
+        impl, lambda op, key, g: [dataclasses.replace(n, try_initialize_runtime=lambda: True) for n in g],
+        reregister=True)
+    failed = refusal_warning(warnings)
+    assert "try_initialize_runtime" in failed and "ValueError" in failed, (
+        f"the warning names neither the field nor the error (a ValueError): {failed}")
+    assert by_dsl(impl.graph(*KEY), "hatch").try_initialize_runtime is None
+    assert torch.equal(mul(), torch.full((2,), 9.0))
+
+
+@behaviour("ordering.copy-changes-only-callables")
+def test_a_copy_of_an_unconditional_override_with_another_impl_routes_with_it(impl):
+    impl.register("hatch", *KEY, None, fill(9.0), unconditional_override=True)
+    impl.install(*KEY)
+    six = fill(6.0)
+    warnings = reorder_logged(
+        impl, lambda op, key, g: [dataclasses.replace(n, impl_fn=six) for n in g], reregister=True)
+    assert not [w for w in warnings if FAILED in w], warnings
+    assert by_dsl(impl.graph(*KEY), "hatch").impl_fn is six
+    assert torch.equal(mul(), torch.full((2,), 6.0))
 
 
 @behaviour("ordering.copy-changes-only-callables")

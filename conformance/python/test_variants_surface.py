@@ -369,3 +369,36 @@ def test_passthrough_hands_matched_calls_to_the_op(impl, declaring):
         with variants.variant(qualified, variants.PASSTHROUGH):
             assert result() == [6.0, 6.0]
         assert result() == [4.0, 4.0]
+
+
+@behaviour("declared.passthrough")
+def test_passthrough_selected_after_the_cond_accepted_raises_saying_so(impl, declaring):
+    """Another thread may select passthrough between an accepted call's cond
+    and its impl; here the variant's own eligible does it, deterministically."""
+    declared = impl.declared_overrides()
+    variants = impl.variants_module()
+    qualified = f"{LATE_NS}::declared"
+    key = (LATE_NS, "declared", "CPU")
+    switching = _Variant(3.0)
+
+    def eligible_then_switch(*args, **kwargs):
+        variants.set_variant(qualified, variants.PASSTHROUGH)
+        return True
+
+    switching.eligible = eligible_then_switch
+    declaring._VARIANTS["declared"]["switching"] = switching
+    declaring._OVERRIDES = declared.variant_rows(LATE_NS, declaring._VARIANTS,
+                                                 declaring._DEFAULT_VARIANTS)
+    with impl.scope():
+        impl.allow_namespace(LATE_NS)
+        declared.register(declaring, "test_dsl", "CPU")
+        impl.install(*key)
+        op = getattr(torch.ops, LATE_NS).declared.default
+        try:
+            variants.set_variant(qualified, "switching")
+            with pytest.raises(RuntimeError, match=f"{qualified}: passthrough was selected after the "
+                                                   "override accepted the call"):
+                op(torch.ones(2))
+            assert op(torch.ones(2)).tolist() == [10.0, 10.0], "passthrough from the next call on"
+        finally:
+            variants.set_variant(qualified, None)
