@@ -64,6 +64,20 @@ def by_dsl(graph, dsl_name):
     return node
 
 
+def copies_of_every_node(impl, **change) -> list[str]:
+    """Reorders KEY's graph into copies of its nodes with `change`
+    (dataclasses.replace), re-registering; the warnings logged."""
+    return reorder_logged(impl, lambda op, key, g: [dataclasses.replace(n, **change) for n in g],
+                          reregister=True)
+
+
+def assert_refused_naming(warnings: list[str], named: str, error: str) -> None:
+    """The refusal warning names `named` (a field, or the item refused) and the error's type."""
+    failed = refusal_warning(warnings)
+    assert named in failed and error in failed, (
+        f"the warning names neither {named!r} nor the error (a {error}): {failed}")
+
+
 # ---- copies of nodes ------------------------------------------------------------------
 
 
@@ -144,10 +158,7 @@ def test_a_copy_that_changes_more_than_callables_is_refused(impl, field, value):
         a, b = by_dsl(graph, "dsl_a"), by_dsl(graph, "dsl_b")
         return [b, dataclasses.replace(a, impl_fn=fill(9.0), **{field: value})]
 
-    warnings = reorder_logged(impl, moved, reregister=True)
-    failed = refusal_warning(warnings)
-    assert field in failed and "ValueError" in failed, (
-        f"the warning names neither the field nor the error (a ValueError): {failed}")
+    assert_refused_naming(reorder_logged(impl, moved, reregister=True), field, "ValueError")
     graph = impl.graph(*KEY)
     assert [n.dsl_name for n in graph] == ["dsl_a", "dsl_b"]
     assert by_dsl(graph, "dsl_a").impl_fn is seven
@@ -159,12 +170,7 @@ def test_a_copy_with_a_callable_that_is_not_callable_is_refused(impl):
     seven = fill(7.0)
     impl.register("dsl_a", *KEY, accept, seven)
     impl.install(*KEY)
-    warnings = reorder_logged(
-        impl, lambda op, key, g: [dataclasses.replace(n, impl_fn="not callable") for n in g],
-        reregister=True)
-    failed = refusal_warning(warnings)
-    assert "impl_fn" in failed and "TypeError" in failed, (
-        f"the warning names neither the field nor the error (a TypeError): {failed}")
+    assert_refused_naming(copies_of_every_node(impl, impl_fn="not callable"), "impl_fn", "TypeError")
     assert by_dsl(impl.graph(*KEY), "dsl_a").impl_fn is seven
     assert torch.equal(mul(), torch.full((2,), 7.0))
 
@@ -176,11 +182,7 @@ def test_a_copy_whose_cond_or_impl_is_none_is_refused(impl, field):
     seven = fill(7.0)
     impl.register("dsl_a", *KEY, accept, seven)
     impl.install(*KEY)
-    warnings = reorder_logged(
-        impl, lambda op, key, g: [dataclasses.replace(n, **{field: None}) for n in g], reregister=True)
-    failed = refusal_warning(warnings)
-    assert field in failed and "TypeError" in failed, (
-        f"the warning names neither the field nor the error (a TypeError): {failed}")
+    assert_refused_naming(copies_of_every_node(impl, **{field: None}), field, "TypeError")
     node = by_dsl(impl.graph(*KEY), "dsl_a")
     assert node.impl_fn is seven and node.cond_fn is accept
     assert torch.equal(mul(), torch.full((2,), 7.0))
@@ -199,9 +201,7 @@ def test_a_copy_that_drops_the_runtime_check_routes_without_it(impl):
     impl.register("dsl_a", *KEY, accept, fill(7.0), try_initialize_runtime=ready)
     impl.install(*KEY)
     assert torch.equal(mul(), STOCK) and state["asked"] == 1, "its runtime is not ready"
-    warnings = reorder_logged(
-        impl, lambda op, key, g: [dataclasses.replace(n, try_initialize_runtime=None) for n in g],
-        reregister=True)
+    warnings = copies_of_every_node(impl, try_initialize_runtime=None)
     assert not [w for w in warnings if FAILED in w], warnings
     assert by_dsl(impl.graph(*KEY), "dsl_a").try_initialize_runtime is None
     assert torch.equal(mul(), torch.full((2,), 7.0)) and state["asked"] == 1, "no check asked now"
@@ -214,12 +214,8 @@ def test_a_copy_that_gives_an_unconditional_override_a_runtime_check_is_refused(
     nine = fill(9.0)
     impl.register("hatch", *KEY, None, nine, unconditional_override=True)
     impl.install(*KEY)
-    warnings = reorder_logged(
-        impl, lambda op, key, g: [dataclasses.replace(n, try_initialize_runtime=lambda: True) for n in g],
-        reregister=True)
-    failed = refusal_warning(warnings)
-    assert "try_initialize_runtime" in failed and "ValueError" in failed, (
-        f"the warning names neither the field nor the error (a ValueError): {failed}")
+    assert_refused_naming(copies_of_every_node(impl, try_initialize_runtime=lambda: True),
+                          "try_initialize_runtime", "ValueError")
     assert by_dsl(impl.graph(*KEY), "hatch").try_initialize_runtime is None
     assert torch.equal(mul(), torch.full((2,), 9.0))
 
@@ -229,8 +225,7 @@ def test_a_copy_of_an_unconditional_override_with_another_impl_routes_with_it(im
     impl.register("hatch", *KEY, None, fill(9.0), unconditional_override=True)
     impl.install(*KEY)
     six = fill(6.0)
-    warnings = reorder_logged(
-        impl, lambda op, key, g: [dataclasses.replace(n, impl_fn=six) for n in g], reregister=True)
+    warnings = copies_of_every_node(impl, impl_fn=six)
     assert not [w for w in warnings if FAILED in w], warnings
     assert by_dsl(impl.graph(*KEY), "hatch").impl_fn is six
     assert torch.equal(mul(), torch.full((2,), 6.0))
@@ -252,9 +247,7 @@ def test_an_item_that_is_neither_a_node_nor_a_copy_is_refused_naming_it(impl, st
 
     warnings = reorder_logged(impl, a_stranger, reregister=True)
     (item,) = returned
-    failed = refusal_warning(warnings)
-    assert repr(item) in failed and "TypeError" in failed, (
-        f"the warning names neither the item nor the error (a TypeError): {failed}")
+    assert_refused_naming(warnings, repr(item), "TypeError")
     assert [n.impl_fn for n in impl.graph(*KEY)] == [seven]
     assert torch.equal(mul(), torch.full((2,), 7.0))
 

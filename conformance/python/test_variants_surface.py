@@ -6,6 +6,7 @@ decomposition-table identity as upstream's front ends expect them."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import textwrap
@@ -332,22 +333,29 @@ def test_the_declared_variant_selected_is_the_one_chosen(impl, declaring):
             declared.choose(qualified, table, "kernel")
 
 
+@contextlib.contextmanager
+def variant_rows_installed(impl, declaring):
+    """The declaring module's _VARIANTS registered as variant_rows and
+    installed, in a scope; yields the op."""
+    declared = impl.declared_overrides()
+    declaring._OVERRIDES = declared.variant_rows(LATE_NS, declaring._VARIANTS,
+                                                 declaring._DEFAULT_VARIANTS)
+    with impl.scope():
+        impl.allow_namespace(LATE_NS)
+        declared.register(declaring, "test_dsl", "CPU")
+        impl.install(LATE_NS, "declared", "CPU")
+        yield getattr(torch.ops, LATE_NS).declared.default
+
+
 @behaviour("declared.passthrough")
 def test_passthrough_hands_matched_calls_to_the_op(impl, declaring):
-    declared = impl.declared_overrides()
     variants = impl.variants_module()
     qualified = f"{LATE_NS}::declared"
     key = (LATE_NS, "declared", "CPU")
     reluctant = _Variant(8.0)
     reluctant.eligible = lambda *args, **kwargs: False
     declaring._VARIANTS["declared"]["reluctant"] = reluctant
-    declaring._OVERRIDES = declared.variant_rows(LATE_NS, declaring._VARIANTS,
-                                                 declaring._DEFAULT_VARIANTS)
-    with impl.scope():
-        impl.allow_namespace(LATE_NS)
-        declared.register(declaring, "test_dsl", "CPU")
-        impl.install(*key)
-        op = getattr(torch.ops, LATE_NS).declared.default
+    with variant_rows_installed(impl, declaring) as op:
         x = torch.ones(2)
 
         def result():
@@ -375,10 +383,8 @@ def test_passthrough_hands_matched_calls_to_the_op(impl, declaring):
 def test_passthrough_selected_after_the_cond_accepted_raises_saying_so(impl, declaring):
     """Another thread may select passthrough between an accepted call's cond
     and its impl; here the variant's own eligible does it, deterministically."""
-    declared = impl.declared_overrides()
     variants = impl.variants_module()
     qualified = f"{LATE_NS}::declared"
-    key = (LATE_NS, "declared", "CPU")
     switching = _Variant(3.0)
 
     def eligible_then_switch(*args, **kwargs):
@@ -387,13 +393,7 @@ def test_passthrough_selected_after_the_cond_accepted_raises_saying_so(impl, dec
 
     switching.eligible = eligible_then_switch
     declaring._VARIANTS["declared"]["switching"] = switching
-    declaring._OVERRIDES = declared.variant_rows(LATE_NS, declaring._VARIANTS,
-                                                 declaring._DEFAULT_VARIANTS)
-    with impl.scope():
-        impl.allow_namespace(LATE_NS)
-        declared.register(declaring, "test_dsl", "CPU")
-        impl.install(*key)
-        op = getattr(torch.ops, LATE_NS).declared.default
+    with variant_rows_installed(impl, declaring) as op:
         try:
             variants.set_variant(qualified, "switching")
             with pytest.raises(RuntimeError, match=f"{qualified}: passthrough was selected after the "
