@@ -229,7 +229,7 @@ def run(args) -> int:
     if reference and args.mutate == "python":
         check_imports_staged(target)
 
-    candidates, parts_left_out = generate(target, beyond_too=args.own_tests)
+    candidates, parts_left_out = generate_for(targets, beyond_too=args.own_tests)
     chosen = mutagen.sample(candidates, args.sample, args.seed)
     only = chosen_only(args.only)
     if only:  # these mutants, whether the sample drew them or not
@@ -591,6 +591,17 @@ def chosen_only(spec: str) -> set[str]:
     if spec.startswith("@"):
         return {line.strip() for line in pathlib.Path(spec[1:]).read_text().splitlines() if line.strip()}
     return {o for o in spec.split(",") if o}
+
+
+def generate_for(targets: list[Target], beyond_too: bool = False
+                 ) -> tuple[list[mutagen.Mutant], dict[str, tuple[int, str]]]:
+    """generate() for the first of the workers' targets (copies of one tree),
+    its beyond_contract marks shared with every target: each worker's
+    verdicts say which of its mutants lie beyond the contract."""
+    found = generate(targets[0], beyond_too)
+    for target in targets[1:]:
+        target.beyond_contract = targets[0].beyond_contract
+    return found
 
 
 def generate(target: Target, beyond_too: bool = False) -> tuple[list[mutagen.Mutant], dict[str, tuple[int, str]]]:

@@ -335,6 +335,10 @@ def test_with_own_tests_the_parts_left_out_are_mutated_and_marked(tmp_path, monk
     assert {m.file for m in marked.values()} == {"pkg/m.py", "pkg/n.py"}
     assert all(target.beyond_contract[k].startswith("extra: ") for k, m in marked.items() if m.file == "pkg/m.py")
     assert not any(k in target.beyond_contract for k in {m.key for m in plain if m.file == "pkg/m.py"})
+    # Every worker's target (a copy of the same files) marks the same mutants.
+    workers = [Target("python", list(place), place, beyond_files={"pkg/n.py": "a file beyond"}) for _ in range(3)]
+    auto_mutants.generate_for(workers, beyond_too=True)
+    assert all(w.beyond_contract == target.beyond_contract for w in workers)
 
 
 def test_the_command_line_converts_merges_and_validates(tmp_path):
