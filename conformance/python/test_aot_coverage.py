@@ -239,6 +239,8 @@ def test_the_compile_router_declines_a_covered_call(impl):
             "the check is not given the call's arguments as the eager router gives them"
         check.answer = False
         assert torch.equal(router(A, B), FILLED), "not covered: the cond routes"
+        check.answer = RuntimeError("the manifest cannot read these arguments")
+        assert torch.equal(router(A, B), FILLED), "a check that raised is 'not covered' there too"
 
 
 @behaviour("aot.switch-must-be-bool")

@@ -223,6 +223,34 @@ def test_a_registration_made_by_the_ordering_function_is_kept(impl):
     assert "dsl_late" in cpe_dsls(impl, KEY), "the ordering function's registration was lost"
 
 
+@behaviour("ordering.registration-during-ordering-kept")
+def test_copies_for_a_graph_the_ordering_function_registered_into_are_dropped_alone(impl):
+    impl.register("dsl_a", *KEY, cpe_accept, cpe_fill(7.0))
+    impl.register("dsl_a", *ADD_KEY, cpe_accept, cpe_fill(7.0))
+    seen = []
+
+    def registering_then_copying(op_symbol, dispatch_key, graph):
+        if not seen:  # the first graph asked: it changes while fn runs
+            impl.register("dsl_late", "aten", op_symbol, dispatch_key, lambda *a, **k: False,
+                          cpe_fill(9.0))
+        seen.append(op_symbol)
+        return [dataclasses.replace(n, impl_fn=cpe_fill(8.0)) for n in graph]
+
+    warnings = cpe_logged(impl, lambda: impl.reorder(registering_then_copying, reregister=True))
+    assert sorted(seen) == ["add.Tensor", "mul.Tensor"], seen
+    changed = KEY if seen[0] == KEY[1] else ADD_KEY
+    other = ADD_KEY if changed == KEY else KEY
+    assert cpe_dsls(impl, changed) == ["dsl_a", "dsl_late"], "the ordering function's registration was lost"
+    assert any("Graph transformation failed" in r.getMessage() for r in warnings), \
+        "copies for a graph that changed meanwhile were dropped without a warning"
+    run = {KEY: mul, ADD_KEY: cpe_add}
+    impl.install(*changed)
+    assert torch.equal(run[changed](), torch.tensor([7.0, 7.0])), \
+        "a copy for the graph that changed meanwhile gave its node its impl"
+    assert torch.equal(run[other](), torch.tensor([8.0, 8.0])), \
+        "the other graph's copies were dropped with the changed graph's"
+
+
 # ---- `_native` ops of nodes installed again -------------------------------------
 
 @behaviour("installation.native-ops-follow-reinstalls")

@@ -64,6 +64,11 @@ NOT_MUTATED = {
                                              "calls a single predicate through it)",
     "reference/python/native_registry/upstream_compat.py": "run only by --upstream-tests (upstream's "
                                                            "own test file), never by the conformance suites",
+    "reference/python/native_registry/check.py": "check_overrides, opcheck for overrides: a tool that "
+                                                 "checks an override against its op, not a behaviour of "
+                                                 "a registry (upstream has none; no adapter offers it), "
+                                                 "so the conformance suites never call it (the "
+                                                 "reference's own tests do)",
 }
 
 
@@ -123,6 +128,20 @@ NOT_MUTATED_PARTS = {
         "compile_backend": "API beyond upstream's that no adapter calls (the reference's own tests "
                            "cover it), so the conformance suites, which judge upstream's behaviours, "
                            "cannot reach it",
+    },
+    "reference/python/native_registry/nodes.py": {
+        name: "called only by upstream_compat.py (torch 2.13's `_graphs` view, which registers "
+              "hand-made nodes and gives them back on a refusal): beyond the contract as that "
+              "file is; the reference's own tests cover it (test_upstream_compat.py)"
+        for name in ("adopt", "unbind", "bindings", "restore_bindings")
+    },
+    "reference/python/native_registry/observe.py": {
+        name: "the Python view's conveniences beyond what an adapter reads (the records by "
+              "node and by graph, a scope entered with `with`): the printed table, a scope used "
+              "as a decorator, the reprs; the reference's own tests cover them "
+              "(test_observe_views.py)"
+        for name in ("RoutingStats.__repr__", "RoutingStats.__str__", "_table",
+                     "DisabledInThread._recreate_cm", "DisabledInThread.__repr__")
     },
     "reference/python/native_registry/registry.py": {
         name: "API beyond upstream's that no adapter calls (the reference's own tests cover it), "

@@ -36,16 +36,24 @@ _CPP_SECTION_RE = re.compile(r"^// ---- (.+?) -+\s*$")
 
 
 def part_lines(rel: str, text: str, names: set[str]) -> dict[str, set[int]]:
-    """The (1-based) lines of each named part of a file: in Python a top-level
-    def or class (its decorators included), in C++ a section, from its
-    `// ---- name ----` marker line to the next marker or the end. A name not
-    found maps to no lines (the caller reports it)."""
+    """The (1-based) lines of each named part of a file: in Python a def or
+    class by its qualified name (`helper`, `Class`, `Class.method`; its
+    decorators included), in C++ a section, from its `// ---- name ----`
+    marker line to the next marker or the end. A name not found maps to no
+    lines (the caller reports it)."""
     found: dict[str, set[int]] = {name: set() for name in names}
     if rel.endswith(".py"):
-        for node in ast.parse(text).body:
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name in names:
-                first = min([node.lineno] + [d.lineno for d in node.decorator_list])
-                found[node.name] = set(range(first, (node.end_lineno or node.lineno) + 1))
+        def walk(body: list[ast.stmt], prefix: str) -> None:
+            for node in body:
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    name = prefix + node.name
+                    if name in names:
+                        first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+                        found[name] = set(range(first, (node.end_lineno or node.lineno) + 1))
+                    if isinstance(node, ast.ClassDef):
+                        walk(node.body, name + ".")
+
+        walk(ast.parse(text).body, "")
         return found
     current = None
     for number, line in enumerate(text.split("\n"), 1):

@@ -529,3 +529,21 @@ def test_new_interpreters_editable_installs_are_read_from_a_new_interpreter():
     from harness import staging
     # This checkout's own editable install (ci/setup's), as a new interpreter loads it.
     assert staging.editable_builds_of_new_interpreters() == sorted(staging.editable_builds())
+
+
+def test_a_python_part_is_named_by_its_qualified_name():
+    """part_lines: `Class.method` names one method (decorators included), a
+    top-level name the whole def or class; other methods stay mutated."""
+    text = ("class Stats:\n"              # 1
+            "    def __init__(self):\n"   # 2
+            "        self.n = 1\n"        # 3
+            "\n"                          # 4
+            "    @property\n"             # 5
+            "    def shown(self):\n"      # 6
+            "        return str(self.n)\n"  # 7
+            "\n"                          # 8
+            "def helper():\n"             # 9
+            "    return 2\n")             # 10
+    found = mutagen.part_lines("pkg/m.py", text, {"Stats.shown", "helper", "Stats.missing"})
+    assert found == {"Stats.shown": {5, 6, 7}, "helper": {9, 10}, "Stats.missing": set()}
+    assert mutagen.part_lines("pkg/m.py", text, {"Stats"}) == {"Stats": set(range(1, 8))}

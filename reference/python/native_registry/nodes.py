@@ -211,9 +211,8 @@ def is_bound(node: _OverrideNode) -> bool:
 
 def adopt(node: _OverrideNode, handle: _C.Node) -> None:
     """Bind a node made by hand to `handle`, the core node just registered for
-    it: it takes the core's node_id (named before it is bound: a bound node's
-    node_id is the core's and cannot be written) and is that node's view."""
-    node.node_id = handle.node_id
+    it: it is that node's view, and reads its node_id (the core's) from it
+    from now on; the node_id it was made with stays in its slot for `unbind`."""
     node._handle = handle
     _views[handle.node_id] = node
 

@@ -233,8 +233,10 @@ def reorder_graphs_from_user_function(
     if not callable(fn):
         raise TypeError(f"fn must be callable, got {type(fn).__name__}")
 
-    # key -> (the handles returned, [(copy, its node's handle, new callables)]).
-    copies: dict[GraphKey, tuple[list, list]] = {}
+    # key -> (the handles returned, [(copy, its node's handle, new callables)],
+    # whether they are in the order fn was given: the core then has nothing to
+    # reorder, and says nothing if the graph changed meanwhile).
+    copies: dict[GraphKey, tuple[list, list, bool]] = {}
 
     # An Exception from fn is a failed transformation (a warning, the graph
     # kept); KeyboardInterrupt, SystemExit and the like end the reordering,
@@ -271,7 +273,7 @@ def reorder_graphs_from_user_function(
                     f"op '{key[0]}::{key[1]}' not found; is the namespace '{key[0]}' loaded "
                     "(its library defined or imported) and the op symbol spelled with its "
                     "overload?"))
-            copies[key] = (out, changed)
+            copies[key] = (out, changed, [h.node_id for h in out] == [h.node_id for h in handles])
         return out
 
     try:
@@ -279,12 +281,12 @@ def reorder_graphs_from_user_function(
     except _ReorderRefused as refused:
         raise refused.error from None
     applied = []
-    for key, (out, changed) in copies.items():
+    for key, (out, changed, order_kept) in copies.items():
         current = _C.graph(key)
         if len(current) != len(out) or any(a is not b for a, b in zip(current, out)):
-            # Refused; the core warned where the order changed, not where only
-            # the callables did.
-            if [h.node_id for h in current] == [h.node_id for h in out]:
+            # Refused; the core warned where fn changed the order, not where
+            # it changed only callables.
+            if order_kept:
                 log.warning("Graph transformation failed for %s::%s/%s: the graph changed while "
                             "the ordering function ran. Preserving the current graph.", *key)
             continue

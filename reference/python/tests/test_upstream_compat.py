@@ -78,6 +78,24 @@ def test_a_refused_graphs_assignment_registers_nothing(reg):
     _C.check_invariants()
 
 
+def test_a_refused_graphs_assignment_gives_back_a_copys_callables(reg):
+    """A copy in a refused assignment had already given its node the copy's
+    impl: the refusal gives the node (and its view) the impl it had."""
+    import dataclasses
+    reg.register_op_override("dsl_a", *KEY, lambda *a, **k: True, _ninety_nine)
+    other = ("aten", "add.Tensor", "CPU")
+    reg.register_op_override("dsl_c", *other, _never, _ninety_nine)
+    (node,), (foreign,) = compat._graphs[KEY], compat._graphs[other]
+    copy = dataclasses.replace(node, impl_fn=lambda a, b: torch.full_like(a, 7.0))
+    hand_made = compat._OverrideNode("dsl_b", *KEY, lambda *a, **k: True, _ninety_nine, "mine")
+    with pytest.raises(ValueError, match="belongs to"):
+        compat._graphs[KEY] = [copy, hand_made, foreign]
+    assert node.impl_fn is _ninety_nine and reg.graph(*KEY)[0].impl_fn is _ninety_nine
+    compat._register_overrides_from_graph(*KEY, compat._graphs[KEY])
+    assert torch.mul(torch.ones(2), torch.ones(2)).tolist() == [99.0, 99.0]
+    _C.check_invariants()
+
+
 def test_a_copy_assigned_to_graphs_gives_its_node_the_copys_callables(reg):
     """Upstream's tests rebuild graphs from dataclasses.replace copies and
     install them: the copy stands for its node (same id), whose impl routes."""
