@@ -382,11 +382,17 @@ def test_torch_backends_python_native_controls_the_registry(impl):
 
 
 @behaviour("compat.torch-2-13-forms")
-@pytest.mark.parametrize("form", ["four-positional-then-keywords", "keywords-without-lib-symbol"])
+@pytest.mark.parametrize("form", ["two-positional-then-keywords", "three-positional-then-keywords",
+                                  "four-positional-then-keywords", "keywords-without-lib-symbol"])
 def test_a_node_made_in_torch_2_13s_other_forms(impl, form):
     cond, body = (lambda a, b: True), (lambda a, b: a)
     make = impl.module._OverrideNode
-    if form == "four-positional-then-keywords":
+    if form == "two-positional-then-keywords":
+        node = make("test_dsl", "mul.Tensor", dispatch_key="CPU", cond_fn=cond, impl_fn=body,
+                    node_id="node_1")
+    elif form == "three-positional-then-keywords":
+        node = make("test_dsl", "mul.Tensor", "CPU", cond_fn=cond, impl_fn=body, node_id="node_1")
+    elif form == "four-positional-then-keywords":
         node = make("test_dsl", "mul.Tensor", "CPU", cond, impl_fn=body, node_id="node_1")
     else:
         node = make(dsl_name="test_dsl", op_symbol="mul.Tensor", dispatch_key="CPU", cond_fn=cond,

@@ -33,11 +33,15 @@ def test_node_fields_and_defaults(impl):
 
 
 @behaviour("nodes.fields-and-defaults")
-@pytest.mark.parametrize("form", ["two-positional-then-keywords", "every-field-positional"])
+@pytest.mark.parametrize("form", ["two-positional-then-keywords", "three-positional-then-keywords",
+                                  "every-field-positional"])
 def test_node_fields_in_mains_other_forms(impl, form):
     make = impl.module._OverrideNode
     if form == "two-positional-then-keywords":
         node = make("test_dsl", "aten", op_symbol="add.Tensor", dispatch_key="CPU", cond_fn=accept,
+                    impl_fn=first, node_id="test_node")
+    elif form == "three-positional-then-keywords":
+        node = make("test_dsl", "aten", "add.Tensor", dispatch_key="CPU", cond_fn=accept,
                     impl_fn=first, node_id="test_node")
     else:
         node = make("test_dsl", "aten", "add.Tensor", "CPU", accept, first, "test_node", True, False, None)

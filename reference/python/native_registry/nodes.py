@@ -45,11 +45,15 @@ _TORCH_2_13_NODE_FIELDS = ("dsl_name", "op_symbol", "dispatch_key", "cond_fn", "
 
 def _node_fields(args: tuple, kwargs: dict) -> dict[str, Any]:
     """The fields of a node built as upstream main builds it, or as torch
-    2.13 did (no lib_symbol: its registry overrode aten ops only). 2.13's
-    form is told apart by its cond_fn, a callable, in the fourth place, where
-    main has the dispatch key; or, built by keywords, by a missing lib_symbol."""
-    torch_2_13 = (len(args) > 3 and callable(args[3])) or (
-        "lib_symbol" not in kwargs and len(args) < 2)
+    2.13 did (no lib_symbol: its registry overrode aten ops only). With four
+    or more positionals, 2.13's form has its cond_fn, a callable, in the
+    fourth place, where main has the dispatch key. With n < 4, main's form
+    needs its field n (lib_symbol for none) by keyword, which 2.13's form,
+    one field behind, gave by position or does not have."""
+    if len(args) > 3:
+        torch_2_13 = callable(args[3])
+    else:
+        torch_2_13 = _NODE_FIELDS[max(len(args), 1)] not in kwargs
     order = _TORCH_2_13_NODE_FIELDS if torch_2_13 else _NODE_FIELDS
     if len(args) > len(order):
         raise TypeError(f"_OverrideNode takes at most {len(order)} positional arguments "

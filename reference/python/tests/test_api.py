@@ -333,3 +333,17 @@ def test_collect_stats_takes_a_bool_only_and_changes_nothing_else(reg, bad):
         assert reg.collect_stats(True) is True, "a refused setting changed the collection"
     finally:
         reg.collect_stats(before)
+
+
+def test_the_package_names_its_cmake_folder_and_check_overrides():
+    """doc/install.md: `cmake_prefix_path` is the package's share/cmake folder
+    (what CMAKE_PREFIX_PATH takes); `check_overrides` is reached from the
+    package (imported on first use); any other missing name is an AttributeError."""
+    import os
+
+    import native_registry.check
+    package = os.path.dirname(os.path.abspath(native_registry.__file__))
+    assert native_registry.cmake_prefix_path == os.path.join(package, "share", "cmake")
+    assert native_registry.check_overrides is native_registry.check.check_overrides
+    with pytest.raises(AttributeError, match="has no attribute 'no_such_name'"):
+        native_registry.no_such_name
