@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import sys
 import textwrap
 import types
@@ -105,6 +106,10 @@ def test_a_malformed_selection_is_refused_naming_it(variants):
     for bad_op, error in ((123, TypeError), ("no_namespace", ValueError), ("::op", ValueError)):
         with pytest.raises(error, match=repr(bad_op).strip("'")):
             variants.set_variant(bad_op, "kernel")
+    for bad_op, error in ((123, TypeError), ([OP], TypeError), ("no_namespace", ValueError)):
+        with pytest.raises(error, match=re.escape(repr(bad_op).strip("'"))):
+            with variants.variant(bad_op, "kernel"):
+                pass
     for bad_name in ("", "  ", 3):
         with pytest.raises(ValueError, match=OP.split("::")[0]):
             variants.set_variant(OP, bad_name)

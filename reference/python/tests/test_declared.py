@@ -56,3 +56,56 @@ def test_each_malformed_declaration_gets_its_own_message(fields, message):
 
 def test_a_row_longer_than_three_is_taken_by_its_first_three():
     declared.check(declaration(_OVERRIDES=(("mul.Tensor", accept, twice, "extra"),)))
+
+
+class _Target:
+    """A registry module stand-in (declared.register's `target`) that records
+    rows and refuses the op `refused`; with `snapshot`/`restore` only where asked."""
+
+    def __init__(self, refused: str, snapshot: bool, restore: bool):
+        self.rows, self.refused, self.restored = [], refused, []
+        if snapshot:
+            self.snapshot = lambda: list(self.rows)
+        if restore:
+            self.restore = lambda saved: self.restored.append(saved)
+
+    def register_op_override(self, dsl_name, namespace, op_symbol, dispatch_key, cond, impl):
+        if op_symbol == self.refused:
+            raise ValueError(f"{op_symbol} refused")
+        self.rows.append(op_symbol)
+
+
+TWO_ROWS = (("mul.Tensor", accept, twice), ("add.Tensor", accept, twice))
+
+
+@pytest.mark.parametrize("snapshot, restore", [(False, False), (True, False), (False, True)],
+                         ids=["neither", "snapshot-only", "restore-only"])
+def test_a_target_without_snapshot_and_restore_gets_the_refusal_and_no_take_back(snapshot, restore):
+    target = _Target("add.Tensor", snapshot, restore)
+    with pytest.raises(ValueError, match="add.Tensor refused"):
+        declared.register(declaration(_OVERRIDES=TWO_ROWS), "dsl", "CPU", target=target)
+    assert target.rows == ["mul.Tensor"] and target.restored == []
+
+
+def test_a_target_with_snapshot_and_restore_takes_back_the_rows_before_a_refusal():
+    target = _Target("add.Tensor", True, True)
+    with pytest.raises(ValueError, match="add.Tensor refused"):
+        declared.register(declaration(_OVERRIDES=TWO_ROWS), "dsl", "CPU", target=target)
+    assert target.restored == [[]]
+
+
+def test_variant_rows_name_their_op_in_the_cond_and_impl():
+    class Variant:
+        eligible, impl = staticmethod(accept), staticmethod(twice)
+
+    ((op, cond, impl),) = declared.variant_rows("aten", {"mul.Tensor": {"v": Variant}}, {"mul.Tensor": "v"})
+    assert (op, cond.__qualname__, impl.__qualname__) == (
+        "mul.Tensor", "variant_cond[aten::mul.Tensor]", "variant_impl[aten::mul.Tensor]")
+
+
+def test_the_variants_module_offers_upstreams_names():
+    from native_registry import variants
+    namespace: dict = {}
+    exec("from native_registry.variants import *", namespace)
+    assert set(namespace) - {"__builtins__"} == {"PASSTHROUGH", "get_variant", "set_variant", "variant"}
+    assert variants._ENV_VAR == variants.ENV_VAR == "TORCH_NATIVE_OVERRIDE_VARIANTS"

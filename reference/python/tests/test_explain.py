@@ -49,6 +49,9 @@ def test_the_result_has_fields_and_prints_as_a_table(reg):
     # Columns line up: each row's verdict starts where the header's does.
     assert row.index("declined") == header.index("verdict")
     assert lines[-1].startswith(f"  kernel:   impl of {second.node_id} (dsl second_dsl)")
+    # The repr shows the fields, not the table printed beside them.
+    assert repr(explained).startswith("Explanation(op='aten::mul.Tensor', dispatch_key='CPU'")
+    assert "explain aten::mul.Tensor at CPU" not in repr(explained)
 
 
 def test_ops_are_taken_as_overloads_or_names(reg):
