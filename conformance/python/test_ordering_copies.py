@@ -232,7 +232,7 @@ def test_a_copy_of_an_unconditional_override_with_another_impl_routes_with_it(im
 
 
 @behaviour("ordering.copy-changes-only-callables")
-@pytest.mark.parametrize("stranger", ["int", "foreign-node"])
+@pytest.mark.parametrize("stranger", ["int", "foreign-node", "unhashable-node-id"])
 def test_an_item_that_is_neither_a_node_nor_a_copy_is_refused_naming_it(impl, stranger):
     seven = fill(7.0)
     impl.register("dsl_a", *KEY, accept, seven)
@@ -242,7 +242,8 @@ def test_an_item_that_is_neither_a_node_nor_a_copy_is_refused_naming_it(impl, st
     def a_stranger(op_symbol, dispatch_key, graph):
         # A copy with a node_id no node of the graph has stands for a node
         # made by hand, in whatever field order the implementation's nodes take.
-        returned.append(3 if stranger == "int" else dataclasses.replace(graph[0], node_id="not_a_node_id"))
+        node_id = ["not", "a", "node_id"] if stranger == "unhashable-node-id" else "not_a_node_id"
+        returned.append(3 if stranger == "int" else dataclasses.replace(graph[0], node_id=node_id))
         return returned
 
     warnings = reorder_logged(impl, a_stranger, reregister=True)
