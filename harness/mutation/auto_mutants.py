@@ -137,7 +137,7 @@ NOT_MUTATED_PARTS = {
         name: "called only by upstream_compat.py (torch 2.13's `_graphs` view, which registers "
               "hand-made nodes and gives them back on a refusal): beyond the contract as that "
               "file is; the reference's own tests cover it (test_upstream_compat.py)"
-        for name in ("adopt", "unbind", "bindings", "restore_bindings")
+        for name in ("is_bound", "adopt", "unbind", "bindings", "restore_bindings")
     },
     "reference/python/native_registry/observe.py": {
         name: "the Python view's conveniences beyond what an adapter reads (the records by "

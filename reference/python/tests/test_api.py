@@ -347,3 +347,12 @@ def test_the_package_names_its_cmake_folder_and_check_overrides():
     assert native_registry.check_overrides is native_registry.check.check_overrides
     with pytest.raises(AttributeError, match="has no attribute 'no_such_name'"):
         native_registry.no_such_name
+
+
+def test_a_node_keeps_no_per_instance_dict():
+    """Graphs hold many nodes: their fields live in slots, so a node has no
+    __dict__ and takes no attribute it does not have."""
+    node = registry._OverrideNode("dsl", "aten", "mul.Tensor", "CPU", lambda *a: True, lambda *a: None, "n")
+    assert not hasattr(node, "__dict__")
+    with pytest.raises(AttributeError):
+        node.no_such_field = 1

@@ -96,6 +96,16 @@ def test_a_refused_graphs_assignment_gives_back_a_copys_callables(reg):
     _C.check_invariants()
 
 
+def test_a_refused_graphs_assignment_leaves_its_registered_nodes_bound(reg):
+    reg.register_op_override("dsl_a", *KEY, _never, _ninety_nine)
+    other = ("aten", "add.Tensor", "CPU")
+    reg.register_op_override("dsl_c", *other, _never, _ninety_nine)
+    (node,), (foreign,) = compat._graphs[KEY], compat._graphs[other]
+    with pytest.raises(ValueError, match="belongs to"):
+        compat._graphs[KEY] = [node, foreign]
+    assert node.impl_fn is _ninety_nine and node.node_id == reg.graph(*KEY)[0].node_id
+
+
 def test_a_copy_assigned_to_graphs_gives_its_node_the_copys_callables(reg):
     """Upstream's tests rebuild graphs from dataclasses.replace copies and
     install them: the copy stands for its node (same id), whose impl routes."""
