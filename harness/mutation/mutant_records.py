@@ -8,6 +8,7 @@ harness/mutation/mutant_figures.py.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import pathlib
@@ -142,6 +143,14 @@ def tree_source() -> str:
         if rel.startswith(VERDICT_DEPENDS_ON) and not rel.startswith(VERDICT_IGNORES) and (ROOT / rel).is_file():
             digest.update(rel.encode() + b"\0" + (ROOT / rel).read_bytes() + b"\0")
     return digest.hexdigest()[:16]
+
+
+def marked_anew(outcomes: dict[str, Outcome], beyond: dict[str, str]) -> dict[str, Outcome]:
+    """The verdicts a run carries in (kept, resumed, reviewed equivalents),
+    each marked beyond the contract or not as this run's target marks it
+    (`beyond`: key -> why): a file or part named beyond the contract since
+    the verdict was recorded keeps its verdict and takes the new mark."""
+    return {key: dataclasses.replace(o, beyond_contract=beyond.get(key, "")) for key, o in outcomes.items()}
 
 
 def awaits_own_verdict(outcome: Outcome, own_tests: bool, uncovered_too: bool = False) -> bool:

@@ -18,7 +18,8 @@ from dataclasses import asdict, dataclass, field
 
 from . import mutagen  # noqa: F401 (annotations)
 from . import hang_watchdog, mutants, suite_server
-from .mutant_records import Outcome, awaits_own_verdict, resumed, tail, tree_commit, tree_source
+from .mutant_records import (Outcome, awaits_own_verdict, marked_anew, resumed, tail, tree_commit,
+                             tree_source)
 from .mutants import FIRST, ROOT, Workspace
 from .reached_map import GTEST_PREFIX, split as split_tests
 from .schemata_build import SWITCH
@@ -517,7 +518,8 @@ def run_all(chosen: list, equivalents: dict[str, str], records: pathlib.Path, ba
     # what its verdicts claim to be of.
     commit, source = at or (tree_commit(), tree_source())
     uncovered_too = places[0][1].own_coverage is not None
-    done = {**(reused or {}), **(resumed(records, chosen, source, own_tests, uncovered_too) if resume else {})}
+    done = marked_anew({**(reused or {}), **(resumed(records, chosen, source, own_tests, uncovered_too)
+                                              if resume else {})}, places[0][1].beyond_contract)
     # Verdicts of this source that lack only the own tests' (a --resume with
     # --own-tests of a run without): those mutants meet the own tests alone.
     owed = {key: o for key, o in {**(owed_after or {}), **(resumed(records, chosen, source) if resume else {})}.items()

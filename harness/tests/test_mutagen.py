@@ -547,3 +547,16 @@ def test_a_python_part_is_named_by_its_qualified_name():
     found = mutagen.part_lines("pkg/m.py", text, {"Stats.shown", "helper", "Stats.missing"})
     assert found == {"Stats.shown": {5, 6, 7}, "helper": {9, 10}, "Stats.missing": set()}
     assert mutagen.part_lines("pkg/m.py", text, {"Stats"}) == {"Stats": set(range(1, 8))}
+
+
+def test_verdicts_carried_into_a_run_take_its_marks_beyond_the_contract():
+    """A file named beyond the contract after its verdicts were recorded:
+    carried in, they keep their verdict and take this run's mark; a mark
+    the run no longer gives is dropped."""
+    from harness.mutation.mutant_records import Outcome, marked_anew
+    kept = Outcome("k1", "pkg/check.py:3", "constant", "1 -> 0", "x = 1", "x = 0", verdict="killed")
+    dropped = Outcome("k2", "pkg/m.py:4", "constant", "1 -> 0", "y = 1", "y = 0", verdict="survived",
+                      beyond_contract="old: no longer beyond")
+    out = marked_anew({"k1": kept, "k2": dropped}, {"k1": "a tool, not a registry behaviour"})
+    assert (out["k1"].verdict, out["k1"].beyond_contract) == ("killed", "a tool, not a registry behaviour")
+    assert (out["k2"].verdict, out["k2"].beyond_contract) == ("survived", "")
