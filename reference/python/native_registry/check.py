@@ -475,10 +475,12 @@ class _Graph:
                             "schema declares a fresh tensor")
                 continue
             targets = [t for s in ret.alias_info.before_set for t in sets.get(s, [])]
+            tied = (f"{ret.type}({'|'.join(sorted(ret.alias_info.before_set))}"  # 'Tensor(a!)'
+                    f"{'!' if ret.alias_info.is_write else ''})")
             if key is not None and targets and all(_storage_key(t) != key for t in targets):
-                return f"output {i} is no alias of the argument the schema ties it to ({ret})"
+                return f"output {i} is no alias of the argument the schema ties it to ({tied})"
             if ret.alias_info.is_write and targets and not any(value is t for t in targets):
-                return f"output {i} is not the argument it writes ({ret}): another tensor came back"
+                return f"output {i} is not the argument it writes ({tied}): another tensor came back"
         return None
 
     def _fake(self, handle: Any, sample: _Sample, out: Any) -> Any:
@@ -621,8 +623,10 @@ class _Graph:
             args, kwargs = _clone(sample.args), _clone(sample.kwargs)
             try:
                 out = self.overload(*args, **kwargs)
-                self.expected[index] = (out, [args[i] if i < len(args) else None
-                                              for i in sorted(self.mutable)])
+                # What the op wrote, keyword-only arguments (out=) included.
+                self.expected[index] = (out, [
+                    args[i] if i < len(args) else kwargs.get(self.schema.arguments[i].name)
+                    for i in sorted(self.mutable)])
             except Exception as exc:
                 self.expected[index] = _Skip(f"the op's own kernel raised {_first_error(exc)}")
             if index in self.grad_weights:
