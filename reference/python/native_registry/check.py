@@ -54,9 +54,8 @@ __all__ = ["CHECKS", "CheckReport", "CheckResult", "check_overrides", "main"]
 CHECKS: tuple[str, ...] = (
     "outputs", "inputs_unchanged", "aliasing", "fake", "gradients", "compile", "export")
 
-# Per sample, what a check found: None (passed), a str (failed: why), or
-# _Skip (not applicable to this sample: why).
-_Finding = Any
+# Per sample, what a check found (a finding): None (passed), a str (failed:
+# why), or _Skip (not applicable to this sample: why).
 
 
 class _Skip(str):
