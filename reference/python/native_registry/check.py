@@ -264,6 +264,18 @@ def _tensors(value: Any) -> list[torch.Tensor]:
     return [v for v in pytree.tree_leaves(value) if isinstance(v, torch.Tensor)]
 
 
+def _flat_args(schema: Any, args: tuple, kwargs: dict) -> list:
+    """A call's value of each schema argument, in the schema's order: the
+    positionals, then the rest by name (None where not given)."""
+    return list(args) + [kwargs.get(a.name) for a in schema.arguments[len(args):]]
+
+
+def _alias_annotation(ret: Any) -> str:
+    """A schema return's type with its alias annotation, e.g. 'Tensor(a!)'."""
+    return (f"{ret.type}({'|'.join(sorted(ret.alias_info.before_set))}"
+            f"{'!' if ret.alias_info.is_write else ''})")
+
+
 # ---- one graph --------------------------------------------------------------------
 
 
@@ -417,7 +429,7 @@ class _Graph:
         once (no tensor op involved); outputs and inputs_unchanged later, with
         the overrides off (see judge)."""
         args, kwargs = _clone(sample.args), _clone(sample.kwargs)
-        flat_args = list(args) + [kwargs.get(a.name) for a in self.schema.arguments[len(args):]]
+        flat_args = _flat_args(self.schema, args, kwargs)
         before = [(_clone(v), [t._version for t in _tensors(v)]) for v in flat_args]
         try:
             out = handle.impl_fn(*args, **kwargs)
@@ -474,12 +486,12 @@ class _Graph:
                             "schema declares a fresh tensor")
                 continue
             targets = [t for s in ret.alias_info.before_set for t in sets.get(s, [])]
-            tied = (f"{ret.type}({'|'.join(sorted(ret.alias_info.before_set))}"  # 'Tensor(a!)'
-                    f"{'!' if ret.alias_info.is_write else ''})")
             if key is not None and targets and all(_storage_key(t) != key for t in targets):
-                return f"output {i} is no alias of the argument the schema ties it to ({tied})"
+                return (f"output {i} is no alias of the argument the schema ties it to "
+                        f"({_alias_annotation(ret)})")
             if ret.alias_info.is_write and targets and not any(value is t for t in targets):
-                return f"output {i} is not the argument it writes ({tied}): another tensor came back"
+                return (f"output {i} is not the argument it writes ({_alias_annotation(ret)}): "
+                        "another tensor came back")
         return None
 
     def _fake(self, handle: Any, sample: _Sample, out: Any) -> Any:
@@ -623,9 +635,8 @@ class _Graph:
             try:
                 out = self.overload(*args, **kwargs)
                 # What the op wrote, keyword-only arguments (out=) included.
-                self.expected[index] = (out, [
-                    args[i] if i < len(args) else kwargs.get(self.schema.arguments[i].name)
-                    for i in sorted(self.mutable)])
+                written = _flat_args(self.schema, args, kwargs)
+                self.expected[index] = (out, [written[i] for i in sorted(self.mutable)])
             except Exception as exc:
                 self.expected[index] = _Skip(f"the op's own kernel raised {_first_error(exc)}")
             if index in self.grad_weights:
