@@ -356,3 +356,14 @@ def test_a_node_keeps_no_per_instance_dict():
     assert not hasattr(node, "__dict__")
     with pytest.raises(AttributeError):
         node.no_such_field = 1
+
+
+@pytest.mark.parametrize("module, names", [
+    ("check", {"CHECKS", "CheckReport", "CheckResult", "check_overrides", "main"}),
+    ("observe", {"NodeStats", "GraphStats", "RoutingStats", "DisabledInThread", "routing_log"}),
+    ("variants", {"PASSTHROUGH", "get_variant", "set_variant", "variant"}),
+])
+def test_a_star_import_gives_the_modules_documented_names(module, names):
+    namespace: dict = {}
+    exec(f"from native_registry.{module} import *", namespace)
+    assert set(namespace) - {"__builtins__"} == names

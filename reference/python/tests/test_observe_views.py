@@ -117,10 +117,3 @@ def test_entering_gives_the_scope_and_its_repr_names_what_was_given(reg):
         assert entered is scope
     assert repr(scope) == "disabled_in_thread(dsl_names=['dsl_a'], dispatch_keys=['CPU', 'CUDA'])"
     assert repr(reg.disabled_in_thread(op_symbols="mul.Tensor")) == "disabled_in_thread(op_symbols=['mul.Tensor'])"
-
-
-def test_star_import_gives_the_documented_names():
-    namespace: dict = {}
-    exec("from native_registry.observe import *", namespace)
-    assert set(namespace) - {"__builtins__"} == {
-        "NodeStats", "GraphStats", "RoutingStats", "DisabledInThread", "routing_log"}
