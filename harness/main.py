@@ -75,6 +75,8 @@ examples:
                                                    the own tests alone for what OLD's run left alive
   ./harness/run --upstream-tests ../shared/spec/test_registry.py
                                                    an upstream test file: installed torch vs reference
+  ./harness/run --mutants auto --mutate python --own-tests --upstream-tests ../shared/spec/test_registry.py
+                                                   that file judges too what the own tests leave alive
 
 environment: PYTHON (the interpreter; default python3), BUILD_DIR (the build
 folder ./harness/run builds, relative to the repository; default build).
@@ -115,6 +117,10 @@ def resolve_paths(args) -> None:
         args.shard = parse_shard(args.shard)
     if args.incremental is not None and not args.incremental.is_file():
         raise UsageError(f"--incremental {args.incremental}: no such report")
+    if args.upstream_tests is not None and args.mutants and not (
+            args.mutants == "auto" and args.own_tests and args.mutate == "python"):
+        raise UsageError("--upstream-tests with --mutants goes with --mutants auto --mutate python --own-tests "
+                         "(upstream's test file is one more of the own tests)")
     if args.own_tests_after is not None and not (args.mutants == "auto" and args.own_tests):
         raise UsageError("--own-tests-after goes with --mutants auto --own-tests")
     if args.own_tests_after is not None and not args.own_tests_after.is_file():
@@ -348,7 +354,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--upstream-tests", type=pathlib.Path, metavar="PATH",
                    help="run an upstream PyTorch test file (such as test/test_registry.py) against the "
                         "installed torch._native and against the reference; table in "
-                        "results/upstream-tests/")
+                        "results/upstream-tests/. With --mutants auto --mutate python --own-tests: the "
+                        "file, run against the reference through upstream_compat, judges every mutant "
+                        "the own tests leave alive, as one more of the own tests")
     p.add_argument("--check-args", action="store_true", help=argparse.SUPPRESS)  # ./harness/run, before building
     return p
 

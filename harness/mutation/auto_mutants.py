@@ -310,6 +310,12 @@ def run(args) -> int:
         for t in targets:
             t.coverage, t.pristine = coverage, {rel: t.place[rel].read_text() for rel in t.files}
             t.own_coverage = own
+    if getattr(args, "upstream_tests", None) is not None:
+        judge = mutant_runner.upstream_judge(args.upstream_tests, target, spaces[0], out)
+        if judge is None:
+            return 1
+        for t in targets:
+            t.upstream = judge
     if getattr(args, "switch", False) and not schemata:
         switch_all(targets, chosen)
     for t in targets:
@@ -321,13 +327,13 @@ def run(args) -> int:
     reused = {}
     if getattr(args, "incremental", None) is not None:
         reused = reusable(mutation_report.load(args.incremental), digests, args.own_tests,
-                          uncovered_too=target.own_coverage is not None)
+                          uncovered_too=target.own_tests_reach_uncovered)
         print(f"  --incremental: {len(reused)} of the {len(chosen)} mutants keep their verdict of "
               f"{args.incremental} (their line and their tests' sources unchanged)", flush=True)
     owed_after = {}
     if getattr(args, "own_tests_after", None) is not None:
         kept, owed_after = carried_over(mutation_report.load(args.own_tests_after), digests,
-                                        uncovered_too=target.own_coverage is not None)
+                                        uncovered_too=target.own_tests_reach_uncovered)
         reused = {**kept, **reused}
         print(f"  --own-tests-after: of the {len(chosen)} mutants, {len(kept)} keep their verdict of "
               f"{args.own_tests_after} and {len(owed_after)} its conformance verdict, meeting only the own "

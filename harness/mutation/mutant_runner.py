@@ -23,8 +23,56 @@ from .mutant_records import (Outcome, awaits_own_verdict, marked_anew, resumed, 
 from .mutants import FIRST, ROOT, Workspace
 from .reached_map import GTEST_PREFIX, split as split_tests
 from .schemata_build import SWITCH
-from .. import staging
+from .. import staging, with_root_on_path
 from ..progress import duration, remaining
+
+@dataclass
+class UpstreamJudge:
+    """An upstream PyTorch test file (such as the seed test_registry.py) run
+    against the mutated reference through upstream_compat, the module
+    surface it was written for (harness.upstream_compat_plugin), after the
+    reference's own tests: its tests that fail on the unmutated reference
+    (`failing`, by test name) kill nothing and are left out."""
+    path: pathlib.Path
+    failing: list[str]
+    limit: float
+
+    def arguments(self) -> list[str]:
+        left_out = ["-k", "not (" + " or ".join(self.failing) + ")"] if self.failing else []
+        return [str(self.path), "-p", "harness.upstream_compat_plugin", "--rootdir", str(self.path.parent),
+                *left_out]
+
+    def run(self, out: pathlib.Path, env: dict, ws: Workspace, limit: float | None = None
+            ) -> tuple[list[str], str]:
+        """(failing tests, each named "upstream PATH::test", output)."""
+        failed, output = mutants.pytest_run([self.arguments()], out, limit or self.limit,
+                                            with_root_on_path(env), self.path.parent, ws, fail_fast=True)
+        return [f"upstream {self.path.name}::{t.rsplit('.', 1)[-1]}" if not t.startswith("<") else t
+                for t in failed], output
+
+
+def upstream_judge(path: pathlib.Path, target: "Target", ws: Workspace, out: pathlib.Path
+                   ) -> UpstreamJudge | None:
+    """The upstream test file's baseline on the unmutated reference: the
+    judge, or None when the file cannot run at all (no test passes)."""
+    print(f"== baseline: {path.name} (upstream's tests) on the unmutated reference", flush=True)
+    began = time.monotonic()
+    judge = UpstreamJudge(path, [], mutants.TIMEOUT_S)
+    env = pristine_env(target, ws, out)
+    failed, output = mutants.pytest_run([judge.arguments()], out, mutants.TIMEOUT_S,
+                                        with_root_on_path(env), path.parent, ws, fail_fast=False)
+    took = time.monotonic() - began
+    passed = [t for t in mutants.test_ids(out / "python.xml")]
+    if any(t.startswith("<") for t in failed) or len(passed) <= len(failed):
+        print(f"  {path.name} does not run against the reference: {failed}\n{tail(output)}")
+        return None
+    judge.failing = sorted({t.rsplit(".", 1)[-1] for t in failed})
+    judge.limit = max(60.0, 3 * took + 30)
+    print(f"  {len(passed) - len(failed)} of its {len(passed)} tests pass in {took:.0f} s"
+          + (f"; these fail before any mutant and kill nothing: {', '.join(judge.failing)}" if failed else ""),
+          flush=True)
+    return judge
+
 
 @dataclass
 class Target:
@@ -58,6 +106,16 @@ class Target:
     # What the suites' processes are given besides (NR_MUTANT_ID: the C++
     # mutant a schemata build runs; NR_MUTANT: the Python one).
     mutant_env: dict[str, str] = field(default_factory=dict)
+    # With --own-tests --upstream-tests (Python layer): an upstream test file,
+    # one more of the own tests; None: none.
+    upstream: UpstreamJudge | None = None
+
+    @property
+    def own_tests_reach_uncovered(self) -> bool:
+        """Whether the own tests judge a mutant no conformance test reaches:
+        they know which of them reach it (their map), or upstream's test
+        file meets every mutant."""
+        return self.own_coverage is not None or self.upstream is not None
     # A Python mutant switched inside its function's body (call_time), which
     # a warm suite's child can choose after the import; "": none.
     python_mutant: str = ""
@@ -187,6 +245,12 @@ def judge_by_own_tests(outcome: Outcome, mutant: mutagen.Mutant, target: Target,
         outcome.own_tests, outcome.own_failing = ("killed" if failed else "survived"), failed
         if failed:
             outcome.output_tail = tail(output)
+    if outcome.own_tests != "killed" and target.upstream is not None:
+        # Upstream's test file meets every mutant the own tests left alive:
+        # it has no coverage map, and runs in seconds.
+        failed, output = target.upstream.run(out, python_env(target, ws, out) or pristine_env(target, ws, out), ws)
+        if failed:
+            outcome.own_tests, outcome.own_failing, outcome.output_tail = "killed", failed, tail(output)
     outcome.seconds["own"] = time.monotonic() - began
     outcome.own_commit, outcome.own_source = commit
 
@@ -517,7 +581,7 @@ def run_all(chosen: list, equivalents: dict[str, str], records: pathlib.Path, ba
     # first step), so that an edit of the tree during a long run is not
     # what its verdicts claim to be of.
     commit, source = at or (tree_commit(), tree_source())
-    uncovered_too = places[0][1].own_coverage is not None
+    uncovered_too = places[0][1].own_tests_reach_uncovered
     done = marked_anew({**(reused or {}), **(resumed(records, chosen, source, own_tests, uncovered_too)
                                               if resume else {})}, places[0][1].beyond_contract)
     # Verdicts of this source that lack only the own tests' (a --resume with

@@ -215,3 +215,55 @@ def test_upstream_tests_need_numpy_and_say_so():
     assert "numpy" in modules["torch.testing._internal.common_utils"]
 
 
+
+
+# ---- upstream's test file as a judge of the Python layer's mutants -------------
+
+
+@pytest.mark.parametrize("extra, refused", [
+    (["--mutants", "auto", "--mutate", "python", "--own-tests"], False),
+    (["--mutants", "auto", "--mutate", "python"], True),
+    (["--mutants", "auto", "--mutate", "cpp", "--own-tests"], True),
+    (["--mutants"], True),
+])
+def test_upstream_tests_judge_mutants_only_beside_the_python_layers_own_tests(tmp_path, extra, refused):
+    (tmp_path / "test_registry.py").write_text("")
+    args = main.parser().parse_args(["--upstream-tests", str(tmp_path / "test_registry.py"), *extra])
+    args.implementations = main.parse_impls(args.impl)
+    if refused:
+        with pytest.raises(main.UsageError, match="--own-tests"):
+            main.resolve_paths(args)
+    else:
+        main.resolve_paths(args)
+
+
+def test_the_upstream_judge_runs_the_file_against_upstream_compat_leaving_out_what_fails_unmutated(tmp_path):
+    """The judge's baseline names the tests that fail on the unmutated
+    reference and leaves them out; a test that then fails (here through an
+    environment variable standing for a mutant) kills, named by the file."""
+    from harness import staging
+    from harness.mutation import mutant_runner, mutants
+    assert (BUILD / "build.ninja").exists(), f"this test stages the package built in {BUILD}"
+    upstream_file = tmp_path / "spec" / "test_upstream_like.py"
+    upstream_file.parent.mkdir()
+    upstream_file.write_text(
+        "import os\n"
+        "import torch._native.registry as registry\n"
+        "from native_registry import upstream_compat\n\n"
+        "def test_the_module_is_the_references_compat():\n"
+        "    assert registry is upstream_compat and callable(registry.register_op_override)\n\n"
+        "def test_broken_before_any_mutant():\n"
+        "    assert False\n\n"
+        "def test_what_a_mutant_breaks():\n"
+        "    assert os.environ.get('STANDS_FOR_A_MUTANT') != '1'\n")
+    env = staging.environment_for(staging.stage_package(BUILD, tmp_path / "pkg"))
+    target = mutant_runner.Target("python", [], {}, env=env, needs_build=False)
+    ws, out = mutants.Workspace(tmp_path / "ws"), tmp_path / "out"
+    out.mkdir()
+    judge = mutant_runner.upstream_judge(upstream_file, target, ws, out)
+    assert judge is not None and judge.failing == ["test_broken_before_any_mutant"]
+    assert judge.run(out, env, ws)[0] == []
+    failed, _ = judge.run(out, {**env, "STANDS_FOR_A_MUTANT": "1"}, ws)
+    assert failed == ["upstream test_upstream_like.py::test_what_a_mutant_breaks"]
+    target.upstream = judge
+    assert target.own_tests_reach_uncovered
