@@ -24,7 +24,7 @@ from . import _C
 # keep upstream's private names: code written against upstream imports them.
 __all__ = [
     "GraphKey", "UserOrderingFn", "_OverrideNode", "_always_true",
-    "adopt", "bindings", "bound_field", "copy_changes", "is_bound", "live_handle", "node_of",
+    "adopt", "bindings", "bound_field", "copy_changes", "follow_graphs", "is_bound", "live_handle", "node_of",
     "rebind", "restore_bindings", "unbind",
 ]
 
@@ -239,6 +239,15 @@ def restore_bindings(saved: dict[str, _C.Node]) -> None:
         view = _views.get(node_id)
         if view is not None:
             view._handle = handle
+
+
+def follow_graphs() -> None:
+    """Bind each cached view to the node its graph holds now under its id:
+    after a restore, which may undo a callable written since the snapshot, a
+    view held across it must not read the undone callable. A view whose node
+    left the graphs keeps the node it had."""
+    if _views:
+        restore_bindings({handle.node_id: handle for key in _C.graph_keys() for handle in _C.graph(key)})
 
 
 def node_of(handle: _C.Node) -> _OverrideNode:

@@ -37,7 +37,7 @@ from .compile_routing import (
 )
 from .explain import explain
 from .nodes import (  # noqa: F401  (_always_true: re-exported, upstream's name)
-    GraphKey, UserOrderingFn, _always_true, _OverrideNode, copy_changes, live_handle, node_of, rebind)
+    GraphKey, UserOrderingFn, _always_true, _OverrideNode, copy_changes, follow_graphs, live_handle, node_of, rebind)
 
 __all__ = [
     "UserOrderingFn",
@@ -359,6 +359,7 @@ def restore(saved: Snapshot) -> None:
         raise TypeError(f"restore takes a Snapshot, got {type(saved).__name__}")
     drop_cached_native_packets()
     _C.restore(saved._native)
+    follow_graphs()
     drop_stale_compile_routers()
 
 

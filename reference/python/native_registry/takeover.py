@@ -31,8 +31,9 @@ reference. :func:`take_over` moves them, as one transaction:
    flight, call them by name, and each runs the impl it recorded.
 4. **Forward** the stock module: its names name the reference's, and every
    one of its functions, including objects bound before the takeover
-   (``from torch._native.registry import deregister_op_overrides``), now runs
-   the reference's function of that name with the stock signature; those
+   (``from torch._native.registry import deregister_op_overrides``) and the
+   function inside a wrapper a program made of one (``functools.wraps``), now
+   runs the reference's function of that name with the stock signature; those
    without a counterpart (``_install_aten_override``, ...) refuse, naming
    themselves. Its filter-state object reads and writes the reference's
    filters.
@@ -141,12 +142,12 @@ def _closure_values(fn: Any, depth: int = 3) -> list[Any]:
 def _routed_chains(stock: types.ModuleType, owner: dict[str, tuple]) -> dict[tuple, list]:
     """The chain each live stock router routes, by graph key, read from the
     router functions themselves: a closure holding a list of (cond, node id)
-    pairs, built at install. Keys with two candidate routers map to None."""
+    pairs, built at install. Keys with two candidate routers map to None. A
+    chain keeps the ids of nodes since dropped from their graph (a reorder
+    without reinstalling), so that plan() refuses it."""
     install = getattr(stock, "_register_overrides_from_graph", None)
     codes = set(_nested_codes(install.__code__)) if isinstance(install, types.FunctionType) else set()
     chains: dict[tuple, list | None] = {}
-    if not codes:
-        return chains
     for obj in gc.get_objects():
         if not (type(obj) is types.FunctionType and obj.__code__ in codes
                 and obj.__code__.co_name == "eager_router"):
@@ -156,8 +157,8 @@ def _routed_chains(stock: types.ModuleType, owner: dict[str, tuple]) -> dict[tup
                     isinstance(p, tuple) and len(p) == 2 and isinstance(p[1], str) for p in value)):
                 continue
             ids = [p[1] for p in value]
-            keys = {owner.get(i) for i in ids}
-            if len(keys) == 1 and None not in keys:
+            keys = {owner[i] for i in ids if i in owner}
+            if len(keys) == 1:
                 key = keys.pop()
                 chains[key] = ids if key not in chains else None
             break
@@ -187,7 +188,7 @@ def read(stock: types.ModuleType) -> StockState:
                 try_initialize_runtime=getattr(node, "try_initialize_runtime", None),
                 unconditional_override=bool(node.unconditional_override),
             ))
-            actives[str(node.node_id)] = bool(getattr(node, "active", True))
+            actives[str(node.node_id)] = bool(node.active)
     installed = [_full_key(key) for key in _router_libraries(stock)]
     owner = {n.node_id: key for key, nodes in graphs.items() for n in nodes}
     chains = _routed_chains(stock, owner)
@@ -274,10 +275,9 @@ def plan(state: StockState, compat: types.ModuleType) -> Plan:
     converted: set[str] = set()
     orders: dict[tuple, list[str]] = {}
     install: list[tuple] = []
-    ref_keys = set(_C.graph_keys())
     for key, nodes in state.graphs.items():
         routed = state.routed.get(key)
-        ref_ids = [h.node_id for h in _C.graph(key)] if key in ref_keys else []
+        ref_ids = [h.node_id for h in _C.graph(key)]
         ref_router = _C.router_state(key) != "absent"
         if routed is None:
             # No stock router: its nodes route nowhere now, and must not start to
@@ -288,7 +288,7 @@ def plan(state: StockState, compat: types.ModuleType) -> Plan:
                     f"the stock registry's graph {key} was never installed while the reference "
                     "routes that key: taking it over would route calls to it; install it in the "
                     "stock registry or leave it empty first")
-            orders[key] = ref_ids + [n.node_id for n in nodes]
+            # Registration appends its nodes after the reference's: no order to set.
             converted.update(n.node_id for n in nodes  # disabled there: stays so, as below
                              if n.unconditional_override and not state.actives[n.node_id]
                              and _filtered(n, filters))
@@ -329,14 +329,13 @@ def plan(state: StockState, compat: types.ModuleType) -> Plan:
     return Plan(nodes, orders, install, filters)
 
 
-def take_over(stock: types.ModuleType, compat: types.ModuleType) -> bool:
+def take_over(stock: types.ModuleType, compat: types.ModuleType) -> None:
     """Move the stock registry's overrides into the reference (see the
-    module's docstring). False when there was nothing to take over (the
-    module is the reference's, or was taken over before). The caller holds
-    LOCK (install_as_torch_native does), so that a second caller finds the
-    module taken over."""
-    if stock is compat or getattr(stock, TAKEN_OVER, None) is not None:
-        return False
+    module's docstring); nothing where the module was taken over before. The
+    caller holds LOCK (install_as_torch_native does), so that a second caller
+    finds the module taken over, and never passes the reference's module."""
+    if getattr(stock, TAKEN_OVER, None) is not None:
+        return
     state = read(stock)
     the_plan = plan(state, compat)
     _register(the_plan, compat)
@@ -344,7 +343,6 @@ def take_over(stock: types.ModuleType, compat: types.ModuleType) -> bool:
     for key in the_plan.install:
         compat._install_graph(key)
     forward(stock, compat)
-    return True
 
 
 def _register(the_plan: Plan, compat: types.ModuleType) -> None:
@@ -411,7 +409,14 @@ def _refusal(module_name: str, name: str) -> Callable[..., Any]:
 
 def _redirect(fn: types.FunctionType, target: Callable[..., Any]) -> None:
     """Make the function object `fn` call `target`: code that bound `fn`
-    before the takeover reaches `target` too, with `fn`'s name."""
+    before the takeover reaches `target` too, with `fn`'s name. A closure's
+    code cannot change: a wrapper a program made of a stock function
+    (functools.wraps) reaches `target` through the function it wraps."""
+    while fn.__closure__ is not None:
+        inner = getattr(fn, "__wrapped__", None)
+        if not isinstance(inner, types.FunctionType) or inner.__module__ != fn.__module__:
+            return
+        fn = inner
     stock_globals = fn.__globals__
     forwards = stock_globals.setdefault(FORWARDS, {})
     forwards[fn.__name__] = target
@@ -419,9 +424,8 @@ def _redirect(fn: types.FunctionType, target: Callable[..., Any]) -> None:
               f"    return {FORWARDS}[{fn.__name__!r}](*args, **kwargs)\n")
     scratch: dict[str, Any] = {}
     exec(compile(source, fn.__code__.co_filename, "exec"), scratch)  # noqa: S102
-    if fn.__closure__ is None:  # a module-level function; a closure's code cannot change
-        fn.__code__ = scratch[fn.__name__].__code__
-        fn.__defaults__ = fn.__kwdefaults__ = None
+    fn.__code__ = scratch[fn.__name__].__code__
+    fn.__defaults__ = fn.__kwdefaults__ = None
 
 
 def forward(stock: types.ModuleType, compat: types.ModuleType) -> None:
@@ -430,8 +434,9 @@ def forward(stock: types.ModuleType, compat: types.ModuleType) -> None:
     the node class; every stock function object (also one bound elsewhere)
     runs the reference's function of its name, or refuses with a RuntimeError
     naming itself, except the STATELESS ones. The stock filter-state object
-    reads and writes the reference's filters."""
-    old_filters = getattr(stock, "_filter_state", None)
+    (which read() found with its three sets) reads and writes the reference's
+    filters."""
+    old_filters = stock._filter_state
     # The libraries that define the stock `_native` ops and hold their
     # kernels: a torch.library.Library undoes its registrations when
     # collected, so they are kept with the module they came from.
@@ -450,8 +455,6 @@ def forward(stock: types.ModuleType, compat: types.ModuleType) -> None:
             refusal = _refusal(stock.__name__, name)
             _redirect(value, refusal)
             setattr(stock, name, refusal)
-    if old_filters is not None and old_filters is not compat._filter_state:
-        for field in ("_dsl_names", "_op_symbols", "_dispatch_keys"):
-            if hasattr(old_filters, field):
-                object.__setattr__(old_filters, field, getattr(compat._filter_state, field))
+    for field in ("_dsl_names", "_op_symbols", "_dispatch_keys"):
+        object.__setattr__(old_filters, field, getattr(compat._filter_state, field))
     setattr(stock, TAKEN_OVER, compat)
