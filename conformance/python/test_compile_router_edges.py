@@ -6,10 +6,8 @@ library took out of the dispatcher while torch.ops still holds its object."""
 
 from __future__ import annotations
 
-import gc
 import json
 
-import pytest
 import torch
 
 from conftest import behaviour, run_in_fresh_interpreter

@@ -16,26 +16,10 @@ import torch
 from test_ordering import Records
 from conftest import behaviour
 
-from fixtures.python.torch_fixtures import MISSING_NS, STOCK, mul
+from fixtures.python.torch_fixtures import MISSING_NS, STOCK, accept, accept_too, decline, fill, mul
 
 KEY = ("aten", "mul.Tensor", "CPU")
 FAILED = "Graph transformation failed"
-
-
-def accept(*a, **k):
-    return True
-
-
-def accept_too(*a, **k):
-    return True
-
-
-def decline(*a, **k):
-    return False
-
-
-def fill(value):
-    return lambda a, *rest: torch.full_like(a, value)
 
 
 def reorder_logged(impl, fn, *, reregister=False) -> list[str]:

@@ -11,77 +11,35 @@ from __future__ import annotations
 
 import dataclasses
 import gc
-import logging
 import re
 
 import pytest
 import torch
 
 from conftest import behaviour
+from test_ordering_copies import FAILED, reorder_logged
 
-from fixtures.python.torch_fixtures import STOCK, dispatcher_state, mul
+from fixtures.python.torch_fixtures import STOCK, accept, accept_too, decline, dispatcher_state, fill, mul
 from fixtures.python.torch_fixtures import MUL_CPU as KEY
 
 ADD_KEY = ("aten", "add.Tensor", "CPU")
 SEVEN = torch.full((2,), 7.0)
 NINE = torch.full((2,), 9.0)
 ELEVEN = torch.full((2,), 11.0)
-FAILED = "Graph transformation failed"
 FIXED_FIELDS = ("dsl_name", "lib_symbol", "op_symbol", "dispatch_key", "node_id",
                 "unconditional_override")
 
 
-def surface_accept(*args, **kwargs):
-    return True
-
-
-def surface_accept_too(*args, **kwargs):
-    return True
-
-
-def surface_decline(*args, **kwargs):
-    return False
-
-
-def surface_fill(value):
-    def fill(a, *rest, **kwargs):
-        return torch.full_like(a, value)
-    return fill
-
-
-seven, nine, eleven = surface_fill(7.0), surface_fill(9.0), surface_fill(11.0)
+seven, nine, eleven = fill(7.0), fill(9.0), fill(11.0)
 
 
 def surface_fields(node):
     return {f: getattr(node, f, None) for f in FIXED_FIELDS}
 
 
-class H1Records(logging.Handler):
-    def __init__(self):
-        super().__init__(logging.WARNING)
-        self.records = []
-
-    def emit(self, record):
-        self.records.append(record.getMessage())
-
-
-def surface_reorder_logged(impl, fn, *, reregister=False) -> list[str]:
-    """The warnings the implementation's logger took while reordering."""
-    logger = logging.getLogger(impl.log_name)
-    handler, level = H1Records(), logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.WARNING)
-    try:
-        impl.reorder(fn, reregister=reregister)
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
-    return handler.records
-
-
 def surface_installed(impl):
     """One override on KEY (accept, seven), installed; nothing holds its node."""
-    impl.register("surface_dsl", *KEY, surface_accept, seven)
+    impl.register("surface_dsl", *KEY, accept, seven)
     impl.install(*KEY)
     assert torch.equal(mul(), SEVEN)
 
@@ -139,13 +97,13 @@ def test_writing_active_on_a_registered_node_raises_attribute_error_naming_the_f
 # ---- nodes built by hand: too many fields, or main's form without its cond ----------
 
 def surface_node_class(impl):
-    return type(impl.make_node("d", "aten", "mul.Tensor", "CPU", surface_accept, seven, "n"))
+    return type(impl.make_node("d", "aten", "mul.Tensor", "CPU", accept, seven, "n"))
 
 
 @behaviour("nodes.bad-arguments-refused")
 def test_a_node_given_more_positional_fields_than_it_has_raises_type_error(impl):
     node_class = surface_node_class(impl)
-    every_field = ("d", "aten", "mul.Tensor", "CPU", surface_accept, seven, "n", False, True, None)
+    every_field = ("d", "aten", "mul.Tensor", "CPU", accept, seven, "n", False, True, None)
     with pytest.raises(TypeError):
         node_class(*every_field, "one too many")
 
@@ -174,19 +132,19 @@ def test_a_copy_put_in_a_nodes_place_reads_what_routes_whatever_was_written_thro
     impl.reorder(surface_put_a_copy(copies, impl_fn=nine), reregister=True)
     (copy,) = copies
     assert torch.equal(mul(), NINE)
-    original.cond_fn = surface_decline
+    original.cond_fn = decline
     impl.install_all()
     reached = torch.equal(mul(), STOCK)
     if not reached:
         assert torch.equal(mul(), NINE), "the impl the copy replaced routes again"
-    assert copy.cond_fn is (surface_decline if reached else surface_accept), (
+    assert copy.cond_fn is (decline if reached else accept), (
         "the copy does not read the cond that routes")
     assert copy.impl_fn is nine
-    copy.cond_fn = surface_accept_too
+    copy.cond_fn = accept_too
     impl.install_all()
     assert torch.equal(mul(), NINE), "a write through the copy brought back the impl it replaced"
-    assert copy.cond_fn is surface_accept_too and copy.impl_fn is nine
-    assert impl.graph(*KEY)[0].impl_fn is nine and impl.graph(*KEY)[0].cond_fn is surface_accept_too
+    assert copy.cond_fn is accept_too and copy.impl_fn is nine
+    assert impl.graph(*KEY)[0].impl_fn is nine and impl.graph(*KEY)[0].cond_fn is accept_too
 
 
 @behaviour("nodes.one-object-per-node")
@@ -198,7 +156,7 @@ def test_a_copy_put_in_a_nodes_place_works_after_the_node_read_before_is_let_go(
     (copy,) = copies
     del original
     gc.collect()
-    assert copy.impl_fn is nine and copy.cond_fn is surface_accept
+    assert copy.impl_fn is nine and copy.cond_fn is accept
     copy.impl_fn = eleven
     impl.install_all()
     assert torch.equal(mul(), ELEVEN)
@@ -248,7 +206,7 @@ def test_a_result_repeating_a_node_as_a_copy_keeps_that_graph_with_one_warning(i
     kept (order and callables) with one warning naming the node; the second
     takes its copies', whichever graph comes first."""
     for key in (KEY, ADD_KEY):
-        impl.register("surface_dsl", *key, surface_accept, seven)
+        impl.register("surface_dsl", *key, accept, seven)
     repeated = []
 
     def fn(op_symbol, dispatch_key, graph):
@@ -257,7 +215,7 @@ def test_a_result_repeating_a_node_as_a_copy_keeps_that_graph_with_one_warning(i
             return [dataclasses.replace(graph[0], impl_fn=nine), graph[0]]
         return [dataclasses.replace(node, impl_fn=eleven) for node in graph]
 
-    warnings = surface_reorder_logged(impl, fn, reregister=True)
+    warnings = reorder_logged(impl, fn, reregister=True)
     failed = [w for w in warnings if FAILED in w]
     assert len(failed) == 1 and repeated[0] in failed[0], warnings
     for key in (KEY, ADD_KEY):
@@ -270,7 +228,7 @@ def test_a_result_repeating_a_node_as_a_copy_keeps_that_graph_with_one_warning(i
 
 @behaviour("ordering.unchanged-graph-no-warning")
 def test_an_ordering_function_handed_an_emptied_graph_returning_it_logs_nothing(impl):
-    impl.register("surface_dsl", *KEY, surface_accept, seven)
+    impl.register("surface_dsl", *KEY, accept, seven)
     impl.set_graph(*KEY, [])  # an earlier ordering emptied the graph
     seen = []
 
@@ -278,7 +236,7 @@ def test_an_ordering_function_handed_an_emptied_graph_returning_it_logs_nothing(
         seen.append((op_symbol, list(graph)))
         return graph
 
-    warnings = surface_reorder_logged(impl, unchanged, reregister=True)
+    warnings = reorder_logged(impl, unchanged, reregister=True)
     assert [w for w in warnings if FAILED in w] == [], warnings
     assert impl.graph(*KEY) == []
     assert torch.equal(mul(), STOCK)
@@ -289,7 +247,7 @@ def test_an_ordering_function_handed_an_emptied_graph_returning_it_logs_nothing(
 @behaviour("stats.node-not-held-refused")
 def test_the_counts_of_a_node_the_registry_does_not_hold_are_a_key_error_naming_it(impl):
     with impl.scope():
-        impl.register("surface_gone", *KEY, surface_accept, seven)
+        impl.register("surface_gone", *KEY, accept, seven)
         impl.install(*KEY)
         (gone,) = impl.graph(*KEY)
         gone_id = gone.node_id
@@ -298,7 +256,7 @@ def test_the_counts_of_a_node_the_registry_does_not_hold_are_a_key_error_naming_
         assert impl.node_stats(gone)["taken"] == 1
     with pytest.raises(KeyError, match=re.escape(gone_id)):
         impl.node_stats(gone)
-    stranger = impl.make_node("surface_stranger", "aten", "mul.Tensor", "CPU", surface_accept, seven,
+    stranger = impl.make_node("surface_stranger", "aten", "mul.Tensor", "CPU", accept, seven,
                               "surface_never_registered")
     with pytest.raises(KeyError, match="surface_never_registered"):
         impl.node_stats(stranger)
@@ -310,7 +268,7 @@ def test_a_graph_of_an_op_no_router_ever_served_counts_zero(impl):
     ever served still has no entry for them."""
     registered = ("aten", "lcm.default", "CPU")  # overrides registered, never installed
     bare = ("aten", "gcd.default", "CPU")        # no graph at all
-    impl.register("surface_idle", *registered, surface_accept, lambda a, b: a)
+    impl.register("surface_idle", *registered, accept, lambda a, b: a)
     zero = {"calls": 0, "fallbacks": 0}
     ints = torch.tensor([4, 6])
     with impl.collect_stats(True):
@@ -327,11 +285,11 @@ def test_a_graph_of_an_op_no_router_ever_served_counts_zero(impl):
     ("dsl_name", b"surface_dsl"), ("lib_symbol", b"aten"), ("op_symbol", b"mul.Tensor"),
     ("dispatch_key", b"CPU"), ("dispatch_key", 5), ("op_symbol", None)])
 def test_a_name_that_is_not_a_str_is_refused_with_type_error_naming_the_argument(impl, argument, value):
-    impl.register("kept", *KEY, surface_decline, seven)
+    impl.register("kept", *KEY, decline, seven)
     impl.install(*KEY)
     before_graph, before_tables = impl.graph(*KEY), dispatcher_state()
     args = {"dsl_name": "surface_dsl", "lib_symbol": "aten", "op_symbol": "mul.Tensor",
-            "dispatch_key": "CPU", "cond": surface_accept, "impl": nine}
+            "dispatch_key": "CPU", "cond": accept, "impl": nine}
     args[argument] = value
     with pytest.raises(TypeError) as raised:
         impl.register(*args.values())
@@ -355,8 +313,8 @@ def test_a_filter_entry_that_is_not_a_str_is_refused_with_type_error(impl, entri
 
 @behaviour("api.register-all-private-name")
 def test_the_module_installs_every_graph_by_upstreams_private_name(impl):
-    impl.register("surface_dsl", *KEY, surface_accept, seven)
-    impl.register("surface_dsl", *ADD_KEY, surface_accept, nine)
+    impl.register("surface_dsl", *KEY, accept, seven)
+    impl.register("surface_dsl", *ADD_KEY, accept, nine)
     assert torch.equal(mul(), STOCK), "registering installed"
     impl.module._register_all_overrides()
     assert torch.equal(mul(), SEVEN)

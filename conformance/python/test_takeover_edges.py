@@ -17,25 +17,13 @@ import json
 import pytest
 
 from conftest import behaviour, run_in_fresh_interpreter
+from test_takeover_transaction import SETUP as TRANSACTION_SETUP, _takes_over
 
 
-def _takes_over(impl) -> None:
-    if "takes-over-torch-native" not in impl.features:
-        pytest.skip("unsupported: the adapter does not replace a torch._native.registry")
-
-
-SETUP = '''
-import json, sys
-import torch._native.registry as stock
-from native_registry import upstream_compat as compat
-import native_registry.registry as ref
-x = torch.tensor([3.0])
-def const(value):
-    return lambda a, *rest, **kw: torch.full_like(a, value)
-def small(a, *rest, **kw):
-    return a.numel() == 1
-def answers():
-    return [(x * x).item(), (x + x).item(), (x - x).item()]
+# The transaction tests' stock and reference overrides, and a takeover that
+# reports its refusal.
+SETUP = TRANSACTION_SETUP + '''
+import sys
 def take_over():
     """None when taken over, else the error's type and message."""
     try:
