@@ -29,7 +29,6 @@ keeps the only copy of the registry's state.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import sys
 import types
@@ -350,19 +349,6 @@ def _register_all_overrides() -> None:
 register_all_overrides = _register_all_overrides
 
 
-def _reinstall(keys: set) -> None:
-    """Each graph of `keys` installed, before or not, so that it routes through
-    its graph as it is now (a reorder without reregistering included), as
-    upstream re-registers graphs when the mask changes. A graph without a
-    router is installed; one whose router is in the dispatcher has its chain
-    published in place: installing it again would rewrite the dispatcher's
-    table while other threads call the op."""
-    for key in sorted(keys):
-        if key in _graphs:
-            routed = _C.router_state(tuple(key)) != "absent"
-            _C.install_graph(tuple(key), not routed)
-
-
 def _naming(entries) -> list[str]:
     """Filter entries as upstream's front end takes them: an empty (or blank)
     name names no override, so it is dropped here, a no-op, as
@@ -396,16 +382,10 @@ def native_decomp_table(overrides_only: bool = False) -> dict[object, Callable[.
     return _reference.native_decomp_table(overrides_only=overrides_only)
 
 
-@contextlib.contextmanager
-def _unconditional_masked() -> Iterator[None]:
-    """While open, disabled unconditional overrides are masked too; their
-    installed routers are rebuilt on entry and exit, as upstream rebuilds them."""
-    affected = [key for key in _override_libs
-                if any(node.unconditional_override for node in _graphs.get(key, ()))]
-    with _reference._unconditional_masked():
-        _reinstall(set(affected))
-        yield
-    _reinstall(set(affected))
+# While open, disabled unconditional overrides are masked too. The core
+# publishes every installed router's chain again on entry and exit (a graph
+# reordered without reregistering included), as upstream rebuilds them.
+_unconditional_masked = _reference._unconditional_masked
 
 
 def install_as_torch_native() -> types.ModuleType:
