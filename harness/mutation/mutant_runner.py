@@ -42,11 +42,11 @@ class UpstreamJudge:
         return [str(self.path), "-p", "harness.upstream_compat_plugin", "--rootdir", str(self.path.parent),
                 *left_out]
 
-    def run(self, out: pathlib.Path, env: dict, ws: Workspace, limit: float | None = None
+    def run(self, out: pathlib.Path, env: dict, ws: Workspace, fail_fast: bool = True
             ) -> tuple[list[str], str]:
-        """(failing tests, each named "upstream PATH::test", output)."""
-        failed, output = mutants.pytest_run([self.arguments()], out, limit or self.limit,
-                                            with_root_on_path(env), self.path.parent, ws, fail_fast=True)
+        """(failing tests, each named "upstream FILE::test", output)."""
+        failed, output = mutants.pytest_run([self.arguments()], out, self.limit, with_root_on_path(env),
+                                            self.path.parent, ws, fail_fast=fail_fast)
         return [f"upstream {self.path.name}::{t.rsplit('.', 1)[-1]}" if not t.startswith("<") else t
                 for t in failed], output
 
@@ -58,17 +58,15 @@ def upstream_judge(path: pathlib.Path, target: "Target", ws: Workspace, out: pat
     print(f"== baseline: {path.name} (upstream's tests) on the unmutated reference", flush=True)
     began = time.monotonic()
     judge = UpstreamJudge(path, [], mutants.TIMEOUT_S)
-    env = pristine_env(target, ws, out)
-    failed, output = mutants.pytest_run([judge.arguments()], out, mutants.TIMEOUT_S,
-                                        with_root_on_path(env), path.parent, ws, fail_fast=False)
+    failed, output = judge.run(out, pristine_env(target, ws, out), ws, fail_fast=False)
     took = time.monotonic() - began
-    passed = [t for t in mutants.test_ids(out / "python.xml")]
-    if any(t.startswith("<") for t in failed) or len(passed) <= len(failed):
+    ran = mutants.test_ids(out / "python.xml")
+    if any(t.startswith("<") for t in failed) or len(ran) <= len(failed):
         print(f"  {path.name} does not run against the reference: {failed}\n{tail(output)}")
         return None
-    judge.failing = sorted({t.rsplit(".", 1)[-1] for t in failed})
+    judge.failing = sorted({t.rsplit("::", 1)[-1] for t in failed})
     judge.limit = max(60.0, 3 * took + 30)
-    print(f"  {len(passed) - len(failed)} of its {len(passed)} tests pass in {took:.0f} s"
+    print(f"  {len(ran) - len(failed)} of its {len(ran)} tests pass in {took:.0f} s"
           + (f"; these fail before any mutant and kill nothing: {', '.join(judge.failing)}" if failed else ""),
           flush=True)
     return judge
@@ -109,13 +107,6 @@ class Target:
     # With --own-tests --upstream-tests (Python layer): an upstream test file,
     # one more of the own tests; None: none.
     upstream: UpstreamJudge | None = None
-
-    @property
-    def own_tests_reach_uncovered(self) -> bool:
-        """Whether the own tests judge a mutant no conformance test reaches:
-        they know which of them reach it (their map), or upstream's test
-        file meets every mutant."""
-        return self.own_coverage is not None or self.upstream is not None
     # A Python mutant switched inside its function's body (call_time), which
     # a warm suite's child can choose after the import; "": none.
     python_mutant: str = ""
@@ -125,6 +116,13 @@ class Target:
     # The schemata ids whose switch a warm suite's own import and collection
     # evaluated (seeded_faults.import_time_ids): their tests run in a fresh process.
     cold_ids: set[int] = field(default_factory=set)
+
+    @property
+    def own_tests_reach_uncovered(self) -> bool:
+        """Whether the own tests judge a mutant no conformance test reaches:
+        they know which of them reach it (their map), or upstream's test
+        file meets every mutant."""
+        return self.own_coverage is not None or self.upstream is not None
 
 
 # What the copy's build of the core and the extension is made of; the layers
