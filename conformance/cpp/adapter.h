@@ -137,6 +137,10 @@ class RegistryAdapter {
   // Everything done while the returned scope lives is undone when it dies,
   // dispatcher included.
   virtual std::unique_ptr<Scope> scope() = 0;
+  // Optional: the implementation's own consistency check, throwing on a
+  // broken invariant. The suite runs it after each test, before and after
+  // the test's scope is undone.
+  virtual void self_check() {}
 
   virtual void register_override(const Override& o) = 0;
   virtual std::vector<NodeInfo> graph(const Key& key) = 0;

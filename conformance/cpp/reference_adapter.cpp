@@ -50,6 +50,8 @@ class ReferenceAdapter final : public RegistryAdapter {
     return std::make_unique<Restore>(registry_);
   }
 
+  void self_check() override { registry_.check_invariants(); }
+
   void register_override(const Override& o) override {
     nr::OverrideOptions options;
     options.try_initialize_runtime = o.try_initialize_runtime;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <exception>
 #include <thread>
 
 namespace conformance {
@@ -18,7 +19,18 @@ void Conformance::SetUp() {
 }
 
 void Conformance::TearDown() {
+  // The implementation's own invariants (if it checks any) hold after the
+  // test, and again once its scope is undone.
+  auto self_check = [this](const char* when) {
+    try {
+      adapter_->self_check();
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "self_check " << when << ": " << e.what();
+    }
+  };
+  self_check("after the test");
   scope_.reset();
+  self_check("after the teardown");
   EXPECT_EQ(fingerprint().difference(before_), "") << "teardown left the dispatcher changed";
   adapter_.reset();
   ns2_.reset();

@@ -128,6 +128,8 @@ class Adapter(Protocol):
         """Feature routing-stats: a graph's calls and fallbacks (zeros if it routed none)."""
     def reset_stats(self) -> None:
         """Feature routing-stats: every count back to zero."""
+    # Optional: self_check() -> None, the implementation's own consistency
+    # check, raising on a broken invariant (see ADAPTERS.md, "self_check").
 
 
 def load(spec: str | None = None) -> Adapter:
@@ -145,6 +147,13 @@ def load(spec: str | None = None) -> Adapter:
 
 # The spec each loaded adapter came from, so a subprocess can load it again.
 SPECS: dict[int, str] = {}
+
+
+def self_check(adapter: Adapter) -> None:
+    """Runs the adapter's optional self_check(), if it has one."""
+    check = getattr(adapter, "self_check", None)
+    if check is not None:
+        check()
 
 
 def revision_of(adapter: Adapter) -> str | None:

@@ -322,6 +322,10 @@ def impl(request):
     before = dispatcher_state()
     with adapter.scope():
         yield adapter
+        # The implementation's own invariants (if it checks any) must hold
+        # after whatever the test did, and again once the scope undid it.
+        adapter_module.self_check(adapter)
+    adapter_module.self_check(adapter)
     assert dispatcher_state() == before, "teardown left the dispatcher changed"
     assert_shared_tensors_intact()
 

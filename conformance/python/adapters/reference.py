@@ -44,6 +44,10 @@ class ReferenceAdapter(UpstreamShapedAdapter):
     def scope(self):
         return registry.scoped()
 
+    def self_check(self):
+        # The C++ core's invariants, each table's and those across tables.
+        registry._C.check_invariants()
+
     def register(self, dsl_name, lib_symbol, op_symbol, dispatch_key, cond, impl, *,
                  try_initialize_runtime=None, unconditional_override=False,
                  allow_multiple_override=None):
