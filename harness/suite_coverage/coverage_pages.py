@@ -32,6 +32,9 @@ def _figure(f: dict) -> str:
 
 
 CPP_CODE = "C++ reference/ (src, include, python/src)"
+# The same counters through gcovr, without the branches the compiler makes on
+# its own (see coverage_report.GCOVR_FILTERS).
+CPP_SOURCE_BRANCHES = CPP_CODE + ", gcovr without compiler-made branches"
 
 
 def _summary_rows(summary: dict):
@@ -40,6 +43,8 @@ def _summary_rows(summary: dict):
     for scope, figures in summary["cpp"].items():
         if figures:
             yield "C++", CPP_CODE, scope, figures
+    for scope, figures in summary.get("cpp_gcovr", {}).items():
+        yield "C++", CPP_SOURCE_BRANCHES, scope, figures
     for name, by_scope in summary["python"].items():
         for scope, figures in by_scope.items():
             yield "Python", name, scope, figures
@@ -49,8 +54,9 @@ def summary_lines(summary: dict, behaviours: dict) -> list[str]:
     lines = []
     for language, code, scope, f in _summary_rows(summary):
         label = code if language == "C++" else f"Python {code}"
+        decisions = f", decisions {_figure(f['decisions'])}" if "decisions" in f else ""
         lines.append(f"{label} under {scope}: lines {_figure(f['lines'])}, "
-                     f"branches {_figure(f['branches'])}")
+                     f"branches {_figure(f['branches'])}{decisions}")
     for label in behaviours["implementations"]:
         lines.append(f"fewest lines pinned ({label}): "
                      + ", ".join(f"{bid} {n}" for bid, n in fewest(behaviours, label)))
