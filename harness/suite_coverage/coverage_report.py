@@ -249,8 +249,9 @@ def gcovr_summary(out: pathlib.Path, name: str) -> dict:
         *[arg for m in MEASURED for arg in ("--filter", m.rstrip("*"))], *GCOVR_FILTERS,
         "--json-summary", str(report), "-j", str(os.cpu_count() or 1)], check=True)
     data = json.loads(report.read_text())
-    return {f"{kind}s": {"covered": data[f"{kind}_covered"], "total": data[f"{kind}_total"],
-                         "percent": data[f"{kind}_percent"]} for kind in ("line", "branch", "decision")}
+    return {plural: {"covered": data[f"{kind}_covered"], "total": data[f"{kind}_total"],
+                     "percent": data[f"{kind}_percent"]}
+            for kind, plural in (("line", "lines"), ("branch", "branches"), ("decision", "decisions"))}
 
 
 def python_figures(cov, out: pathlib.Path, conformance_prefix: str, own_tests: bool) -> dict:

@@ -266,3 +266,40 @@ def test_a_run_of_parts_fails_when_one_does_and_times_out_when_one_does():
     assert suite_parts.joined_status([5, 0]) == 0, "a part a selection emptied is no failure"
     assert suite_parts.joined_status([5]) == 5, "a whole run that collected nothing is"
     assert suite_parts.joined_status([None, 1]) is None
+
+
+def test_gcovr_summary_leaves_out_compiler_made_branches(tmp_path, monkeypatch):
+    """gcovr_summary() reads the gcov counters of an instrumented build: a
+    function whose `if` took one way of two has one decision outcome of two
+    covered, and the branches the compiler adds for a call that may throw
+    (a std::string built) are not among those counted."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "prog.cpp").write_text(
+        "#include <string>\n"
+        "int pick(int x) {\n"
+        "  std::string s = \"a\" + std::to_string(x);\n"
+        "  if (x > 0) return static_cast<int>(s.size());\n"
+        "  return 0;\n"
+        "}\n"
+        "int main() { return pick(1) == 2 ? 0 : 1; }\n")
+    build = tmp_path / "build"
+    build.mkdir()
+    subprocess.run(["g++", "--coverage", "-O0", "-o", str(build / "prog"), str(src / "prog.cpp")],
+                   cwd=build, check=True)
+    subprocess.run([str(build / "prog")], cwd=build, check=True)
+    monkeypatch.setattr(coverage_report, "ROOT", tmp_path)
+    monkeypatch.setattr(coverage_report, "BUILD", build)
+    monkeypatch.setattr(coverage_report, "MEASURED", ["src/*"])
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    figures = coverage_report.gcovr_summary(out, "conformance")
+    assert figures["decisions"]["covered"] == 1, figures
+    assert figures["decisions"]["total"] == 2, figures
+    # Left to gcov alone, the line building the string carries exception edges.
+    raw = subprocess.run(["gcovr", "--root", str(tmp_path), "--object-directory", str(build),
+                          "--filter", "src/", "--json-summary", "-"], cwd=tmp_path,
+                         capture_output=True, text=True, check=True)
+    assert json.loads(raw.stdout)["branch_total"] > figures["branches"]["total"]
+    assert (out / "conformance-gcovr.json").exists()
