@@ -399,8 +399,14 @@ C10_NOINLINE void raise_op_gone(const Router::Shared& shared) {
               "the old op's; install the graph again (or restore) to route the op as it is now");
 }
 
-void route(const Router::Shared& shared, const c10::OperatorHandle& op,
-           c10::DispatchKeySet keys, Stack* stack) {
+// What route() leaves to the kernel that called it: nothing (the call's
+// results are on its stack, or it raised), or the call of the captured
+// kernel, which that kernel makes in the fallback's profiler range
+// (run_fallback_boxed, or the typed kernel's unboxed call).
+enum class Routed : bool { kDone, kRunFallback };
+
+Routed route(const Router::Shared& shared, const c10::OperatorHandle& op,
+             c10::DispatchKeySet keys, Stack* stack) {
   check_op_still_there(shared);
   const Chain* chain = shared.chain.load(std::memory_order_acquire);
   const bool counting = shared.collect_stats.load(std::memory_order_relaxed);
@@ -408,7 +414,7 @@ void route(const Router::Shared& shared, const c10::OperatorHandle& op,
   if (choice.divert) {  // counted and logged when it comes back in
     DivertedCallScope diverted;
     op.callBoxed(stack);
-    return;
+    return Routed::kDone;
   }
   if (C10_UNLIKELY(counting) && !choice.counted) bump(shared.counters->calls);
   if (choice.done) {
@@ -416,13 +422,13 @@ void route(const Router::Shared& shared, const c10::OperatorHandle& op,
     // started, which the caller would misread if the op changed meanwhile.
     check_op_still_there(shared);
     maybe_log(shared, RoutingDecision::Kind::kTaken, choice.node);
-    return;
+    return Routed::kDone;
   }
   if (choice.node != nullptr) {
     maybe_log(shared, RoutingDecision::Kind::kTaken, choice.node);
     const bool ran = run_chosen_impl(shared, *choice.node, op, keys, stack, counting);
     check_op_still_there(shared);  // as above; and a fallback must not run the old op's kernel
-    if (ran) return;
+    if (ran) return Routed::kDone;
     choice.fell_back_from = choice.node;
   }
   if (C10_UNLIKELY(counting)) {
@@ -441,7 +447,7 @@ void route(const Router::Shared& shared, const c10::OperatorHandle& op,
             keys & c10::DispatchKeySet(c10::DispatchKeySet::FULL_AFTER, shared.dispatch_key()),
             stack);
       });
-      return;
+      return Routed::kDone;
     }
     TORCH_CHECK_NOT_IMPLEMENTED(false, "no override took this call of ",
                                 op.operator_name(), " and the op had no kernel at ",
@@ -449,7 +455,13 @@ void route(const Router::Shared& shared, const c10::OperatorHandle& op,
   }
   // Straight to the captured kernel, not through the dispatcher's entry:
   // this is what keeps autograd formulas that call this op from coming
-  // back into the router.
+  // back into the router. The calling kernel makes the call.
+  return Routed::kRunFallback;
+}
+
+// The captured kernel on the boxed call, in the fallback's profiler range.
+C10_NOINLINE void run_fallback_boxed(const Router::Shared& shared, const c10::OperatorHandle& op,
+                                     c10::DispatchKeySet keys, Stack* stack) {
   in_profiler_range([&shared] { return fallback_range_name(shared); },
                     [&] { shared.fallback->callBoxed(op, keys, stack); });
 }
@@ -463,7 +475,9 @@ class BoxedRouterKernel final : public c10::OperatorKernel {
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet keys, Stack* stack) {
     const Router::Shared& shared = *shared_;  // this functor may go during the call
     CallHold hold(shared);
-    route(shared, op, keys, stack);
+    if (route(shared, op, keys, stack) == Routed::kRunFallback) {
+      run_fallback_boxed(shared, op, keys, stack);
+    }
   }
 
  private:
@@ -532,6 +546,46 @@ class ScratchStack {
   std::optional<Stack> own_;
 };
 
+// ---- the captured kernel, unboxed ------------------------------------------
+
+// c10::SafeKernelFunction offers callBoxed() only: the KernelFunction it
+// holds and the token that says whether the registration it was taken from
+// still stands are private. A typed call that declines would box its
+// arguments once more for it, the kernel's wrapper unbox them and box the
+// result, and the typed kernel unbox that again (about 150 instructions a
+// call on torch 2.13). The two members are named here through explicit
+// instantiations, which the language exempts from access checking
+// ([temp.spec.general]); a PyTorch that renames or retypes either fails to
+// compile here, it is never misread.
+template <class Tag, typename Tag::type kMember>
+struct PrivateMember {
+  friend typename Tag::type member_of(Tag) { return kMember; }
+};
+struct SafeKernelKernel {
+  using type = c10::KernelFunction c10::SafeKernelFunction::*;
+  friend type member_of(SafeKernelKernel);
+};
+struct SafeKernelToken {
+  using type = std::shared_ptr<c10::KernelToken> c10::SafeKernelFunction::*;
+  friend type member_of(SafeKernelToken);
+};
+template struct PrivateMember<SafeKernelKernel, &c10::SafeKernelFunction::kernel_>;
+template struct PrivateMember<SafeKernelToken, &c10::SafeKernelFunction::token_>;
+
+// SafeKernelFunction::callBoxed unboxed: its check, with its error, when the
+// registration the kernel was captured from is gone; else the kernel through
+// KernelFunction::call, the dispatcher's own unboxed call (which boxes for a
+// kernel that has no unboxed function).
+template <class Return, class... Args>
+C10_ALWAYS_INLINE Return call_unboxed(const c10::SafeKernelFunction& kernel,
+                                      const c10::OperatorHandle& op, c10::DispatchKeySet keys,
+                                      Args... args) {
+  const std::shared_ptr<c10::KernelToken>& token = kernel.*member_of(SafeKernelToken{});
+  TORCH_CHECK(token && token->isValid(), "SafeKernelFunction has been invalidated ",
+              kernel.debug());
+  return (kernel.*member_of(SafeKernelKernel{})).template call<Return, Args...>(op, keys, args...);
+}
+
 // An unboxed kernel of signature Tensor(Args...): boxes the arguments into
 // the scratch Stack and routes; the one result comes back unboxed.
 template <class... Args>
@@ -546,7 +600,14 @@ struct TypedRouter {
           ScratchStack scratch;
           Stack* stack = scratch.get();
           (stack->emplace_back(args), ...);
-          route(pinned, pinned.op, keys, stack);
+          if (route(pinned, pinned.op, keys, stack) == Routed::kRunFallback) {
+            // Called unboxed, with the arguments the call came with: the
+            // stack holds the same values (put back there, if an impl's
+            // error fell back).
+            return in_profiler_range([&pinned] { return fallback_range_name(pinned); }, [&] {
+              return call_unboxed<at::Tensor, Args...>(*pinned.fallback, pinned.op, keys, args...);
+            });
+          }
           TORCH_INTERNAL_ASSERT(stack->size() == 1, "a kernel of ", pinned.op.operator_name(),
                                 " left ", stack->size(), " values on the stack, expected 1");
           return std::move(stack->back()).toTensor();
