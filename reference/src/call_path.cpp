@@ -296,8 +296,10 @@ inline bool run_chosen_impl(const Router::Shared& shared, const OverrideNode& no
 
 // The choice; kCounting: the router collects stats, and the choice counts
 // each node's declines, errors, unavailable runtimes and the call it takes.
+// Inlined into both of its callers (in the host scope and without one):
+// the hop would cost a declined call more than the copy costs the library.
 template <bool kCounting>
-Choice choose(const Router::Shared& shared, const Chain& chain, const c10::OperatorHandle& op,
+C10_ALWAYS_INLINE Choice choose(const Router::Shared& shared, const Chain& chain, const c10::OperatorHandle& op,
               c10::DispatchKeySet keys, const Stack& stack) {
   // The tracer is asked on every call, as upstream's router asks Dynamo; the
   // inputs are walked for copy-on-write ones only while it traces.
@@ -339,7 +341,7 @@ Choice choose(const Router::Shared& shared, const Chain& chain, const c10::Opera
 // choose() inside the host scope, when the chain needs one and a host set it;
 // inside it too, the chosen node's impl when that is the host's own
 // (impl_in_host_scope), and the choice comes back done.
-inline Choice choose_counting_or_not(const Router::Shared& shared, const Chain& chain,
+C10_ALWAYS_INLINE Choice choose_counting_or_not(const Router::Shared& shared, const Chain& chain,
                                      const c10::OperatorHandle& op, c10::DispatchKeySet keys,
                                      const Stack& stack, bool counting) {
   return C10_UNLIKELY(counting) ? choose<true>(shared, chain, op, keys, stack)
@@ -532,7 +534,7 @@ class ScratchStack {
       stack_ = &own_.emplace();
     }
   }
-  ~ScratchStack() {
+  C10_ALWAYS_INLINE ~ScratchStack() {
     stack_->clear();
     if (scratch_ != nullptr) --scratch_->depth;
   }
@@ -586,6 +588,13 @@ C10_ALWAYS_INLINE Return call_unboxed(const c10::SafeKernelFunction& kernel,
   return (kernel.*member_of(SafeKernelKernel{})).template call<Return, Args...>(op, keys, args...);
 }
 
+// Pushes a typed call's arguments: one call, with vector::emplace_back's
+// fast path inlined into it (which GCC otherwise calls once per argument).
+template <class... Args>
+[[gnu::flatten]] C10_NOINLINE void box_arguments(Stack* stack, const Args&... args) {
+  (stack->emplace_back(args), ...);
+}
+
 // An unboxed kernel of signature Tensor(Args...): boxes the arguments into
 // the scratch Stack and routes; the one result comes back unboxed.
 template <class... Args>
@@ -599,7 +608,7 @@ struct TypedRouter {
           CallHold hold(pinned);
           ScratchStack scratch;
           Stack* stack = scratch.get();
-          (stack->emplace_back(args), ...);
+          box_arguments(stack, args...);
           if (route(pinned, pinned.op, keys, stack) == Routed::kRunFallback) {
             // Called unboxed, with the arguments the call came with: the
             // stack holds the same values (put back there, if an impl's

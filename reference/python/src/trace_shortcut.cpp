@@ -76,16 +76,23 @@ PyObject* current_dynamo_flag(const DynamoFlag& flag) {
 // shipped function is known to say False without calling it, which saves a
 // Python frame on every routed call. What it raises reaches the op's caller,
 // as from upstream's Python router (the core releases its guard on the way).
-bool dynamo_is_tracing() {
-  const DynamoFlag* captured = g_dynamo_flag;
-  const DynamoFlag& flag = C10_LIKELY(captured != nullptr) ? *captured : dynamo_flag();
-  GilForPython gil;
+C10_NOINLINE bool dynamo_flag_says_tracing(const DynamoFlag& flag) {  // the GIL is held
   PyObject* current = current_dynamo_flag(flag);
   if (current == nullptr) {
     throw py::attribute_error("module 'torch.compiler' has no attribute 'is_dynamo_compiling'");
   }
   if (current == flag.stock.ptr()) return false;
   return truthy(py::reinterpret_borrow<py::object>(current)());
+}
+
+bool dynamo_is_tracing() {
+  const DynamoFlag* captured = g_dynamo_flag;
+  const DynamoFlag& flag = C10_LIKELY(captured != nullptr) ? *captured : dynamo_flag();
+  // In the host scope, where a router asks, the GIL is held already: the
+  // one look GilForPython would take, and no guard to keep.
+  if (host_scope_holding_gil() != nullptr) return dynamo_flag_says_tracing(flag);
+  GilForPython gil;
+  return dynamo_flag_says_tracing(flag);
 }
 
 }  // namespace
