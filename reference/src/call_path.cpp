@@ -300,12 +300,14 @@ inline bool run_chosen_impl(const Router::Shared& shared, const OverrideNode& no
 // the hop would cost a declined call more than the copy costs the library.
 template <bool kCounting>
 C10_ALWAYS_INLINE Choice choose(const Router::Shared& shared, const Chain& chain, const c10::OperatorHandle& op,
-              c10::DispatchKeySet keys, const Stack& stack) {
+              c10::DispatchKeySet keys, const Stack& stack, bool in_host_scope) {
   // The tracer is asked on every call, as upstream's router asks Dynamo; the
   // inputs are walked for copy-on-write ones only while it traces.
   if (chain.divert_when_tracing && !t_in_diverted_call) {
     TraceShortcutFn shortcut = g_trace_shortcut.load(std::memory_order_acquire);
-    if (shortcut != nullptr && shortcut() && !has_cow_argument(stack)) return {true, nullptr};
+    if (shortcut != nullptr && shortcut(in_host_scope) && !has_cow_argument(stack)) {
+      return {true, nullptr};
+    }
   }
   // Once per call, before any cond, unconditional nodes included: a covered
   // call declines them all.
@@ -343,9 +345,9 @@ C10_ALWAYS_INLINE Choice choose(const Router::Shared& shared, const Chain& chain
 // (impl_in_host_scope), and the choice comes back done.
 C10_ALWAYS_INLINE Choice choose_counting_or_not(const Router::Shared& shared, const Chain& chain,
                                      const c10::OperatorHandle& op, c10::DispatchKeySet keys,
-                                     const Stack& stack, bool counting) {
-  return C10_UNLIKELY(counting) ? choose<true>(shared, chain, op, keys, stack)
-                                : choose<false>(shared, chain, op, keys, stack);
+                                     const Stack& stack, bool counting, bool in_host_scope) {
+  return C10_UNLIKELY(counting) ? choose<true>(shared, chain, op, keys, stack, in_host_scope)
+                                : choose<false>(shared, chain, op, keys, stack, in_host_scope);
 }
 
 Choice choose_in_scope(const Router::Shared& shared, const Chain& chain,
@@ -353,7 +355,9 @@ Choice choose_in_scope(const Router::Shared& shared, const Chain& chain,
                        bool counting) {
   HostScopeFn scope = chain.needs_host_scope ? g_host_scope.load(std::memory_order_acquire)
                                              : nullptr;
-  if (scope == nullptr) return choose_counting_or_not(shared, chain, op, keys, *stack, counting);
+  if (scope == nullptr) {
+    return choose_counting_or_not(shared, chain, op, keys, *stack, counting, false);
+  }
   struct Context {
     const Router::Shared& shared;
     const Chain& chain;
@@ -367,7 +371,7 @@ Choice choose_in_scope(const Router::Shared& shared, const Chain& chain,
       [](void* raw) {
         auto* c = static_cast<Context*>(raw);
         c->choice = choose_counting_or_not(c->shared, c->chain, c->op, c->keys, *c->stack,
-                                           c->counting);
+                                           c->counting, /*in_host_scope=*/true);
         if (c->choice.node != nullptr && c->choice.node->options.impl_in_host_scope) {
           // Counted before the impl runs, as route() counts an impl it runs:
           // a call whose impl raises is still one its router decided.

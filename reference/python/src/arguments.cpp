@@ -118,7 +118,7 @@ C10_ALWAYS_INLINE void convert(ArgumentPlan& plan, const c10::IValue* args, Conv
     --positional;
   }
   ArgumentVector& argv = out.argv;
-  for (size_t i = 0; i < positional; ++i) argv.push(to_python(slots[i], args[i]));
+  argv.push_each(positional, [&](size_t i) { return to_python(slots[i], args[i]); });
   PyObject* names = nullptr;
   if (plan.names_by_passed.empty()) {
     names = keyword_arguments_by_name(plan, args, argv);
@@ -187,11 +187,13 @@ py::object call_with_arguments(ArgumentPlans& plans, const py::handle& fn,
 bool call_cond(ArgumentPlans& plans, py::handle fn, const c10::OperatorHandle& op,
                const std::vector<c10::IValue>& stack, SharedArguments* shared) {
   const c10::FunctionSchema& schema = op.schema();
-  const c10::IValue* args = arguments_of(schema, stack);
+  // The plan first: its argument count (the schema's) finds the arguments
+  // without dividing by the size of a c10::Argument.
+  ArgumentPlan& plan = plans.for_schema(schema);
+  const c10::IValue* args = stack.data() + (stack.size() - plan.argument_count);
   if (shared != nullptr && shared->matches(args, schema)) {
     return cond_answer(SharedArgumentsAccess::call(*shared, fn));
   }
-  ArgumentPlan& plan = plans.for_schema(schema);
   PlanInUse in_use(plan);
   Converted converted(plan.slots.size());
   convert(plan, args, converted);

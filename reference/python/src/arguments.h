@@ -89,6 +89,25 @@ class ArgumentVector {
     return *this;
   }
   void push(PyObject* owned) { values_[size_++] = owned; }
+  // push(make(i)) for i in [0, count), the size kept in a register between
+  // the calls (and written back before make throws: the vector owns what it
+  // holds).
+  template <class Make>
+  C10_ALWAYS_INLINE void push_each(size_t count, const Make& make) {
+    PyObject** const values = values_;
+    size_t size = size_;
+    for (size_t i = 0; i < count; ++i) {
+      PyObject* value;
+      try {
+        value = make(i);
+      } catch (...) {
+        size_ = size;
+        throw;
+      }
+      values[size++] = value;
+    }
+    size_ = size;
+  }
   PyObject* const* arguments() const { return values_ + 1; }
   size_t size() const { return size_; }
 
