@@ -296,14 +296,18 @@ inline bool run_chosen_impl(const Router::Shared& shared, const OverrideNode& no
 
 // The choice; kCounting: the router collects stats, and the choice counts
 // each node's declines, errors, unavailable runtimes and the call it takes.
+// Inlined into both of its callers (in the host scope and without one):
+// the hop would cost a declined call more than the copy costs the library.
 template <bool kCounting>
-Choice choose(const Router::Shared& shared, const Chain& chain, const c10::OperatorHandle& op,
-              c10::DispatchKeySet keys, const Stack& stack) {
+C10_ALWAYS_INLINE Choice choose(const Router::Shared& shared, const Chain& chain, const c10::OperatorHandle& op,
+              c10::DispatchKeySet keys, const Stack& stack, bool in_host_scope) {
   // The tracer is asked on every call, as upstream's router asks Dynamo; the
   // inputs are walked for copy-on-write ones only while it traces.
   if (chain.divert_when_tracing && !t_in_diverted_call) {
     TraceShortcutFn shortcut = g_trace_shortcut.load(std::memory_order_acquire);
-    if (shortcut != nullptr && shortcut() && !has_cow_argument(stack)) return {true, nullptr};
+    if (shortcut != nullptr && shortcut(in_host_scope) && !has_cow_argument(stack)) {
+      return {true, nullptr};
+    }
   }
   // Once per call, before any cond, unconditional nodes included: a covered
   // call declines them all.
@@ -339,11 +343,11 @@ Choice choose(const Router::Shared& shared, const Chain& chain, const c10::Opera
 // choose() inside the host scope, when the chain needs one and a host set it;
 // inside it too, the chosen node's impl when that is the host's own
 // (impl_in_host_scope), and the choice comes back done.
-inline Choice choose_counting_or_not(const Router::Shared& shared, const Chain& chain,
+C10_ALWAYS_INLINE Choice choose_counting_or_not(const Router::Shared& shared, const Chain& chain,
                                      const c10::OperatorHandle& op, c10::DispatchKeySet keys,
-                                     const Stack& stack, bool counting) {
-  return C10_UNLIKELY(counting) ? choose<true>(shared, chain, op, keys, stack)
-                                : choose<false>(shared, chain, op, keys, stack);
+                                     const Stack& stack, bool counting, bool in_host_scope) {
+  return C10_UNLIKELY(counting) ? choose<true>(shared, chain, op, keys, stack, in_host_scope)
+                                : choose<false>(shared, chain, op, keys, stack, in_host_scope);
 }
 
 Choice choose_in_scope(const Router::Shared& shared, const Chain& chain,
@@ -351,7 +355,9 @@ Choice choose_in_scope(const Router::Shared& shared, const Chain& chain,
                        bool counting) {
   HostScopeFn scope = chain.needs_host_scope ? g_host_scope.load(std::memory_order_acquire)
                                              : nullptr;
-  if (scope == nullptr) return choose_counting_or_not(shared, chain, op, keys, *stack, counting);
+  if (scope == nullptr) {
+    return choose_counting_or_not(shared, chain, op, keys, *stack, counting, false);
+  }
   struct Context {
     const Router::Shared& shared;
     const Chain& chain;
@@ -365,7 +371,7 @@ Choice choose_in_scope(const Router::Shared& shared, const Chain& chain,
       [](void* raw) {
         auto* c = static_cast<Context*>(raw);
         c->choice = choose_counting_or_not(c->shared, c->chain, c->op, c->keys, *c->stack,
-                                           c->counting);
+                                           c->counting, /*in_host_scope=*/true);
         if (c->choice.node != nullptr && c->choice.node->options.impl_in_host_scope) {
           // Counted before the impl runs, as route() counts an impl it runs:
           // a call whose impl raises is still one its router decided.
@@ -399,8 +405,14 @@ C10_NOINLINE void raise_op_gone(const Router::Shared& shared) {
               "the old op's; install the graph again (or restore) to route the op as it is now");
 }
 
-void route(const Router::Shared& shared, const c10::OperatorHandle& op,
-           c10::DispatchKeySet keys, Stack* stack) {
+// What route() leaves to the kernel that called it: nothing (the call's
+// results are on its stack, or it raised), or the call of the captured
+// kernel, which that kernel makes in the fallback's profiler range
+// (run_fallback_boxed, or the typed kernel's unboxed call).
+enum class Routed : bool { kDone, kRunFallback };
+
+Routed route(const Router::Shared& shared, const c10::OperatorHandle& op,
+             c10::DispatchKeySet keys, Stack* stack) {
   check_op_still_there(shared);
   const Chain* chain = shared.chain.load(std::memory_order_acquire);
   const bool counting = shared.collect_stats.load(std::memory_order_relaxed);
@@ -408,7 +420,7 @@ void route(const Router::Shared& shared, const c10::OperatorHandle& op,
   if (choice.divert) {  // counted and logged when it comes back in
     DivertedCallScope diverted;
     op.callBoxed(stack);
-    return;
+    return Routed::kDone;
   }
   if (C10_UNLIKELY(counting) && !choice.counted) bump(shared.counters->calls);
   if (choice.done) {
@@ -416,13 +428,13 @@ void route(const Router::Shared& shared, const c10::OperatorHandle& op,
     // started, which the caller would misread if the op changed meanwhile.
     check_op_still_there(shared);
     maybe_log(shared, RoutingDecision::Kind::kTaken, choice.node);
-    return;
+    return Routed::kDone;
   }
   if (choice.node != nullptr) {
     maybe_log(shared, RoutingDecision::Kind::kTaken, choice.node);
     const bool ran = run_chosen_impl(shared, *choice.node, op, keys, stack, counting);
     check_op_still_there(shared);  // as above; and a fallback must not run the old op's kernel
-    if (ran) return;
+    if (ran) return Routed::kDone;
     choice.fell_back_from = choice.node;
   }
   if (C10_UNLIKELY(counting)) {
@@ -441,7 +453,7 @@ void route(const Router::Shared& shared, const c10::OperatorHandle& op,
             keys & c10::DispatchKeySet(c10::DispatchKeySet::FULL_AFTER, shared.dispatch_key()),
             stack);
       });
-      return;
+      return Routed::kDone;
     }
     TORCH_CHECK_NOT_IMPLEMENTED(false, "no override took this call of ",
                                 op.operator_name(), " and the op had no kernel at ",
@@ -449,7 +461,13 @@ void route(const Router::Shared& shared, const c10::OperatorHandle& op,
   }
   // Straight to the captured kernel, not through the dispatcher's entry:
   // this is what keeps autograd formulas that call this op from coming
-  // back into the router.
+  // back into the router. The calling kernel makes the call.
+  return Routed::kRunFallback;
+}
+
+// The captured kernel on the boxed call, in the fallback's profiler range.
+C10_NOINLINE void run_fallback_boxed(const Router::Shared& shared, const c10::OperatorHandle& op,
+                                     c10::DispatchKeySet keys, Stack* stack) {
   in_profiler_range([&shared] { return fallback_range_name(shared); },
                     [&] { shared.fallback->callBoxed(op, keys, stack); });
 }
@@ -463,7 +481,9 @@ class BoxedRouterKernel final : public c10::OperatorKernel {
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet keys, Stack* stack) {
     const Router::Shared& shared = *shared_;  // this functor may go during the call
     CallHold hold(shared);
-    route(shared, op, keys, stack);
+    if (route(shared, op, keys, stack) == Routed::kRunFallback) {
+      run_fallback_boxed(shared, op, keys, stack);
+    }
   }
 
  private:
@@ -518,7 +538,7 @@ class ScratchStack {
       stack_ = &own_.emplace();
     }
   }
-  ~ScratchStack() {
+  C10_ALWAYS_INLINE ~ScratchStack() {
     stack_->clear();
     if (scratch_ != nullptr) --scratch_->depth;
   }
@@ -531,6 +551,53 @@ class ScratchStack {
   Stack* stack_;
   std::optional<Stack> own_;
 };
+
+// ---- the captured kernel, unboxed ------------------------------------------
+
+// c10::SafeKernelFunction offers callBoxed() only: the KernelFunction it
+// holds and the token that says whether the registration it was taken from
+// still stands are private. A typed call that declines would box its
+// arguments once more for it, the kernel's wrapper unbox them and box the
+// result, and the typed kernel unbox that again (about 150 instructions a
+// call on torch 2.13). The two members are named here through explicit
+// instantiations, which the language exempts from access checking
+// ([temp.spec.general]); a PyTorch that renames or retypes either fails to
+// compile here, it is never misread.
+template <class Tag, typename Tag::type kMember>
+struct PrivateMember {
+  friend typename Tag::type member_of(Tag) { return kMember; }
+};
+struct SafeKernelKernel {
+  using type = c10::KernelFunction c10::SafeKernelFunction::*;
+  friend type member_of(SafeKernelKernel);
+};
+struct SafeKernelToken {
+  using type = std::shared_ptr<c10::KernelToken> c10::SafeKernelFunction::*;
+  friend type member_of(SafeKernelToken);
+};
+template struct PrivateMember<SafeKernelKernel, &c10::SafeKernelFunction::kernel_>;
+template struct PrivateMember<SafeKernelToken, &c10::SafeKernelFunction::token_>;
+
+// SafeKernelFunction::callBoxed unboxed: its check, with its error, when the
+// registration the kernel was captured from is gone; else the kernel through
+// KernelFunction::call, the dispatcher's own unboxed call (which boxes for a
+// kernel that has no unboxed function).
+template <class Return, class... Args>
+C10_ALWAYS_INLINE Return call_unboxed(const c10::SafeKernelFunction& kernel,
+                                      const c10::OperatorHandle& op, c10::DispatchKeySet keys,
+                                      Args... args) {
+  const std::shared_ptr<c10::KernelToken>& token = kernel.*member_of(SafeKernelToken{});
+  TORCH_CHECK(token && token->isValid(), "SafeKernelFunction has been invalidated ",
+              kernel.debug());
+  return (kernel.*member_of(SafeKernelKernel{})).template call<Return, Args...>(op, keys, args...);
+}
+
+// Pushes a typed call's arguments: one call, with vector::emplace_back's
+// fast path inlined into it (which GCC otherwise calls once per argument).
+template <class... Args>
+[[gnu::flatten]] C10_NOINLINE void box_arguments(Stack* stack, const Args&... args) {
+  (stack->emplace_back(args), ...);
+}
 
 // An unboxed kernel of signature Tensor(Args...): boxes the arguments into
 // the scratch Stack and routes; the one result comes back unboxed.
@@ -545,8 +612,15 @@ struct TypedRouter {
           CallHold hold(pinned);
           ScratchStack scratch;
           Stack* stack = scratch.get();
-          (stack->emplace_back(args), ...);
-          route(pinned, pinned.op, keys, stack);
+          box_arguments(stack, args...);
+          if (route(pinned, pinned.op, keys, stack) == Routed::kRunFallback) {
+            // Called unboxed, with the arguments the call came with: the
+            // stack holds the same values (put back there, if an impl's
+            // error fell back).
+            return in_profiler_range([&pinned] { return fallback_range_name(pinned); }, [&] {
+              return call_unboxed<at::Tensor, Args...>(*pinned.fallback, pinned.op, keys, args...);
+            });
+          }
           TORCH_INTERNAL_ASSERT(stack->size() == 1, "a kernel of ", pinned.op.operator_name(),
                                 " left ", stack->size(), " values on the stack, expected 1");
           return std::move(stack->back()).toTensor();

@@ -37,8 +37,10 @@
 //    without the dispatcher boxing the call into a new Stack. It boxes the
 //    arguments into a per-thread, per-nesting-depth Stack that is reused
 //    from call to call, and routes exactly as the boxed kernel does (the
-//    conds and impls are boxed, the fallback is called through its
-//    SafeKernelFunction). Every other op gets the boxed kernel.
+//    conds and impls are boxed); a call that declines calls the fallback
+//    unboxed, with its own arguments (the SafeKernelFunction's check, then
+//    its KernelFunction's unboxed call: call_path.cpp). Every other op gets
+//    the boxed kernel.
 //
 // Owns: the Router's interface (router.cpp builds it, call_path.cpp runs its
 // kernels). May not touch: registry state; a router knows its chain and its

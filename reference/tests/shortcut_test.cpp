@@ -18,11 +18,11 @@ namespace {
 using ::testing::HasSubstr;
 
 std::atomic<int> g_shortcut_calls{0};
-bool tracing() {
+bool tracing(bool) {
   ++g_shortcut_calls;
   return true;
 }
-bool not_tracing() {
+bool not_tracing(bool) {
   ++g_shortcut_calls;
   return false;
 }
@@ -264,8 +264,9 @@ TEST_F(HostScopeTest, TheShortcutIsAskedInsideTheScopeAndTheDiversionRunsOutside
   options.divert_when_tracing = true;
   register_override(mul_cpu(), scoped_cond(false), forbidden_impl(), options);
   registry().install_graph(mul_cpu());
-  set_trace_shortcut(+[] {
+  set_trace_shortcut(+[](bool in_host_scope) {
     ++g_shortcut_calls;
+    EXPECT_EQ(in_host_scope, t_in_host_scope) << "the router says where it asks from";
     return t_in_host_scope;  // diverts only when asked inside the scope
   });
   EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({8})));

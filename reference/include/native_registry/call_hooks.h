@@ -26,7 +26,10 @@ namespace native_registry {
 // shortcut says a tracer is active, the router calls the op again from the
 // top with a thread-local re-entrancy flag set; that re-entered call takes
 // the ordinary path, so cond is consulted once and nothing recurses.
-using TraceShortcutFn = bool (*)();
+// `in_host_scope`: the router asks from inside the host scope (below), whose
+// function entered the host's runtime for the choice, so a shortcut of the
+// host's own need not look whether it holds the runtime; false: it must.
+using TraceShortcutFn = bool (*)(bool in_host_scope);
 void set_trace_shortcut(TraceShortcutFn fn);  // nullptr turns it off
 // True while this thread is inside a call the shortcut diverted.
 bool in_diverted_call();

@@ -85,15 +85,14 @@ PyObject* keyword_arguments_by_name(const ArgumentPlan& plan, const c10::IValue*
 struct SharedArgumentsAccess {
   static void keep(SharedArguments& shared, ArgumentVector& argv, const c10::IValue* args,
                    const c10::FunctionSchema& schema, size_t positional, PyObject* names) {
-    shared.values_ = std::move(argv);
-    shared.filled_ = true;
+    shared.values_.emplace() = std::move(argv);
     shared.args_ = args;
     shared.schema_ = &schema;
     shared.positional_ = positional;
     shared.names_ = names;
   }
   static PyObject* call(const SharedArguments& shared, const py::handle& fn) {
-    return PyObject_Vectorcall(fn.ptr(), shared.values_.arguments(),
+    return PyObject_Vectorcall(fn.ptr(), shared.values_->arguments(),
                                shared.positional_ | PY_VECTORCALL_ARGUMENTS_OFFSET, shared.names_);
   }
 };
@@ -119,7 +118,7 @@ C10_ALWAYS_INLINE void convert(ArgumentPlan& plan, const c10::IValue* args, Conv
     --positional;
   }
   ArgumentVector& argv = out.argv;
-  for (size_t i = 0; i < positional; ++i) argv.push(to_python(slots[i], args[i]));
+  argv.push_each(positional, [&](size_t i) { return to_python(slots[i], args[i]); });
   PyObject* names = nullptr;
   if (plan.names_by_passed.empty()) {
     names = keyword_arguments_by_name(plan, args, argv);
@@ -143,12 +142,14 @@ py::object returned_by_call(PyObject* out) {
 }
 
 // The truth of what a cond's vectorcall returned: True and False, what
-// conds return, without asking PyObject_IsTrue.
+// conds return, without asking PyObject_IsTrue (and let go with a plain
+// Py_DECREF: neither can be the last reference).
 C10_ALWAYS_INLINE bool cond_answer(PyObject* out) {
-  py::object answer = returned_by_call(out);
-  if (out == Py_True) return true;
-  if (out == Py_False) return false;
-  return truthy(answer);
+  if (out == Py_True || out == Py_False) {
+    Py_DECREF(out);
+    return out == Py_True;
+  }
+  return truthy(returned_by_call(out));
 }
 
 // Where the call's arguments lie: the top of its stack.
@@ -183,14 +184,16 @@ py::object call_with_arguments(ArgumentPlans& plans, const py::handle& fn,
                                    converted.names));
 }
 
-bool call_cond(ArgumentPlans& plans, const py::handle& fn, const c10::OperatorHandle& op,
+bool call_cond(ArgumentPlans& plans, py::handle fn, const c10::OperatorHandle& op,
                const std::vector<c10::IValue>& stack, SharedArguments* shared) {
   const c10::FunctionSchema& schema = op.schema();
-  const c10::IValue* args = arguments_of(schema, stack);
+  // The plan first: its argument count (the schema's) finds the arguments
+  // without dividing by the size of a c10::Argument.
+  ArgumentPlan& plan = plans.for_schema(schema);
+  const c10::IValue* args = stack.data() + (stack.size() - plan.argument_count);
   if (shared != nullptr && shared->matches(args, schema)) {
     return cond_answer(SharedArgumentsAccess::call(*shared, fn));
   }
-  ArgumentPlan& plan = plans.for_schema(schema);
   PlanInUse in_use(plan);
   Converted converted(plan.slots.size());
   convert(plan, args, converted);

@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -88,6 +89,25 @@ class ArgumentVector {
     return *this;
   }
   void push(PyObject* owned) { values_[size_++] = owned; }
+  // push(make(i)) for i in [0, count), the size kept in a register between
+  // the calls (and written back before make throws: the vector owns what it
+  // holds).
+  template <class Make>
+  C10_ALWAYS_INLINE void push_each(size_t count, const Make& make) {
+    PyObject** const values = values_;
+    size_t size = size_;
+    for (size_t i = 0; i < count; ++i) {
+      PyObject* value;
+      try {
+        value = make(i);
+      } catch (...) {
+        size_ = size;
+        throw;
+      }
+      values[size++] = value;
+    }
+    size_ = size;
+  }
   PyObject* const* arguments() const { return values_ + 1; }
   size_t size() const { return size_; }
 
@@ -121,18 +141,19 @@ class SharedArguments {
   // Whether it holds the arguments at `args` (the top of a live stack) of
   // a call of `schema`.
   bool matches(const c10::IValue* args, const c10::FunctionSchema& schema) const {
-    return filled_ && args_ == args && schema_ == &schema;
+    return values_.has_value() && args_ == args && schema_ == &schema;
   }
-  bool empty() const { return !filled_; }
+  bool empty() const { return !values_.has_value(); }
 
  private:
   friend struct SharedArgumentsAccess;
-  bool filled_ = false;
-  const c10::IValue* args_ = nullptr;
-  const c10::FunctionSchema* schema_ = nullptr;
-  size_t positional_ = 0;
-  PyObject* names_ = nullptr;  // kwnames: interned for the life of the process
-  ArgumentVector values_;
+  // Set together with values_ (only then read): a scope whose conds all
+  // decline makes and drops nothing but the empty optional.
+  const c10::IValue* args_;
+  const c10::FunctionSchema* schema_;
+  size_t positional_;
+  PyObject* names_;  // kwnames: interned for the life of the process
+  std::optional<ArgumentVector> values_;
 };
 
 // Calls `fn` with the boxed call's arguments (the top of `stack`) in
@@ -145,7 +166,7 @@ pybind11::object call_with_arguments(ArgumentPlans& plans, const pybind11::handl
 
 // A cond's call: as call_with_arguments, and whether the result is true.
 // An accepting cond leaves its arguments in `shared` if that holds none yet.
-bool call_cond(ArgumentPlans& plans, const pybind11::handle& fn, const c10::OperatorHandle& op,
+bool call_cond(ArgumentPlans& plans, pybind11::handle fn, const c10::OperatorHandle& op,
                const std::vector<c10::IValue>& stack, SharedArguments* shared);
 
 // The reverse, for functions that take a call from Python (evaluate_on_call,

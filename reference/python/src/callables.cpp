@@ -87,6 +87,12 @@ void push_python_result(const ArgumentPlan& plan, Stack* stack, const py::object
 
 bool PythonCond::operator()(const c10::OperatorHandle& op, c10::DispatchKeySet,
                             const Stack& stack) const {
+  // In the host scope, where a router's choice runs its conds, the GIL is
+  // held already: the one look GilForPython would take, and the call ends
+  // in call_cond, with no guard left to drop.
+  if (HostScope* scope = host_scope_holding_gil()) {
+    return call_cond(*plans, fn->get(), op, stack, scope->shared);
+  }
   GilForPython gil;
   return call_cond(*plans, fn->get(), op, stack, gil.shared());
 }

@@ -147,8 +147,10 @@ void remember_main_thread() {
   g_main_thread.store(main.attr("ident").cast<unsigned long>(), std::memory_order_relaxed);
 }
 
-void park_if_finalizing() {
-  if (!interpreter_finalizing()) return;
+namespace {
+
+// park_if_finalizing once the interpreter is finalizing.
+C10_NOINLINE void park_while_finalizing() {
   // The finalizing thread may take the GIL (CPython lets it): a __del__ or a
   // weakref callback run by the finalization calls a routed op or the
   // control plane there, and parking it would hang the process's exit.
@@ -156,13 +158,23 @@ void park_if_finalizing() {
   for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
 }
 
+// Inlined where a routed call's GIL take (GilForPython::take) restores a
+// thread state, as it does on every call.
+C10_ALWAYS_INLINE void park_if_finalizing_inline() {
+  if (C10_UNLIKELY(interpreter_finalizing())) park_while_finalizing();
+}
+
+}  // namespace
+
+void park_if_finalizing() { park_if_finalizing_inline(); }
+
 void restore_thread(PyThreadState* state) {
-  park_if_finalizing();
+  park_if_finalizing_inline();
 #if defined(__GLIBCXX__)
   try {
     PyEval_RestoreThread(state);
   } catch (abi::__forced_unwind&) {
-    park_if_finalizing();
+    park_if_finalizing_inline();
     throw;
   }
 #else

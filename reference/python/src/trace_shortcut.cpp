@@ -51,15 +51,20 @@ const DynamoFlag* g_dynamo_flag = nullptr;
 // seen on the very next call, as with a lookup, at a fraction of its cost
 // (whose probes also vary with the hash seed). From 3.12 the tag is
 // deprecated and every call looks up.
+#if PY_VERSION_HEX < 0x030C0000
+// The last lookup's answer and the dict version it was made at.
+struct Seen {
+  bool valid = false;
+  uint64_t version = 0;
+  PyObject* value = nullptr;
+};
+Seen g_seen;  // the GIL guards it
+#endif
+
 PyObject* current_dynamo_flag(const DynamoFlag& flag) {
   PyObject* namespace_ = flag.namespace_.ptr();
 #if PY_VERSION_HEX < 0x030C0000
-  struct Seen {
-    bool valid = false;
-    uint64_t version = 0;
-    PyObject* value = nullptr;
-  };
-  static Seen seen;  // the GIL guards it
+  Seen& seen = g_seen;
   const uint64_t version = reinterpret_cast<PyDictObject*>(namespace_)->ma_version_tag;
   if (seen.valid && seen.version == version) return seen.value;
 #endif
@@ -76,16 +81,37 @@ PyObject* current_dynamo_flag(const DynamoFlag& flag) {
 // shipped function is known to say False without calling it, which saves a
 // Python frame on every routed call. What it raises reaches the op's caller,
 // as from upstream's Python router (the core releases its guard on the way).
-bool dynamo_is_tracing() {
-  const DynamoFlag* captured = g_dynamo_flag;
-  const DynamoFlag& flag = C10_LIKELY(captured != nullptr) ? *captured : dynamo_flag();
-  GilForPython gil;
+C10_NOINLINE bool dynamo_flag_looked_up(const DynamoFlag& flag) {  // the GIL is held
   PyObject* current = current_dynamo_flag(flag);
   if (current == nullptr) {
     throw py::attribute_error("module 'torch.compiler' has no attribute 'is_dynamo_compiling'");
   }
   if (current == flag.stock.ptr()) return false;
   return truthy(py::reinterpret_borrow<py::object>(current)());
+}
+
+// dynamo_flag_looked_up, with its common answer inlined: the stock
+// function still in place, by the version of the namespace that said so.
+C10_ALWAYS_INLINE bool dynamo_flag_says_tracing(const DynamoFlag& flag) {  // the GIL is held
+#if PY_VERSION_HEX < 0x030C0000
+  const uint64_t version = reinterpret_cast<PyDictObject*>(flag.namespace_.ptr())->ma_version_tag;
+  if (g_seen.valid && g_seen.version == version && g_seen.value == flag.stock.ptr()) return false;
+#endif
+  return dynamo_flag_looked_up(flag);
+}
+
+C10_NOINLINE bool dynamo_is_tracing_taking_gil(const DynamoFlag& flag) {
+  GilForPython gil;
+  return dynamo_flag_says_tracing(flag);
+}
+
+bool dynamo_is_tracing(bool in_host_scope) {
+  const DynamoFlag* captured = g_dynamo_flag;
+  const DynamoFlag& flag = C10_LIKELY(captured != nullptr) ? *captured : dynamo_flag();
+  // Asked inside the host scope (with_gil), as a router whose chain holds
+  // Python asks, the GIL is held: nothing to look at, no guard to keep.
+  if (in_host_scope) return dynamo_flag_says_tracing(flag);
+  return dynamo_is_tracing_taking_gil(flag);
 }
 
 }  // namespace
