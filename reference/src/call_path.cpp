@@ -12,6 +12,7 @@
 #include "thread_disables.h"
 
 #include <ATen/record_function.h>
+#include <torch/headeronly/version.h>
 
 #include <atomic>
 #include <chrono>
@@ -562,7 +563,20 @@ class ScratchStack {
 // call on torch 2.13). The two members are named here through explicit
 // instantiations, which the language exempts from access checking
 // ([temp.spec.general]); a PyTorch that renames or retypes either fails to
-// compile here, it is never misread.
+// compile here, it is never misread. A check torch might add to callBoxed
+// would not fail to compile, though: only the PyTorch whose callBoxed was
+// read (2.13: the token's check, then kernel_.callBoxed) takes this path;
+// any other calls the fallback boxed, through callBoxed itself.
+// (-DNR_FALLBACK_UNBOXED=0 builds the other path here.)
+#ifndef NR_FALLBACK_UNBOXED
+#if TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR == 13
+#define NR_FALLBACK_UNBOXED 1
+#else
+#define NR_FALLBACK_UNBOXED 0
+#endif
+#endif
+
+#if NR_FALLBACK_UNBOXED
 template <class Tag, typename Tag::type kMember>
 struct PrivateMember {
   friend typename Tag::type member_of(Tag) { return kMember; }
@@ -591,6 +605,7 @@ C10_ALWAYS_INLINE Return call_unboxed(const c10::SafeKernelFunction& kernel,
               kernel.debug());
   return (kernel.*member_of(SafeKernelKernel{})).template call<Return, Args...>(op, keys, args...);
 }
+#endif  // NR_FALLBACK_UNBOXED
 
 // Pushes a typed call's arguments: one call, with vector::emplace_back's
 // fast path inlined into it (which GCC otherwise calls once per argument).
@@ -614,12 +629,16 @@ struct TypedRouter {
           Stack* stack = scratch.get();
           box_arguments(stack, args...);
           if (route(pinned, pinned.op, keys, stack) == Routed::kRunFallback) {
+#if NR_FALLBACK_UNBOXED
             // Called unboxed, with the arguments the call came with: the
             // stack holds the same values (put back there, if an impl's
             // error fell back).
             return in_profiler_range([&pinned] { return fallback_range_name(pinned); }, [&] {
               return call_unboxed<at::Tensor, Args...>(*pinned.fallback, pinned.op, keys, args...);
             });
+#else
+            run_fallback_boxed(pinned, pinned.op, keys, stack);
+#endif
           }
           TORCH_INTERNAL_ASSERT(stack->size() == 1, "a kernel of ", pinned.op.operator_name(),
                                 " left ", stack->size(), " values on the stack, expected 1");
