@@ -166,14 +166,14 @@ def run(args) -> int:
     cpp_figures, gcovr_figures = {}, {}
     if cpp:
         conformance_info = capture(out, "conformance")
+        gcovr_figures["the conformance suites"] = gcovr_summary(out, "conformance")  # before the own tests add theirs
         progress.step("the reference's own tests (reference/tests, reference/python/tests), measured")
         failures += sh([str(BUILD / "reference/tests/reference_tests"), "--gtest_brief=1"]).returncode != 0
         failures += measured_pytest(config, "own-tests:reference", env, ["reference/python/tests"]) != 0
         all_info = capture(out, "all")
         cpp_figures = {"the conformance suites": lcov_summary(conformance_info),
                        "every test": lcov_summary(all_info)}
-        gcovr_figures = {"the conformance suites": gcovr_summary(out, "conformance"),
-                         "every test": gcovr_summary(out, "all")}
+        gcovr_figures["every test"] = gcovr_summary(out, "all")
 
     cpp_pins: dict[str, dict] = {}
     cpp_files: dict[str, dict] = {}
