@@ -409,8 +409,9 @@ C10_NOINLINE void raise_op_gone(const Router::Shared& shared) {
 // What route() leaves to the kernel that called it: nothing (the call's
 // results are on its stack, or it raised), or the call of the captured
 // kernel, which that kernel makes in the fallback's profiler range
-// (run_fallback_boxed, or the typed kernel's unboxed call).
-enum class Routed : bool { kDone, kRunFallback };
+// (run_fallback_boxed, or the typed kernel's unboxed call); [[nodiscard]], so a
+// new caller cannot drop the fallback by ignoring it.
+enum class [[nodiscard]] Routed : bool { kDone, kRunFallback };
 
 Routed route(const Router::Shared& shared, const c10::OperatorHandle& op,
              c10::DispatchKeySet keys, Stack* stack) {
