@@ -266,9 +266,13 @@ def reorder_graphs_from_user_function(
             out.append(handle)
         if changed:  # (a node returned twice: the core refuses the result, naming it)
             key = handles[0].key
-            if reregister_overrides and _resolve_overload(key[0], key[1]) is None:
+            if (reregister_overrides and any(_C.is_enabled(h) for h in out)
+                    and _resolve_overload(key[0], key[1]) is None):
                 # The core installs reordered graphs all or nothing; so must
                 # the graphs given new callables here: end it before any change.
+                # A graph whose filters disable every node needs no router,
+                # hence no op (the core's rule: install resolves the op only
+                # for a non-empty enabled chain).
                 raise _ReorderRefused(AttributeError(
                     f"op '{key[0]}::{key[1]}' not found; is the namespace '{key[0]}' loaded "
                     "(its library defined or imported) and the op symbol spelled with its "

@@ -139,6 +139,24 @@ def test_copies_of_a_graph_whose_op_is_gone_refuse_a_reinstalling_reorder_unchan
     assert _C.graph(("nr_copies_gone", "twice", "CPU"))[0].impl_fn is seven
 
 
+def test_copies_of_a_gone_ops_graph_its_filters_disable_reinstall_without_the_op(reg):
+    """As above, but a filter disables every node of the graph: installing it
+    needs no router, so no op, and the reordering succeeds (the core's rule
+    for an empty enabled chain); the nodes take the copies' callables.
+    Found by the lifecycle run of 2026-12-07 (a reorder through the
+    taken-over module)."""
+    lib = torch.library.Library("nr_copies_off", "DEF")
+    lib.define("twice(Tensor x) -> Tensor")
+    lib.impl("twice", lambda x: x * 2, "CPU")
+    reg.allow_namespace("nr_copies_off")
+    seven, nine = fill(7.0), fill(9.0)
+    reg.register_op_override("dsl_a", "nr_copies_off", "twice", "CPU", accept, seven)
+    reg.deregister_op_overrides(disable_dsl_names="dsl_a")
+    lib._destroy()
+    reg.reorder_graphs_from_user_function(copying([], impl_fn=nine), reregister_overrides=True)
+    assert _C.graph(("nr_copies_off", "twice", "CPU"))[0].impl_fn is nine
+
+
 def test_an_emptied_graph_meets_the_ordering_function_without_a_failure(reg, caplog):
     """A graph emptied through the core (_C.replace_graph with no nodes) is
     still handed to the ordering function; returning it as it is fails

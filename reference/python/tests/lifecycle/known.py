@@ -79,6 +79,13 @@ KNOWN = {
     "reorder-copies-reregister-a-missing-op": Program(Header(), (
         Redefine(remove_only=True), Reg("ref", "f", "triton", "always"),
         Reorder("ref", "copies_never"))),
+    # found by CI's run of 2026-12-07 (seed 20261207): a reinstalling
+    # reorder giving copies' callables to a graph whose op had gone refused
+    # even where filters disable every node, so that no router (no op) is
+    # needed (the reference's; the core installs such a graph without the op)
+    "reorder-copies-reregister-a-missing-op-all-disabled": Program(Header(), (
+        Reg("ref", "f", "triton", "always"), Filter("ref", "triton", True), Takeover(),
+        Redefine(remove_only=True), Reorder("stock", "copies_never", True))),
     # (h) found by the hour's run: a restore rebuilt, on the op of now, a
     # router whose op had gone before the snapshot (the op's own kernel
     # answered then; the rebuilt router answered with its stale chain's error)
