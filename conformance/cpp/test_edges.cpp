@@ -158,6 +158,30 @@ TEST_P(Conformance, AReenableThatFailsPartWayChangesNothing) {
   EXPECT_EQ(fingerprint().difference(tables), "");
 }
 
+TEST_P(Conformance, ADisableThatFailsPartWayChangesNothing) {
+  BEHAVIOUR("validation.failed-change-changes-nothing");
+  REQUIRE_FEATURE("namespaces");
+  const Key routed = twice_key(ns1().ns());
+  const Key doomed = twice_key(kDoomedNamespace);
+  add(routed, constant_cond(true), fill_impl(99), "d");
+  {
+    ScopedTwiceNamespace library(kDoomedNamespace, 5.0);
+    add(doomed, constant_cond(true), fill_impl(7), "d");
+    add(doomed, constant_cond(true), fill_impl(8), "e");
+    adapter().install(routed);
+    adapter().install(doomed);
+  }
+  // The doomed op is gone; disabling `d` leaves its graph `e` to route,
+  // which needs a router the op can no longer have.
+  const auto tables = fingerprint();
+  EXPECT_THROW(adapter().disable({{"d"}, {}, {}}), OperatorNotFound);
+  EXPECT_TRUE(adapter().graph(routed).at(0).active) << "the failed disable changed the filters";
+  EXPECT_TRUE(adapter().graph(doomed).at(0).active);
+  EXPECT_TRUE(same(ns1().twice(tensor({1, 2})), tensor({99, 99})))
+      << "the failed disable took the other graph's route away";
+  EXPECT_EQ(fingerprint().difference(tables), "");
+}
+
 TEST_P(Conformance, AnInstallAllThatFailsPartWayInstallsNothing) {
   BEHAVIOUR("validation.failed-change-changes-nothing");
   REQUIRE_FEATURE("namespaces");

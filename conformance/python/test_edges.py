@@ -147,6 +147,30 @@ def test_a_reenable_that_fails_part_way_changes_nothing(impl, namespaces):
 
 
 @behaviour("validation.failed-change-changes-nothing")
+def test_a_disable_that_fails_part_way_changes_nothing(impl, namespaces):
+    ns_twice, _ = namespaces
+    routed, doomed = (NS, "twice", "CPU"), (DOOMED_NS, "twice", "CPU")
+    impl.allow_namespace(DOOMED_NS)
+    impl.register("d", *routed, accept, fill(99.0))
+    with torch.library._scoped_library(DOOMED_NS, "DEF") as lib:
+        lib.define("twice(Tensor self) -> Tensor")
+        lib.impl("twice", lambda x: x * 5, "CompositeExplicitAutograd")
+        impl.register("d", *doomed, accept, fill(7.0))
+        impl.register("e", *doomed, accept, fill(8.0))
+        impl.install(*routed)
+        impl.install(*doomed)
+    # DOOMED_NS::twice is gone; disabling `d` leaves its graph `e` to route,
+    # which needs a router its op can no longer have.
+    before = dispatcher_state()
+    with pytest.raises(AttributeError, match="not found; is the namespace"):
+        impl.disable(dsl_names=["d"])
+    assert actives(impl, routed, doomed) == [True, True, True], "the failed disable changed the filters"
+    assert torch.equal(ns_twice(X), torch.full_like(X, 99.0)), \
+        "the failed disable took the other graph's route away"
+    assert dispatcher_state() == before
+
+
+@behaviour("validation.failed-change-changes-nothing")
 def test_an_install_all_that_fails_part_way_installs_nothing(impl, namespaces):
     ns_twice, _ = namespaces
     impl.allow_namespace(NEVER_NS)

@@ -112,18 +112,34 @@ Graph Registry::Impl::chain_under_current_mask(const GraphKey& key, const Graph&
 }
 
 void Registry::Impl::republish_installed(const std::set<GraphKey>& keys) {
-  // A graph installed while its chain was empty has no router; if it now has
-  // a chain it needs one, and its op must resolve. Checked for every key
-  // before anything is published, so that an error changes nothing.
+  // Checked for every key before anything is published, so that an error
+  // changes nothing: a graph installed while its chain was empty, or whose
+  // router's op has left the dispatcher, needs a new router, and its op must
+  // resolve. (Published one by one, a later key's error would leave the
+  // earlier ones routing under a filter state the caller then restores.)
   for (const GraphKey& key : keys) {
-    if (routers_.is_installed(key) && routers_.find(key) == nullptr &&
-        !enabled_chain(key).empty()) {
-      detail::resolve_op_for_router(key);
-    }
+    if (routers_.is_installed(key)) check_publish(key, enabled_chain(key), InstallMode::kUpdate);
   }
   for (const GraphKey& key : keys) {
     if (routers_.is_installed(key)) publish(key, enabled_chain(key), InstallMode::kUpdate);
   }
+}
+
+std::set<GraphKey> Registry::Impl::keys_the_mask_changes() const {
+  // Only these chains differ with and without the mask; the others are left
+  // as published (a router whose op has gone among them: nothing to rebuild).
+  std::set<GraphKey> keys;
+  for (const GraphKey& key : routers_.installed()) {
+    const Graph* graph = graphs_.find(key);
+    if (graph == nullptr) continue;
+    for (const NodePtr& node : *graph) {
+      if (node->options.unconditional_override && filters_.names(*node)) {
+        keys.insert(key);
+        break;
+      }
+    }
+  }
+  return keys;
 }
 
 // ---- the unconditional mask ---------------------------------------------------
@@ -131,9 +147,10 @@ void Registry::Impl::republish_installed(const std::set<GraphKey>& keys) {
 Registry::UnconditionalMask::UnconditionalMask(Registry& registry) : registry_(registry) {
   Impl& r = *registry_.impl_;
   Impl::ControlScope scope(r);
+  const std::set<GraphKey> keys = r.keys_the_mask_changes();
   r.filters_.push_mask();
   try {
-    r.republish_installed(r.routers_.installed());
+    r.republish_installed(keys);
   } catch (...) {
     r.filters_.pop_mask();
     throw;
@@ -145,7 +162,7 @@ Registry::UnconditionalMask::~UnconditionalMask() {
   Impl::ControlScope scope(r);
   r.filters_.pop_mask();
   try {
-    r.republish_installed(r.routers_.installed());
+    r.republish_installed(r.keys_the_mask_changes());
   } catch (const std::exception& e) {
     r.log(LogLevel::kWarning, std::string("lifting the unconditional mask failed: ") + e.what());
   }

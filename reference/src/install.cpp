@@ -41,6 +41,23 @@ void Registry::Impl::publish(const GraphKey& key, const Graph& chain, InstallMod
   }
 }
 
+void Registry::Impl::check_publish(const GraphKey& key, const Graph& chain,
+                                   InstallMode mode) const {
+  switch (routers_.step_for(key, chain.empty(), mode)) {
+    case RouterTable::Step::kNothing:
+    case RouterTable::Step::kRemove:
+      return;
+    case RouterTable::Step::kPublishInPlace:
+      if (chain.empty()) return;
+      detail::resolve_op(key);
+      break;
+    case RouterTable::Step::kNewRouter:
+      detail::resolve_op_for_router(key);
+      break;
+  }
+  native_ops_.check_activation(chain, nullptr);
+}
+
 void Registry::install_graph(const GraphKey& named, InstallMode mode) {
   // A key no registration could have made is refused, not recorded.
   const GraphKey key = detail::admitted_key(named);
@@ -54,10 +71,7 @@ void Registry::Impl::install_graph_locked(const GraphKey& key, InstallMode mode)
 }
 
 void Registry::Impl::install_graphs_locked(const std::vector<GraphKey>& keys) {
-  // Every op that needs a router must resolve before any is installed.
-  for (const GraphKey& key : keys) {
-    if (!enabled_chain(key).empty()) detail::resolve_op_for_router(key);
-  }
+  for (const GraphKey& key : keys) check_publish(key, enabled_chain(key), InstallMode::kUpdate);
   for (const GraphKey& key : keys) install_graph_locked(key, InstallMode::kUpdate);
 }
 

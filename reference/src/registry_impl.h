@@ -94,15 +94,22 @@ struct Registry::Impl {
   Graph chain_under_current_mask(const GraphKey& key, const Graph& published) const;
   // Installs each graph `named` names, in key order (FilterInstall::kNamed).
   void install_named(const Filter& named);
-  // Republishes the installed routers of `keys`; all or nothing: every graph
-  // that needs a new router resolves first.
+  // Republishes the installed routers of `keys`; all or nothing: each key
+  // passes check_publish before any is published.
   void republish_installed(const std::set<GraphKey>& keys);
+  // The installed keys whose enabled chain an UnconditionalMask changes: the
+  // graphs holding an unconditional node the filters name.
+  std::set<GraphKey> keys_the_mask_changes() const;
   void install_graph_locked(const GraphKey& key, InstallMode mode);
   // install_graph for each key, all or nothing likewise.
   void install_graphs_locked(const std::vector<GraphKey>& keys);
   // Puts `chain` at `key` as the router table says (RouterTable::step_for),
   // its `_native` ops activated first; throws before any change.
   void publish(const GraphKey& key, const Graph& chain, InstallMode mode);
+  // Throws what publish(key, chain, mode) would throw, changing nothing: so
+  // that an operation publishing several keys checks them all first (a
+  // stale router's key needs its op again, like a key with no router).
+  void check_publish(const GraphKey& key, const Graph& chain, InstallMode mode) const;
   // Queued while mutex_ is held, emitted once it is released.
   void log(LogLevel level, const std::string& message) const;
   // Freed once mutex_ is released.

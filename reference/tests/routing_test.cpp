@@ -243,6 +243,53 @@ TEST_F(RoutingTest, NamedFilterInstallRaisesAtAGraphWhoseOpIsGoneKeepingTheChang
   EXPECT_EQ(registry().router_state(missing), RouterState::kAbsent);
 }
 
+// A filter change that names a graph whose router's op has gone (its chain
+// not emptied by the change, so it needs a new router) raises before it
+// changes anything: a graph it names earlier in key order keeps the chain
+// the filters, restored, say it routes through. Before the check covered
+// such a router, that graph was republished and left routing as if the
+// change had been made.
+TEST_F(RoutingTest, FilterChangeRaisingAtAGoneOpLeavesEveryRouterAsItWas) {
+  const std::string gone_ns = "_native_registry_test_zgone";  // after ns1 in key order
+  auto library = std::make_unique<fixtures::ScopedTwiceNamespace>(gone_ns, 5.0);
+  registry().allow_namespace(gone_ns);
+  register_override(twice_cpu(fixtures::kTestNamespace), constant_cond(true), fill_impl(7), {},
+                    "dsl_a");
+  register_override(twice_cpu(gone_ns), constant_cond(true), fill_impl(8), {}, "dsl_a");
+  register_override(twice_cpu(gone_ns), constant_cond(true), fill_impl(9), {}, "dsl_b");
+  registry().install_all();
+  library.reset();
+  EXPECT_THROW(registry().deregister_op_overrides({{"dsl_a"}, {}, {}}), OperatorNotFoundError);
+  EXPECT_TRUE(registry().filters().dsl_names.empty());
+  EXPECT_EQ(registry().published_chain(twice_cpu(fixtures::kTestNamespace)).size(), 1u);
+  EXPECT_TRUE(same(ns1().twice(tensor({1, 2})), tensor({7, 7})));
+  EXPECT_EQ(registry().published_chain(twice_cpu(gone_ns)).size(), 2u);
+}
+
+// The unconditional mask republishes only the graphs whose chain it
+// changes: a router whose op has gone, holding no unconditional node the
+// filters name, neither stops the mask nor is touched by it.
+TEST_F(RoutingTest, UnconditionalMaskIgnoresRoutersItDoesNotChange) {
+  const std::string gone_ns = "_native_registry_test_zgone";
+  auto library = std::make_unique<fixtures::ScopedTwiceNamespace>(gone_ns, 5.0);
+  registry().allow_namespace(gone_ns);
+  OverrideOptions unconditional;
+  unconditional.unconditional_override = true;
+  register_override(twice_cpu(fixtures::kTestNamespace), constant_cond(true), fill_impl(7),
+                    unconditional, "dsl_a");
+  register_override(twice_cpu(gone_ns), constant_cond(true), fill_impl(9), {}, "dsl_b");
+  registry().install_all();
+  library.reset();
+  registry().deregister_op_overrides({{"dsl_a"}, {}, {}});
+  EXPECT_TRUE(same(ns1().twice(tensor({1, 2})), tensor({7, 7})));  // exempt from filters
+  {
+    const Registry::UnconditionalMask mask(registry());
+    EXPECT_TRUE(same(ns1().twice(tensor({1, 2})), tensor({2, 4})));
+    EXPECT_EQ(registry().published_chain(twice_cpu(gone_ns)).size(), 1u);
+  }
+  EXPECT_TRUE(same(ns1().twice(tensor({1, 2})), tensor({7, 7})));
+}
+
 TEST_F(RoutingTest, BadFilterEntriesAreRefusedAndChangeNothing) {
   register_override(mul_cpu(), constant_cond(true), fill_impl(7));
   registry().install_graph(mul_cpu());

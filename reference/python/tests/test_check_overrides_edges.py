@@ -18,6 +18,7 @@ import pytest
 import torch
 
 import native_registry.check as check
+from native_registry import _C
 from native_registry.check import check_overrides
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
@@ -170,6 +171,29 @@ def test_the_ops_own_gradients_failing_skips_gradients_with_why(reg, op):
         "outputs": ("skip", "the op's own kernel raised RuntimeError: the op's own kernel is broken"),
         "gradients": ("skip", "the op's own gradients raised RuntimeError: the op's own kernel is "
                               "broken")}
+
+
+def test_an_op_gone_from_the_dispatcher_is_skipped_and_the_graphs_after_it_checked(reg, op):
+    """A routed op whose library was destroyed since: its checks are skipped
+    saying so, the graphs after it in key order are still checked, and the
+    registry's filters and routing are as they were. (It raised from the
+    unconditional mask, which republished that op's router, until 2026-12-07.)"""
+    gone_ns = "nr_check_aa_gone"  # before NS in key order
+    lib = torch.library.Library(gone_ns, "DEF")
+    lib.define("f(Tensor x) -> Tensor")
+    lib.impl("f", lambda x: x + 1, "CPU")
+    reg.allow_namespace(gone_ns)
+    reg.register_op_override(DSL, gone_ns, "f", "CPU", accept, lambda x: x + 1)
+    reg.register_op_override(DSL, NS, "scaled", "CPU", accept, lambda x, y: x * 2)
+    reg.register_all_overrides()
+    lib._destroy()
+    getattr(torch.ops, gone_ns).__dict__.pop("f", None)
+    report = check_overrides(samples=SCALED_SAMPLE, checks=("outputs",))
+    by_op = {(r.graph[0], r.check): (r.status, r.detail) for r in report.results}
+    assert by_op == {(gone_ns, "outputs"): ("skip", "the op is not in the dispatcher"),
+                     (NS, "outputs"): ("pass", "1 sample")}
+    assert _C.filters() == ([], [], [])
+    assert len(_C.published_chain((NS, "scaled", "CPU"))) == 1
 
 
 def test_a_node_without_a_native_op_skips_fake_saying_so(reg, op, monkeypatch):

@@ -86,6 +86,14 @@ KNOWN = {
     "reorder-copies-reregister-a-missing-op-all-disabled": Program(Header(), (
         Reg("ref", "f", "triton", "always"), Filter("ref", "triton", True), Takeover(),
         Redefine(remove_only=True), Reorder("stock", "copies_never", True))),
+    # found beside it by hand (2026-12-07): a filter change that raised at a
+    # router whose op had gone (still holding an enabled node) had already
+    # republished the graphs before it, then restored the filters: mul
+    # routed as if triton were disabled while the registry said enabled
+    "failed-filter-change-leaves-earlier-routers-changed": Program(Header(), (
+        Reg("ref", "mul", "triton", "always"), Reg("ref", "f", "triton", "always"),
+        Reg("ref", "f", "user", "always"), Install("ref"), Redefine(remove_only=True),
+        Filter("ref", "triton", True))),
     # (h) found by the hour's run: a restore rebuilt, on the op of now, a
     # router whose op had gone before the snapshot (the op's own kernel
     # answered then; the rebuilt router answered with its stale chain's error)
