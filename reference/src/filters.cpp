@@ -127,9 +127,12 @@ void Registry::Impl::republish_installed(const std::set<GraphKey>& keys) {
 
 std::set<GraphKey> Registry::Impl::keys_the_mask_changes() const {
   // Only these chains differ with and without the mask; the others are left
-  // as published (a router whose op has gone among them: nothing to rebuild).
+  // as published. A router whose op has left the dispatcher is left too: no
+  // call reaches it, and it could not be rebuilt.
   std::set<GraphKey> keys;
   for (const GraphKey& key : routers_.installed()) {
+    const detail::Router* router = routers_.find(key);
+    if (router != nullptr && router->op_gone()) continue;
     const Graph* graph = graphs_.find(key);
     if (graph == nullptr) continue;
     for (const NodePtr& node : *graph) {
@@ -161,10 +164,18 @@ Registry::UnconditionalMask::~UnconditionalMask() {
   Impl& r = *registry_.impl_;
   Impl::ControlScope scope(r);
   r.filters_.pop_mask();
-  try {
-    r.republish_installed(r.keys_the_mask_changes());
-  } catch (const std::exception& e) {
-    r.log(LogLevel::kWarning, std::string("lifting the unconditional mask failed: ") + e.what());
+  // A destructor cannot throw: each graph is put back on its own, so that
+  // one that cannot be (its op gone since the mask went up, with no router
+  // left to it) keeps the others masked no longer.
+  for (const GraphKey& key : r.keys_the_mask_changes()) {
+    try {
+      const Graph chain = r.enabled_chain(key);
+      r.check_publish(key, chain, InstallMode::kUpdate);
+      r.publish(key, chain, InstallMode::kUpdate);
+    } catch (const std::exception& e) {
+      r.log(LogLevel::kWarning, "lifting the unconditional mask failed at " + key.to_string() +
+                                    ": " + e.what());
+    }
   }
 }
 

@@ -290,6 +290,29 @@ TEST_F(RoutingTest, UnconditionalMaskIgnoresRoutersItDoesNotChange) {
   EXPECT_TRUE(same(ns1().twice(tensor({1, 2})), tensor({7, 7})));
 }
 
+// Lifting the mask puts back every graph it changed that can be: one whose
+// op left the dispatcher while the mask was up is left as it is (no call
+// reaches it), and keeps no other graph's unconditional node masked.
+TEST_F(RoutingTest, LiftingTheMaskRestoresTheOthersWhenAnOpLeftMeanwhile) {
+  const std::string gone_ns = "_native_registry_test_zgone";
+  auto library = std::make_unique<fixtures::ScopedTwiceNamespace>(gone_ns, 5.0);
+  registry().allow_namespace(gone_ns);
+  OverrideOptions unconditional;
+  unconditional.unconditional_override = true;
+  register_override(twice_cpu(fixtures::kTestNamespace), CondFn{}, fill_impl(7), unconditional,
+                    "dsl_a");
+  register_override(twice_cpu(gone_ns), CondFn{}, fill_impl(8), unconditional, "dsl_a");
+  register_override(twice_cpu(gone_ns), constant_cond(true), fill_impl(9), {}, "dsl_b");
+  registry().install_all();
+  registry().deregister_op_overrides({{"dsl_a"}, {}, {}});
+  {
+    const Registry::UnconditionalMask mask(registry());
+    EXPECT_TRUE(same(ns1().twice(tensor({1, 2})), tensor({2, 4})));
+    library.reset();
+  }
+  EXPECT_TRUE(same(ns1().twice(tensor({1, 2})), tensor({7, 7})));
+}
+
 TEST_F(RoutingTest, BadFilterEntriesAreRefusedAndChangeNothing) {
   register_override(mul_cpu(), constant_cond(true), fill_impl(7));
   registry().install_graph(mul_cpu());
