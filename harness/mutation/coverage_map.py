@@ -10,9 +10,12 @@ is run by every test that imports the module, but what it makes is seen
 only where it is used: a mutant there meets its top-level statement's
 observers (observers()), the tests that, in the pristine run, executed the
 body of the function or class the statement defines or a line that names
-what it binds, in any of the measured files; in a fresh interpreter, as the
-line runs at import. A statement that binds nothing, or whose observers no
-test was seen to be, meets the whole suite, as without coverage. The
+what it binds, in any of the measured files, and the tests whose own
+function names it (`module._alias()` in a test runs no measured line that
+names `_alias`); in a fresh interpreter, as the line runs at import. A
+statement that binds nothing, that a test file's helper or fixture names,
+or whose observers no test was seen to be, meets the whole suite, as
+without coverage. The
 observers can only miss a test that would have killed (one that sees the
 statement's effect without running any of those lines): a figure from them
 is a lower bound of the whole suite's. A line of a statement that spans
@@ -27,6 +30,7 @@ measured again only when that changes.
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import os
 import pathlib
@@ -49,6 +53,7 @@ class CoverageMap:
     seconds: float = 0.0                      # what measuring it took
     failing: list[str] = field(default_factory=list)  # tests failing in the pristine run: they kill nothing
     failing_names: list[str] = field(default_factory=list)  # the same as a suite run names them (JUnit's)
+    root: str = ""                            # where the tests' node ids are relative to (measure's cwd)
 
     def save(self, path: pathlib.Path) -> None:
         path.write_text(json.dumps(asdict(self), indent=0, sort_keys=True))
@@ -102,11 +107,72 @@ class CoverageMap:
                 if named not in names or (rel == mutant.file and top.lineno <= node.lineno <= top.end_lineno):
                     continue
                 seen.update(self.tests[rel].get(str(first.get(node.lineno, node.lineno)), []))
-        found = [t for t in seen if t not in self.failing]
+        naming = self.tests_naming(names, has_body=isinstance(
+            top, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)))
+        if naming is None:
+            return None
+        found = [t for t in seen | naming if t not in self.failing]
         return sorted(found, key=lambda t: (self.durations.get(t, 0.0), t)) or None
+
+    def tests_naming(self, names: set[str], has_body: bool) -> set[str] | None:
+        """The tests whose own function, in the test files of the map's
+        tests, names one of `names` (a name, an attribute, or a string, as in
+        getattr(module, "name")): they see a top-level binding however they
+        reach it (`module._alias()` in a test runs no line of the module
+        that names the alias). None (the whole suite) where a line of those
+        files outside any test function (a fixture, a helper) names one,
+        unless the statement has a body (a def, a class), whose runners
+        observe it already."""
+        if not self.root:
+            return set()
+        by_file: dict[str, list[str]] = {}
+        for test in self.durations:
+            by_file.setdefault(test.split("::", 1)[0], []).append(test)
+        found: set[str] = set()
+        for rel, tests in by_file.items():
+            for owner, named in _names_by_owner(str(pathlib.Path(self.root) / rel)):
+                if not named & names:
+                    continue
+                if owner is None:
+                    if has_body:
+                        continue
+                    return None
+                found.update(t for t in tests if t.split("[", 1)[0] == f"{rel}::{owner}")
+        return found
 
     def seconds_of(self, tests: list[str]) -> float:
         return sum(self.durations.get(t, 0.0) for t in tests)
+
+
+@functools.lru_cache(maxsize=None)
+def _names_by_owner(path: str) -> list[tuple[str | None, frozenset[str]]]:
+    """A test file's top-level statements (a test class's methods each on
+    its own) as (the test they are, `Class::test_x` or `test_x`, or None;
+    the names, attributes and strings they contain)."""
+    try:
+        tree = ast.parse(pathlib.Path(path).read_text())
+    except (OSError, SyntaxError, ValueError):
+        return []
+
+    def named(node: ast.AST) -> frozenset[str]:
+        return frozenset(n.id if isinstance(n, ast.Name) else n.attr if isinstance(n, ast.Attribute)
+                         else n.value for n in ast.walk(node)
+                         if isinstance(n, (ast.Name, ast.Attribute))
+                         or (isinstance(n, ast.Constant) and isinstance(n.value, str)))
+
+    def is_test(node: ast.AST) -> bool:
+        return isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test")
+
+    out: list[tuple[str | None, frozenset[str]]] = []
+    for statement in tree.body:
+        if isinstance(statement, ast.ClassDef) and statement.name.startswith("Test"):
+            for member in statement.body:
+                owner = f"{statement.name}::{member.name}" if is_test(member) else None
+                out.append((owner, named(member)))
+            out.append((None, frozenset().union(*(named(d) for d in statement.decorator_list))))
+        else:
+            out.append((statement.name if is_test(statement) else None, named(statement)))
+    return out
 
 
 def bound_names(statement: ast.stmt) -> set[str]:
@@ -190,7 +256,7 @@ def measure(files: dict[str, pathlib.Path], pytest_args: list[str], out: pathlib
         tests.setdefault(rel, {})
     return CoverageMap(tests, {rel: sorted(lines) for rel, lines in outside.items()},
                        json.loads(durations.read_text()), source, round(took, 1),
-                       failing_nodeids(xml, cwd), mutants.failing_gtests(xml))
+                       failing_nodeids(xml, cwd), mutants.failing_gtests(xml), str(cwd))
 
 
 def failing_nodeids(xml: pathlib.Path, cwd: pathlib.Path) -> list[str]:

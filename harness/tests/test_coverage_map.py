@@ -185,6 +185,29 @@ def test_a_top_level_binding_is_observed_where_any_measured_file_names_it():
     assert coverage_map.bound_names(__import__("ast").parse("x, (y, z) = 1, (2, 3)").body[0]) == {"x", "y", "z"}
 
 
+def test_a_top_level_binding_is_observed_by_the_tests_that_name_it(tmp_path):
+    # `_alias = f` is used only as `a._alias()` or getattr(a, "_names") in a
+    # test: no line of a measured file names it, the test functions do.
+    a = "def f():\n    return 1\n\n\n_alias = f\n_names = ['g']\nHELPED = 2\nUNUSED = 3\n"
+    (tmp_path / "t.py").write_text(
+        "import a\n\n\ndef helper():\n    return a.HELPED\n\n\n"
+        "def test_alias():\n    assert a._alias() == 1\n\n\n"
+        "class TestNames:\n    def test_names(self):\n        assert getattr(a, '_names') == ['g']\n")
+    durations = {"t.py::test_alias": 1.0, "t.py::TestNames::test_names": 2.0, "t.py::test_other[x]": 0.5}
+    found = coverage_map.CoverageMap(tests={"a.py": {"2": ["t.py::test_alias"]}},
+                                     outside={"a.py": [1, 5, 6, 7, 8]}, durations=durations,
+                                     root=str(tmp_path))
+    at = lambda line: found.observers(mutagen.Mutant("a.py", line, "k", "c", "", ""), {"a.py": a})  # noqa: E731
+    assert at(5) == ["t.py::test_alias"]
+    assert at(6) == ["t.py::TestNames::test_names"]
+    assert at(7) is None  # named by a helper any test may call: the whole suite
+    assert at(8) is None  # named nowhere: the whole suite
+    assert at(1) == ["t.py::test_alias"]  # a def: the test that ran its body (a helper naming it adds none)
+    # A map measured before it knew its root finds none of these.
+    assert dataclasses.replace(found, root="").observers(
+        mutagen.Mutant("a.py", 5, "k", "c", "", ""), {"a.py": a}) is None
+
+
 def test_a_mutant_of_a_def_line_meets_its_observers_in_a_fresh_pytest(measured, monkeypatch):
     tree, found = measured
     ran = []
