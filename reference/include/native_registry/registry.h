@@ -164,8 +164,10 @@ class Registry {
   };
   // Adds the named entries to the filter and installs as `install` says.
   // Unconditional nodes stay enabled unless an UnconditionalMask is alive.
-  // If an installed graph that needs a new router names an op that does not
-  // resolve, nothing changes and OperatorNotFoundError is thrown; under
+  // If an installed graph that needs a new router (it has none, or its
+  // router's op has left the dispatcher, and nodes stay enabled) names an op
+  // that does not resolve, nothing changes and OperatorNotFoundError is
+  // thrown; under
   // kNamed, a graph of the second step that fails so raises there, the filter
   // change and the graphs installed before it kept (upstream's behaviour).
   void deregister_op_overrides(const Filter& disable,
@@ -368,8 +370,11 @@ class Registry {
 
   // While alive, unconditional nodes that the filters disable are masked too
   // (upstream's `_unconditional_masked()`): the reference computation a test
-  // compares an unconditional override against. Nests; republishes on entry
-  // and exit.
+  // compares an unconditional override against. Nests. Republishes, on
+  // entry and on exit, the installed routers of the graphs holding such a
+  // node, except a router whose op has left the dispatcher (no call reaches
+  // it). Entry is all or nothing (OperatorNotFoundError, nothing changed);
+  // exit puts back each graph it can, and logs a warning for one it cannot.
   class UnconditionalMask {
    public:
     explicit UnconditionalMask(Registry& registry);
