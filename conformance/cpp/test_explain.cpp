@@ -289,6 +289,26 @@ TEST_P(Conformance, ANodeBehindARuntimeCheckThatAloneAcceptsIsTheKernel) {
   EXPECT_EQ(e.kernel_node_id, graph[1].node_id) << e.table;
   EXPECT_EQ(e.kernel_dsl_name, "jit_only") << e.table;
   EXPECT_THAT(e.kernel_detail, HasSubstr("CPU")) << "else the op's own kernel at CPU";
+  // No node after it accepts: the detail names the op's own kernel and no impl.
+  EXPECT_THAT(e.kernel_detail, HasSubstr("own kernel")) << e.table;
+  EXPECT_THAT(e.kernel_detail, Not(HasSubstr("impl"))) << e.table;
+  EXPECT_EQ(checks->load(), 0);
+}
+
+TEST_P(Conformance, ExplainWithoutARouterSaysWhatRunsOnceInstalledIfTheRuntimeIsUnavailable) {
+  BEHAVIOUR("explain.no-router", "explain.runtime-check-not-asked");
+  REQUIRE_FEATURE("explain");
+  REQUIRE_FEATURE("runtime-init");
+  auto checks = std::make_shared<std::atomic<int>>(0);
+  add(mul_key(), constant_cond(false), forbidden_impl(), "declining");
+  add(mul_key(), constant_cond(true), forbidden_impl(), "jit_only", [checks] { ++*checks; return true; });
+  const auto graph = adapter().graph(mul_key());
+  const ExplainInfo e = adapter().explain(explain_mul_op(), explain_args(), "");
+  EXPECT_EQ(explained_verdicts(e), std::vector<std::string>({"declined", "runtime check"})) << e.table;
+  EXPECT_EQ(e.kernel, "no router") << e.table;
+  const auto at = e.kernel_detail.find(graph[1].node_id);
+  ASSERT_NE(at, std::string::npos) << "once installed, its impl if its runtime is ready: " << e.table;
+  EXPECT_THAT(e.kernel_detail.substr(at), HasSubstr("own kernel")) << "else the op's own: " << e.table;
   EXPECT_EQ(checks->load(), 0);
 }
 
@@ -476,6 +496,17 @@ TEST_P(Conformance, ExplainOfAGraphChangedSinceItsInstallTellsWhatTheRouterDoesN
   EXPECT_EQ(explained_verdicts(e), std::vector<std::string>({"declined", "not published"})) << e.table;
   EXPECT_EQ(e.kernel, "fallback") << e.table;
   EXPECT_EQ(later->load(), 0);
+}
+
+TEST_P(Conformance, ExplainOfAGraphUnchangedSinceItsInstallAsksForNoInstall) {
+  BEHAVIOUR("explain.unpublished-changes");
+  REQUIRE_FEATURE("explain");
+  add(mul_key(), constant_cond(false), forbidden_impl(), "declining");
+  add(mul_key(), constant_cond(true), forbidden_impl(), "accepting");
+  adapter().install(mul_key());
+  const ExplainInfo e = adapter().explain(explain_mul_op(), explain_args(), "");
+  EXPECT_EQ(explained_verdicts(e), std::vector<std::string>({"declined", "accepted"})) << e.table;
+  for (const auto& node : e.nodes) EXPECT_THAT(node.detail, Not(HasSubstr("install"))) << e.table;
 }
 
 TEST_P(Conformance, ExplainOfAGraphReorderedSinceItsInstallListsTheRoutersOrder) {

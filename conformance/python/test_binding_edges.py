@@ -197,6 +197,16 @@ def test_an_impl_of_topk_returning_something_else_makes_the_call_raise_naming_it
     assert named in words and "2" in words, f"what was returned, or the 2 results asked, goes unsaid: {refused.value}"
 
 
+@behaviour("binding.single-result-impl-wrong-result-raises")
+@pytest.mark.parametrize("returned", [3, 2.5, "ab"], ids=["int", "float", "str"])
+def test_an_impl_of_mul_returning_no_tensor_makes_the_call_raise(impl, returned):
+    impl.register("test_dsl", *KEY, lambda a, b: a.numel() == 2, lambda a, b: returned)
+    impl.install(*KEY)
+    with pytest.raises((TypeError, RuntimeError)):
+        mul()
+    assert torch.equal(mul(torch.ones(3), torch.ones(3)), torch.ones(3)), "the router routes on"
+
+
 class LengthRaises(list):
     def __len__(self):
         raise ValueError("this sequence has no length")

@@ -273,6 +273,22 @@ def test_a_node_behind_a_runtime_check_that_alone_accepts_is_the_kernel(impl):
     assert (explained.kernel.kind, explained.kernel.node_id, explained.kernel.dsl_name) == (
         "impl", graph[1].node_id, "jit_only"), str(explained)
     assert KEY[2] in explained.kernel.detail, str(explained)  # else the op's own kernel at CPU
+    # No node after it accepts: what runs if its runtime is unavailable is the op's own
+    # kernel, and the detail names no impl for it.
+    assert "own kernel" in explained.kernel.detail, str(explained)
+    assert "impl" not in explained.kernel.detail, str(explained)
+
+
+@behaviour("explain.no-router", "explain.runtime-check-not-asked")
+def test_explain_without_a_router_says_what_runs_once_installed_if_the_runtime_is_unavailable(impl):
+    impl.register("declining", *KEY, lambda a, b: False, forbidden())
+    impl.register("jit_only", *KEY, lambda a, b: True, forbidden(), try_initialize_runtime=forbidden())
+    (_, jit), explained = impl.graph(*KEY), impl.explain(MUL, A, B)
+    assert verdicts(explained) == ["declined", "runtime check"], str(explained)
+    assert explained.kernel.kind == "no router", str(explained)
+    detail = explained.kernel.detail
+    assert jit.node_id in detail, str(explained)  # once installed, its impl if its runtime is ready
+    assert "own kernel" in detail[detail.index(jit.node_id):], str(explained)  # else the op's own
 
 
 @behaviour("explain.runtime-check-not-asked")
@@ -425,6 +441,16 @@ def test_explain_of_a_graph_changed_since_its_install_tells_what_the_router_does
     assert verdicts(explained) == ["declined", "not published"], str(explained)
     assert explained.kernel.kind == "fallback", str(explained)
     later.assert_not_called()
+
+
+@behaviour("explain.unpublished-changes")
+def test_explain_of_a_graph_unchanged_since_its_install_asks_for_no_install(impl):
+    impl.register("declining", *KEY, lambda a, b: False, forbidden())
+    impl.register("accepting", *KEY, lambda a, b: True, forbidden())
+    impl.install(*KEY)
+    explained = impl.explain(MUL, A, B)
+    assert verdicts(explained) == ["declined", "accepted"], str(explained)
+    assert not any("install" in node.detail for node in explained.nodes), str(explained)
 
 
 @behaviour("explain.unpublished-changes")

@@ -352,6 +352,45 @@ def test_under_the_profiler_a_routed_call_is_a_range_named_for_its_override(impl
     mul()  # no profiler: nothing recorded, nothing breaks
 
 
+def _declined_under_the_profiler(impl, key, call):
+    """The profiler's event names of `call` once a graph at `key` whose one
+    node declines is installed."""
+    impl.register("declining_dsl", *key, lambda *args, **kwargs: False,
+                  lambda *args, **kwargs: pytest.fail("the impl of a declining node ran"))
+    impl.install(*key)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        result = call()
+    return [event.name for event in prof.events()], result
+
+
+@behaviour("observe.profiler-ranges")
+@pytest.mark.parametrize("op_symbol, call, stock", [
+    ("neg", lambda: torch.ops.aten.neg.default(A), -A),                       # (Tensor)
+    ("add.Tensor", lambda: torch.ops.aten.add.Tensor(A, B, alpha=2), A + 2 * B),  # (Tensor, Tensor, Scalar)
+    ("mul.Scalar", lambda: torch.ops.aten.mul.Scalar(A, 3), A * 3),            # (Tensor, Scalar)
+    ("add.Scalar", lambda: torch.ops.aten.add.Scalar(A, 3, 2), A + 6),         # (Tensor, Scalar, Scalar)
+    ("clamp", lambda: torch.ops.aten.clamp.default(A, 2.5, None), torch.clamp(A, 2.5)),  # optionals
+    ("max.dim", lambda: torch.ops.aten.max.dim(A, 0)[0], A.max()),             # two results
+])
+def test_a_declined_call_of_an_op_of_any_signature_is_a_fallback_range(impl, op_symbol, call, stock):
+    names, result = _declined_under_the_profiler(impl, ("aten", op_symbol, "CPU"), call)
+    assert names.count(f"native_registry::fallback::{op_symbol}") == 1, names
+    assert not any(name.startswith("native_registry::declining_dsl") for name in names), names
+    torch.testing.assert_close(result, stock)
+
+
+@behaviour("observe.profiler-ranges")
+def test_a_declined_call_at_a_fallthrough_key_is_a_fallback_range(impl):
+    # mul.Tensor has no kernel of its own at AutocastCPU (a fallthrough): the call goes on
+    # to the next key's kernel, inside the fallback's range.
+    def call():
+        with torch.autocast("cpu"):
+            return mul()
+    names, result = _declined_under_the_profiler(impl, ("aten", "mul.Tensor", "AutocastCPU"), call)
+    assert names.count("native_registry::fallback::mul.Tensor") == 1, names
+    torch.testing.assert_close(result, STOCK)
+
+
 def _routing_records(caplog):
     return [r for r in caplog.records if r.name == "native_registry.routing"]
 
@@ -380,6 +419,24 @@ def test_the_routing_logger_at_debug_logs_each_decision_and_nothing_otherwise(im
     mul()
     _flush_log()
     assert _routing_records(caplog) == [], "the level is back: nothing logged"
+
+
+@behaviour("observe.routing-log")
+def test_a_call_taken_by_an_override_with_a_native_predicate_cond_is_logged(impl, caplog):
+    # A cond evaluated outside Python (feature native-predicates) decides the call
+    # without the interpreter: the decision is logged all the same.
+    if "native-predicates" not in impl.features:
+        pytest.skip(f"{impl.name} lacks feature native-predicates")
+    predicates = impl.predicates_module()
+    impl.register("native_cond_dsl", *KEY, predicates.always(), returning(SEVENS))
+    impl.install(*KEY)
+    (node,) = impl.graph(*KEY)
+    with caplog.at_level(logging.DEBUG, logger="native_registry.routing"):
+        assert torch.equal(mul(), SEVENS)
+        _flush_log()
+    messages = [r.getMessage() for r in _routing_records(caplog)]
+    assert len(messages) == 1 and node.node_id in messages[0], messages
+    assert "own kernel" not in messages[0], messages
 
 
 @behaviour("observe.routing-log")
