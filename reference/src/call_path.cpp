@@ -37,6 +37,7 @@ std::atomic<bool> g_coverage_checks_enabled{coverage_checks_enabled_by_default()
 std::atomic<MustPropagateFn> g_must_propagate{nullptr};
 std::atomic<FallbackNoticeFn> g_fallback_notice{nullptr};
 std::atomic<HostScopeFn> g_host_scope{nullptr};
+std::atomic<HostCondResolver> g_host_cond_resolver{nullptr};
 std::atomic<RoutingLogFn> g_routing_log{nullptr};
 thread_local bool t_in_diverted_call = false;
 
@@ -68,6 +69,10 @@ bool in_diverted_call() { return t_in_diverted_call; }
 
 void set_host_scope(HostScopeFn fn) { g_host_scope.store(fn, std::memory_order_release); }
 
+void set_host_cond_resolver(HostCondResolver fn) {
+  g_host_cond_resolver.store(fn, std::memory_order_release);
+}
+
 void set_coverage_checks_enabled(bool enabled) {
   g_coverage_checks_enabled.store(enabled, std::memory_order_relaxed);
 }
@@ -83,6 +88,11 @@ void set_fallback_notice(FallbackNoticeFn fn) {
 void set_routing_log(RoutingLogFn fn) { g_routing_log.store(fn, std::memory_order_release); }
 
 namespace detail {
+
+HostCondResolver host_cond_resolver() {
+  return g_host_cond_resolver.load(std::memory_order_acquire);
+}
+
 namespace {
 
 // What a call does, chosen by the trace shortcut and the conds.
@@ -152,12 +162,24 @@ inline void maybe_log(const Router::Shared& shared, RoutingDecision::Kind kind,
   if (C10_UNLIKELY(log != nullptr)) log_decision(shared, log, kind, node);
 }
 
+// A node's cond: inside the host scope, as the host resolved it when
+// `host_cond` is not empty (set_host_cond_resolver); else the CondFn itself.
+C10_ALWAYS_INLINE bool ask_cond(const OverrideNode& node, const HostCond& host_cond,
+                                bool in_host_scope, const c10::OperatorHandle& op,
+                                c10::DispatchKeySet keys, const Stack& stack) {
+  if (in_host_scope && host_cond.call != nullptr) {
+    return host_cond.call(host_cond.context, op, keys, stack);
+  }
+  return node.cond(op, keys, stack);
+}
+
 // The cond of a counted call: declines and errors counted.
-C10_NOINLINE bool counted_cond(const OverrideNode& node, const c10::OperatorHandle& op,
+C10_NOINLINE bool counted_cond(const OverrideNode& node, const HostCond& host_cond,
+                               bool in_host_scope, const c10::OperatorHandle& op,
                                c10::DispatchKeySet keys, const Stack& stack) {
   bool accepted = false;
   try {
-    accepted = node.cond(op, keys, stack);
+    accepted = ask_cond(node, host_cond, in_host_scope, op, keys, stack);
   } catch (...) {
     bump(node.counters->raised);
     throw;
@@ -318,11 +340,14 @@ C10_ALWAYS_INLINE Choice choose(const Router::Shared& shared, const Chain& chain
       covered(shared, *coverage, op, keys, stack)) {
     return {.covered = true};
   }
+  const HostCond* host_cond = chain.host_conds.data();  // one per node
   for (const NodePtr& node : chain.nodes) {
+    const HostCond& node_host_cond = *host_cond++;
     // Read afresh for each node: a cond may open or close this thread's scopes.
     if (detail::disabled_in_this_thread(*node)) continue;
-    const bool accepted = kCounting ? counted_cond(*node, op, keys, stack)
-                                    : node->cond(op, keys, stack);
+    const bool accepted =
+        kCounting ? counted_cond(*node, node_host_cond, in_host_scope, op, keys, stack)
+                  : ask_cond(*node, node_host_cond, in_host_scope, op, keys, stack);
     check_op_still_there(shared);  // the next cond, or the impl, would read its schema
     if (!accepted) continue;
     // Only an accepting cond initialises the runtime, immediately before the
@@ -351,7 +376,7 @@ C10_ALWAYS_INLINE Choice choose_counting_or_not(const Router::Shared& shared, co
                                 : choose<false>(shared, chain, op, keys, stack, in_host_scope);
 }
 
-Choice choose_in_scope(const Router::Shared& shared, const Chain& chain,
+C10_ALWAYS_INLINE Choice choose_in_scope(const Router::Shared& shared, const Chain& chain,
                        const c10::OperatorHandle& op, c10::DispatchKeySet keys, Stack* stack,
                        bool counting) {
   HostScopeFn scope = chain.needs_host_scope ? g_host_scope.load(std::memory_order_acquire)
@@ -413,7 +438,7 @@ C10_NOINLINE void raise_op_gone(const Router::Shared& shared) {
 // new caller cannot drop the fallback by ignoring it.
 enum class [[nodiscard]] Routed : bool { kDone, kRunFallback };
 
-Routed route(const Router::Shared& shared, const c10::OperatorHandle& op,
+C10_ALWAYS_INLINE Routed route(const Router::Shared& shared, const c10::OperatorHandle& op,
              c10::DispatchKeySet keys, Stack* stack) {
   check_op_still_there(shared);
   const Chain* chain = shared.chain.load(std::memory_order_acquire);
