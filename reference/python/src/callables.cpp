@@ -5,6 +5,7 @@
 // write of a node's field.
 //
 // Owns: PythonCond, PythonImpl, PythonTryInitialize and what they return,
+// a PythonCond as routers call it inside the host scope (host_cond_of),
 // the coverage checks from Python,
 // python_callables and replaced_callables (which decide divert_when_tracing,
 // needs_host_scope and impl_in_host_scope for Python callables). May not touch: registry state
