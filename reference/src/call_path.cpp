@@ -16,12 +16,15 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <cstdlib>
 #include <mutex>
 #include <optional>
 #include <set>
 #include <string>
 #include <string_view>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace native_registry {
@@ -37,6 +40,7 @@ std::atomic<bool> g_coverage_checks_enabled{coverage_checks_enabled_by_default()
 std::atomic<MustPropagateFn> g_must_propagate{nullptr};
 std::atomic<FallbackNoticeFn> g_fallback_notice{nullptr};
 std::atomic<HostScopeFn> g_host_scope{nullptr};
+std::atomic<HostCondResolver> g_host_cond_resolver{nullptr};
 std::atomic<RoutingLogFn> g_routing_log{nullptr};
 thread_local bool t_in_diverted_call = false;
 
@@ -68,6 +72,10 @@ bool in_diverted_call() { return t_in_diverted_call; }
 
 void set_host_scope(HostScopeFn fn) { g_host_scope.store(fn, std::memory_order_release); }
 
+void set_host_cond_resolver(HostCondResolver fn) {
+  g_host_cond_resolver.store(fn, std::memory_order_release);
+}
+
 void set_coverage_checks_enabled(bool enabled) {
   g_coverage_checks_enabled.store(enabled, std::memory_order_relaxed);
 }
@@ -83,7 +91,66 @@ void set_fallback_notice(FallbackNoticeFn fn) {
 void set_routing_log(RoutingLogFn fn) { g_routing_log.store(fn, std::memory_order_release); }
 
 namespace detail {
+
+HostCondResolver host_cond_resolver() {
+  return g_host_cond_resolver.load(std::memory_order_acquire);
+}
+
 namespace {
+
+// A typed call's tensors, boxed without references of their own: they are
+// the caller's, alive for the whole call, and a call that declines to the
+// captured kernel (called unboxed, with the caller's arguments) saves an
+// increment and a decrement per tensor. Before anything may take a value off
+// the stack (an impl, a diverted call, a fallthrough's redispatch, the boxed
+// fallback), own() gives the stack references of its own; a call that ends
+// before that (it declined, or raised) lets the borrowed values go without a
+// decrement. Conds, coverage checks and the trace shortcut only read the
+// stack. Bit i of `tensors`: the i-th value on the stack is a borrowed tensor
+// (the typed kernel boxes into an empty stack).
+class BorrowedArguments {
+ public:
+  BorrowedArguments(Stack* stack, uint64_t tensors) : stack_(stack), tensors_(tensors) {}
+  C10_ALWAYS_INLINE ~BorrowedArguments() {
+    if (tensors_ == 0) return;
+    // Still what the kernel boxed (all of it, unless the boxing itself
+    // failed): nothing took a value before own().
+    // Each borrowed value ends as None without its destructor, which would
+    // drop a reference it never had.
+    c10::IValue* const values = stack_->data();
+    const size_t boxed = stack_->size();
+    for (uint64_t bits = tensors_; bits != 0; bits &= bits - 1) {
+      const auto i = static_cast<size_t>(__builtin_ctzll(bits));
+      if (i >= boxed) break;
+      new (&values[i]) c10::IValue();
+    }
+  }
+  BorrowedArguments(const BorrowedArguments&) = delete;
+  BorrowedArguments& operator=(const BorrowedArguments&) = delete;
+
+  // The stack's tensors made its own (once).
+  void own() {
+    c10::IValue* const values = stack_->data();
+    for (uint64_t bits = std::exchange(tensors_, 0); bits != 0; bits &= bits - 1) {
+      c10::IValue& value = values[__builtin_ctzll(bits)];
+      // A reference of its own, over the borrowed value without its
+      // destructor (as ~BorrowedArguments lets one go).
+      at::Tensor owned(value.toTensor());
+      new (&value) c10::IValue(std::move(owned));
+    }
+  }
+  bool borrowed() const { return tensors_ != 0; }
+
+ private:
+  Stack* stack_;
+  uint64_t tensors_;
+};
+
+// Before a value may be taken off a typed call's stack (null: a boxed call,
+// whose stack owns its values).
+C10_ALWAYS_INLINE void own_arguments(BorrowedArguments* borrowed) {
+  if (borrowed != nullptr) borrowed->own();
+}
 
 // What a call does, chosen by the trace shortcut and the conds.
 struct Choice {
@@ -152,12 +219,24 @@ inline void maybe_log(const Router::Shared& shared, RoutingDecision::Kind kind,
   if (C10_UNLIKELY(log != nullptr)) log_decision(shared, log, kind, node);
 }
 
+// A node's cond: inside the host scope, as the host resolved it when
+// `host_cond` is not empty (set_host_cond_resolver); else the CondFn itself.
+C10_ALWAYS_INLINE bool ask_cond(const OverrideNode& node, const HostCond& host_cond,
+                                bool in_host_scope, const c10::OperatorHandle& op,
+                                c10::DispatchKeySet keys, const Stack& stack) {
+  if (in_host_scope && host_cond.call != nullptr) {
+    return host_cond.call(host_cond.context, op, keys, stack);
+  }
+  return node.cond(op, keys, stack);
+}
+
 // The cond of a counted call: declines and errors counted.
-C10_NOINLINE bool counted_cond(const OverrideNode& node, const c10::OperatorHandle& op,
+C10_NOINLINE bool counted_cond(const OverrideNode& node, const HostCond& host_cond,
+                               bool in_host_scope, const c10::OperatorHandle& op,
                                c10::DispatchKeySet keys, const Stack& stack) {
   bool accepted = false;
   try {
-    accepted = node.cond(op, keys, stack);
+    accepted = ask_cond(node, host_cond, in_host_scope, op, keys, stack);
   } catch (...) {
     bump(node.counters->raised);
     throw;
@@ -318,11 +397,14 @@ C10_ALWAYS_INLINE Choice choose(const Router::Shared& shared, const Chain& chain
       covered(shared, *coverage, op, keys, stack)) {
     return {.covered = true};
   }
+  const HostCond* host_cond = chain.host_conds.data();  // one per node
   for (const NodePtr& node : chain.nodes) {
+    const HostCond& node_host_cond = *host_cond++;
     // Read afresh for each node: a cond may open or close this thread's scopes.
     if (detail::disabled_in_this_thread(*node)) continue;
-    const bool accepted = kCounting ? counted_cond(*node, op, keys, stack)
-                                    : node->cond(op, keys, stack);
+    const bool accepted =
+        kCounting ? counted_cond(*node, node_host_cond, in_host_scope, op, keys, stack)
+                  : ask_cond(*node, node_host_cond, in_host_scope, op, keys, stack);
     check_op_still_there(shared);  // the next cond, or the impl, would read its schema
     if (!accepted) continue;
     // Only an accepting cond initialises the runtime, immediately before the
@@ -351,9 +433,9 @@ C10_ALWAYS_INLINE Choice choose_counting_or_not(const Router::Shared& shared, co
                                 : choose<false>(shared, chain, op, keys, stack, in_host_scope);
 }
 
-Choice choose_in_scope(const Router::Shared& shared, const Chain& chain,
+C10_ALWAYS_INLINE Choice choose_in_scope(const Router::Shared& shared, const Chain& chain,
                        const c10::OperatorHandle& op, c10::DispatchKeySet keys, Stack* stack,
-                       bool counting) {
+                       bool counting, BorrowedArguments* borrowed) {
   HostScopeFn scope = chain.needs_host_scope ? g_host_scope.load(std::memory_order_acquire)
                                              : nullptr;
   if (scope == nullptr) {
@@ -366,8 +448,9 @@ Choice choose_in_scope(const Router::Shared& shared, const Chain& chain,
     c10::DispatchKeySet keys;
     Stack* stack;
     bool counting;
+    BorrowedArguments* borrowed;
     Choice choice;
-  } context{shared, chain, op, keys, stack, counting, Choice{}};
+  } context{shared, chain, op, keys, stack, counting, borrowed, Choice{}};
   scope(
       [](void* raw) {
         auto* c = static_cast<Context*>(raw);
@@ -378,6 +461,7 @@ Choice choose_in_scope(const Router::Shared& shared, const Chain& chain,
           // a call whose impl raises is still one its router decided.
           if (C10_UNLIKELY(c->counting)) bump(c->shared.counters->calls);
           c->choice.counted = true;
+          own_arguments(c->borrowed);  // the impl takes them
           if (run_chosen_impl(c->shared, *c->choice.node, c->op, c->keys, c->stack,
                               c->counting)) {
             c->choice.done = true;
@@ -413,13 +497,15 @@ C10_NOINLINE void raise_op_gone(const Router::Shared& shared) {
 // new caller cannot drop the fallback by ignoring it.
 enum class [[nodiscard]] Routed : bool { kDone, kRunFallback };
 
-Routed route(const Router::Shared& shared, const c10::OperatorHandle& op,
-             c10::DispatchKeySet keys, Stack* stack) {
+// `borrowed`: a typed call's BorrowedArguments, else null.
+C10_ALWAYS_INLINE Routed route(const Router::Shared& shared, const c10::OperatorHandle& op,
+             c10::DispatchKeySet keys, Stack* stack, BorrowedArguments* borrowed) {
   check_op_still_there(shared);
   const Chain* chain = shared.chain.load(std::memory_order_acquire);
   const bool counting = shared.collect_stats.load(std::memory_order_relaxed);
-  Choice choice = choose_in_scope(shared, *chain, op, keys, stack, counting);
+  Choice choice = choose_in_scope(shared, *chain, op, keys, stack, counting, borrowed);
   if (choice.divert) {  // counted and logged when it comes back in
+    own_arguments(borrowed);
     DivertedCallScope diverted;
     op.callBoxed(stack);
     return Routed::kDone;
@@ -434,6 +520,7 @@ Routed route(const Router::Shared& shared, const c10::OperatorHandle& op,
   }
   if (choice.node != nullptr) {
     maybe_log(shared, RoutingDecision::Kind::kTaken, choice.node);
+    own_arguments(borrowed);  // the impl takes them
     const bool ran = run_chosen_impl(shared, *choice.node, op, keys, stack, counting);
     check_op_still_there(shared);  // as above; and a fallback must not run the old op's kernel
     if (ran) return Routed::kDone;
@@ -450,6 +537,7 @@ Routed route(const Router::Shared& shared, const c10::OperatorHandle& op,
             choice.fell_back_from);
   if (!shared.fallback) {
     if (shared.fallthrough) {
+      own_arguments(borrowed);  // the next kernel takes them
       in_profiler_range([&shared] { return fallback_range_name(shared); }, [&] {
         op.redispatchBoxed(
             keys & c10::DispatchKeySet(c10::DispatchKeySet::FULL_AFTER, shared.dispatch_key()),
@@ -483,7 +571,7 @@ class BoxedRouterKernel final : public c10::OperatorKernel {
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet keys, Stack* stack) {
     const Router::Shared& shared = *shared_;  // this functor may go during the call
     CallHold hold(shared);
-    if (route(shared, op, keys, stack) == Routed::kRunFallback) {
+    if (route(shared, op, keys, stack, nullptr) == Routed::kRunFallback) {
       run_fallback_boxed(shared, op, keys, stack);
     }
   }
@@ -608,11 +696,30 @@ C10_ALWAYS_INLINE Return call_unboxed(const c10::SafeKernelFunction& kernel,
 }
 #endif  // NR_FALLBACK_UNBOXED
 
+// A typed call's argument as boxed: a tensor borrowed (BorrowedArguments),
+// anything else copied.
+inline c10::IValue boxed(const at::Tensor& tensor) {
+  return c10::IValue(c10::MaybeOwnedTraits<at::Tensor>::createBorrow(tensor));
+}
+template <class T>
+c10::IValue boxed(const T& value) {
+  return c10::IValue(value);
+}
+
 // Pushes a typed call's arguments: one call, with vector::emplace_back's
 // fast path inlined into it (which GCC otherwise calls once per argument).
 template <class... Args>
 [[gnu::flatten]] C10_NOINLINE void box_arguments(Stack* stack, const Args&... args) {
-  (stack->emplace_back(args), ...);
+  (stack->emplace_back(boxed(args)), ...);
+}
+
+// BorrowedArguments' bits for a typed call of these arguments.
+template <class... Args>
+constexpr uint64_t borrowed_tensors() {
+  uint64_t bits = 0;
+  uint64_t bit = 1;
+  ((bits |= std::is_same_v<std::decay_t<Args>, at::Tensor> ? bit : 0, bit <<= 1), ...);
+  return bits;
 }
 
 // An unboxed kernel of signature Tensor(Args...): boxes the arguments into
@@ -628,8 +735,10 @@ struct TypedRouter {
           CallHold hold(pinned);
           ScratchStack scratch;
           Stack* stack = scratch.get();
+          // Let go (or owned) before the scratch stack is cleared.
+          BorrowedArguments borrowed(stack, borrowed_tensors<Args...>());
           box_arguments(stack, args...);
-          if (route(pinned, pinned.op, keys, stack) == Routed::kRunFallback) {
+          if (route(pinned, pinned.op, keys, stack, &borrowed) == Routed::kRunFallback) {
 #if NR_FALLBACK_UNBOXED
             // Called unboxed, with the arguments the call came with: the
             // stack holds the same values (put back there, if an impl's
@@ -638,9 +747,14 @@ struct TypedRouter {
               return call_unboxed<at::Tensor, Args...>(*pinned.fallback, pinned.op, keys, args...);
             });
 #else
+            borrowed.own();  // the captured kernel takes them
             run_fallback_boxed(pinned, pinned.op, keys, stack);
 #endif
           }
+          // Every path that left results on the stack took the arguments
+          // off it, owned first.
+          TORCH_INTERNAL_ASSERT(!borrowed.borrowed(), "a call of ", pinned.op.operator_name(),
+                                " returned results with its arguments still borrowed");
           TORCH_INTERNAL_ASSERT(stack->size() == 1, "a kernel of ", pinned.op.operator_name(),
                                 " left ", stack->size(), " values on the stack, expected 1");
           return std::move(stack->back()).toTensor();

@@ -14,6 +14,10 @@
 #include <vector>
 
 namespace native_registry::detail {
+
+// schema_removal_epoch's count (call_hooks.h reads it inline).
+std::atomic<uint64_t> g_schema_removals{0};
+
 namespace {
 
 // Every live watch, by op name. Expired entries are pruned when a watch of
@@ -22,8 +26,6 @@ std::unordered_map<std::string, std::vector<std::weak_ptr<OpWatch>>>& watches() 
   static auto* table = new std::unordered_map<std::string, std::vector<std::weak_ptr<OpWatch>>>();
   return *table;
 }
-
-std::atomic<uint64_t> g_schema_removals{0};
 
 class SchemaRemovalWatcher final : public c10::OpRegistrationListener {
  public:
@@ -80,9 +82,5 @@ std::shared_ptr<const OpWatch> watch_op(const c10::OperatorHandle& op) {
 namespace native_registry {
 
 void watch_schema_removals() { detail::install_listener(); }
-
-uint64_t schema_removal_epoch() {
-  return detail::g_schema_removals.load(std::memory_order_acquire);
-}
 
 }  // namespace native_registry

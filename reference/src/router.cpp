@@ -113,9 +113,12 @@ void Router::publish(const Graph& nodes) {
   if (!slot) {
     auto chain = std::make_unique<Chain>();
     chain->nodes = nodes;
+    const HostCondResolver resolve = host_cond_resolver();
+    chain->host_conds.reserve(nodes.size());
     for (const NodePtr& node : nodes) {
       chain->divert_when_tracing |= node->options.divert_when_tracing;
       chain->needs_host_scope |= node->options.needs_host_scope;
+      chain->host_conds.push_back(resolve != nullptr ? resolve(node->cond) : HostCond{});
     }
     slot = std::move(chain);
   }

@@ -46,6 +46,7 @@
 // kernels). May not touch: registry state; a router knows its chain and its
 // fallback, never the graphs or the filters that made the chain.
 
+#include <native_registry/call_hooks.h>
 #include <native_registry/types.h>
 
 #include <native_registry/router_kind.h>
@@ -83,8 +84,14 @@ struct GraphCounters {
   }
 };
 
+// The hook set_host_cond_resolver set (call_path.cpp), or null.
+HostCondResolver host_cond_resolver();
+
 struct Chain {
   Graph nodes;
+  // One per node: its cond as the host calls it inside the host scope, or
+  // empty (set_host_cond_resolver), resolved when the chain was made.
+  std::vector<HostCond> host_conds;
   bool divert_when_tracing = false;  // any node opted into the trace shortcut
   bool needs_host_scope = false;     // any node's cond runs in a host runtime
 };

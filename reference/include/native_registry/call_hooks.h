@@ -13,6 +13,7 @@
 
 #include <native_registry/types.h>
 
+#include <atomic>
 #include <cstdint>
 #include <exception>
 
@@ -47,6 +48,24 @@ bool in_diverted_call();
 // would enter the runtime again at once): then it runs inside the scope.
 using HostScopeFn = void (*)(void (*choose)(void*), void* context);
 void set_host_scope(HostScopeFn fn);  // nullptr: conds enter the runtime themselves
+
+// A cond of the host's own may be called inside the host scope without a
+// look at whether the host's runtime is entered (the host scope function
+// entered it, as for the trace shortcut's `in_host_scope`). When a router
+// first publishes a chain, this hook is shown each node's CondFn; what it
+// returns for one (a function and the context it is called with, which must
+// stay valid as long as that CondFn does: the chain keeps its node, which
+// never changes, alive) is what the router calls in the CondFn's place inside
+// the host scope, for the same answer. An empty HostCond, and no hook set
+// when the chain was first published: the CondFn itself, as everywhere
+// outside the host scope.
+struct HostCond {
+  bool (*call)(const void* context, const c10::OperatorHandle& op, c10::DispatchKeySet keys,
+               const Stack& stack) = nullptr;
+  const void* context = nullptr;
+};
+using HostCondResolver = HostCond (*)(const CondFn& cond);
+void set_host_cond_resolver(HostCondResolver fn);  // nullptr: none resolved from now on
 
 // ---- coverage checks ------------------------------------------------------------
 //
@@ -111,6 +130,12 @@ void set_routing_log(RoutingLogFn fn);  // nullptr (the default): a call pays on
 // one registration listener that also marks the routers and `_native` ops
 // whose op has gone (src/op_watch.h).
 void watch_schema_removals();  // idempotent; the first call takes the dispatcher's lock
-uint64_t schema_removal_epoch();
+namespace detail {
+extern std::atomic<uint64_t> g_schema_removals;  // op_watch.cpp; read only as below
+}  // namespace detail
+// Read inline: a host's cache asks on every call it serves from what it cached.
+inline uint64_t schema_removal_epoch() {
+  return detail::g_schema_removals.load(std::memory_order_acquire);
+}
 
 }  // namespace native_registry

@@ -94,6 +94,7 @@ ArgumentPlan::ArgumentPlan(const c10::FunctionSchema& from)
     if (i >= keyword_start) keyword_names.push_back(keyword_name(argument.name()));
     slots.push_back(std::move(slot));
   }
+  all_passed = keyword_start == arguments.size() && always_passed == keyword_start;
   if (keyword_names.size() <= kIndexedKeywords) {
     names_by_passed.assign(size_t{1} << keyword_names.size(), nullptr);
   }

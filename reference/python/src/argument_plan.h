@@ -52,6 +52,8 @@ struct ArgumentPlan {
   std::vector<Slot> slots;         // one per argument, in schema order
   size_t keyword_start = 0;        // the first keyword-only argument
   size_t always_passed = 0;        // positional arguments before this one have no default
+  bool all_passed = false;         // no default and no keyword-only argument: every
+                                   // argument is passed, positionally, in order
   std::vector<PyObject*> keyword_names;  // interned, of the keyword-only arguments
   std::vector<PyObject*> names_by_passed;  // kwnames tuples, filled as calls need them
   int calls_inside = 0;            // calls using this plan now (GIL-guarded)

@@ -111,7 +111,12 @@ struct Converted {
 // into both callers: it is most of a declining Python cond's own cost.
 C10_ALWAYS_INLINE void convert(ArgumentPlan& plan, const c10::IValue* args, Converted& out) {
   const ArgumentPlan::Slot* slots = plan.slots.data();
-  const size_t count = plan.slots.size();
+  const size_t count = plan.argument_count;  // one slot each
+  if (plan.all_passed) {  // (Tensor self, Tensor other), say: nothing to compare
+    out.argv.push_each(count, [&](size_t i) { return to_python(slots[i], args[i]); });
+    out.positional = count;
+    return;
+  }
   size_t positional = plan.keyword_start;
   while (positional > plan.always_passed &&
          holds_default(slots[positional - 1], args[positional - 1])) {
@@ -177,7 +182,7 @@ py::object call_with_arguments(ArgumentPlans& plans, const py::handle& fn,
   }
   ArgumentPlan& plan = plans.for_schema(schema);
   PlanInUse in_use(plan);
-  Converted converted(plan.slots.size());
+  Converted converted(plan.argument_count);
   convert(plan, args, converted);
   return returned_by_call(PyObject_Vectorcall(fn.ptr(), converted.argv.arguments(),
                                    converted.positional | PY_VECTORCALL_ARGUMENTS_OFFSET,
@@ -195,7 +200,7 @@ bool call_cond(ArgumentPlans& plans, py::handle fn, const c10::OperatorHandle& o
     return cond_answer(SharedArgumentsAccess::call(*shared, fn));
   }
   PlanInUse in_use(plan);
-  Converted converted(plan.slots.size());
+  Converted converted(plan.argument_count);
   convert(plan, args, converted);
   const bool accepted = cond_answer(PyObject_Vectorcall(
       fn.ptr(), converted.argv.arguments(), converted.positional | PY_VECTORCALL_ARGUMENTS_OFFSET,

@@ -137,6 +137,17 @@ class GilForPython {
     }
     take(holding);
   }
+  // As above, with take() inlined: with_gil's (gil.cpp only), which every
+  // routed call that chooses in the host scope makes.
+  struct TakeInlined {};
+  C10_ALWAYS_INLINE GilForPython(HostScope* mark, TakeInlined) {
+    PyThreadState* const holding = gil_holding_state();
+    if (mark->state != nullptr && mark->state == holding) {
+      scope_ = mark;
+      return;
+    }
+    take_inlined(holding);
+  }
   ~GilForPython() {
     if (scope_ != nullptr) return;
     if (restored_ != nullptr) {
@@ -159,6 +170,7 @@ class GilForPython {
 
  private:
   void take(PyThreadState* holding);  // gil.cpp; `holding`: gil_holding_state() now
+  void take_inlined(PyThreadState* holding);  // the same, inlined into with_gil (gil.cpp)
 
   HostScope* scope_ = nullptr;
   PyThreadState* restored_ = nullptr;  // set: taken back with this state
@@ -241,6 +253,11 @@ struct PythonTryInitialize {
 };
 
 std::shared_ptr<PyRef> hold(py::object fn);
+
+// A Python cond as a router calls it inside the host scope, where with_gil
+// holds the GIL (set_host_cond_resolver; install_host_scope sets it); an
+// empty HostCond for any other cond.
+HostCond host_cond_of(const CondFn& cond);
 
 // A registry's coverage check from Python (see CoverageCheck): a Python
 // callable, called as fn(op_symbol, dispatch_key, args, kwargs) with the

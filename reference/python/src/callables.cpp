@@ -5,6 +5,7 @@
 // write of a node's field.
 //
 // Owns: PythonCond, PythonImpl, PythonTryInitialize and what they return,
+// a PythonCond as routers call it inside the host scope (host_cond_of),
 // the coverage checks from Python,
 // python_callables and replaced_callables (which decide divert_when_tracing,
 // needs_host_scope and impl_in_host_scope for Python callables). May not touch: registry state
@@ -95,6 +96,25 @@ bool PythonCond::operator()(const c10::OperatorHandle& op, c10::DispatchKeySet,
   }
   GilForPython gil;
   return call_cond(*plans, fn->get(), op, stack, gil.shared());
+}
+
+namespace {
+
+// A Python cond as a router calls it inside the host scope (host_cond_of):
+// there with_gil holds the GIL for the choice, so without PythonCond's look
+// at the GIL's holder, with the arguments of the scope this thread is in.
+bool python_cond_in_host_scope(const void* context, const c10::OperatorHandle& op,
+                               c10::DispatchKeySet, const Stack& stack) {
+  const auto& cond = *static_cast<const PythonCond*>(context);
+  return call_cond(*cond.plans, cond.fn->get(), op, stack, host_scope_here()->shared);
+}
+
+}  // namespace
+
+HostCond host_cond_of(const CondFn& cond) {
+  // The PythonCond the CondFn holds, which lives as long as it does.
+  if (const auto* python = cond.target<PythonCond>()) return {&python_cond_in_host_scope, python};
+  return {};
 }
 
 void PythonImpl::operator()(const c10::OperatorHandle& op, c10::DispatchKeySet,

@@ -73,7 +73,7 @@ namespace {
 void with_gil(void (*choose)(void*), void* context) {
   // One look-up of this thread's mark for its three uses.
   HostScope* const mark = host_scope_mark();
-  GilForPython gil(mark);
+  GilForPython gil(mark, GilForPython::TakeInlined{});
   // Dropped before the GIL is released: it owns the arguments it keeps.
   SharedArguments shared;
   struct Restore {
@@ -164,11 +164,8 @@ C10_ALWAYS_INLINE void park_if_finalizing_inline() {
   if (C10_UNLIKELY(interpreter_finalizing())) park_while_finalizing();
 }
 
-}  // namespace
-
-void park_if_finalizing() { park_if_finalizing_inline(); }
-
-void restore_thread(PyThreadState* state) {
+// restore_thread, inlined into a routed call's GIL take (GilForPython::take).
+C10_ALWAYS_INLINE void restore_thread_inline(PyThreadState* state) {
   park_if_finalizing_inline();
 #if defined(__GLIBCXX__)
   try {
@@ -181,6 +178,12 @@ void restore_thread(PyThreadState* state) {
   PyEval_RestoreThread(state);
 #endif
 }
+
+}  // namespace
+
+void park_if_finalizing() { park_if_finalizing_inline(); }
+
+void restore_thread(PyThreadState* state) { restore_thread_inline(state); }
 
 void under_gil(std::function<void()> work) noexcept {
   if (!Py_IsInitialized()) return;  // after shutdown: left to the process's end
@@ -228,10 +231,12 @@ void run_deferred_work() {
   }
 }
 
-void GilForPython::take(PyThreadState* holding) {
+void GilForPython::take(PyThreadState* holding) { take_inlined(holding); }
+
+C10_ALWAYS_INLINE void GilForPython::take_inlined(PyThreadState* holding) {
   PyThreadState* const mine = PyGILState_GetThisThreadState();
   if (mine != nullptr && holding != mine) {
-    restore_thread(mine);
+    restore_thread_inline(mine);
     restored_ = mine;
     return;
   }
@@ -243,7 +248,10 @@ HostScope* host_scope_holding_gil() {
   return scope->state != nullptr && scope->state == gil_holding_state() ? scope : nullptr;
 }
 
-void install_host_scope() { set_host_scope(&with_gil); }
+void install_host_scope() {
+  set_host_cond_resolver(&host_cond_of);
+  set_host_scope(&with_gil);
+}
 
 void install_release_sink() {
   deferred();  // its fork handlers registered now, before any fork
