@@ -38,6 +38,21 @@ void Conformance::TearDown() {
   ns1_.reset();
 }
 
+std::pair<Key, Key> Conformance::beside_a_doomed_graph(
+    const std::string& doomed_ns, const std::vector<std::string>& doomed_dsls,
+    const std::vector<std::string>& disabled) {
+  const Key routed = twice_key(ns1().ns());
+  const Key doomed = twice_key(doomed_ns);
+  add(routed, fx::constant_cond(true), fx::fill_impl(99), "d");
+  fx::ScopedTwiceNamespace library(doomed_ns, 5.0);
+  double value = 7;
+  for (const std::string& dsl : doomed_dsls) add(doomed, fx::constant_cond(true), fx::fill_impl(value++), dsl);
+  if (!disabled.empty()) adapter().disable({disabled, {}, {}});
+  adapter().install(routed);
+  adapter().install(doomed);
+  return {routed, doomed};
+}
+
 void Conformance::add(const Key& key, CondFn cond, ImplFn impl, const std::string& dsl,
                       TryInitializeRuntimeFn runtime, bool unconditional) {
   if (key.lib_symbol != "aten") adapter_->allow_namespace(key.lib_symbol);

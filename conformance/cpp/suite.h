@@ -18,6 +18,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <string>
+#include <utility>
+#include <vector>
+
 namespace conformance {
 
 // BEHAVIOUR("a.b", "c.d"): one JUnit property "behaviour" holding the ids, comma-separated.
@@ -61,6 +65,14 @@ class Conformance : public ::testing::TestWithParam<Implementation> {
   };
   Race race_calls_against_toggles(const std::function<float()>& call, const std::vector<float>& allowed,
                                   const std::function<std::shared_ptr<void>()>& on_thread = {});
+
+  // ns1's twice (dsl "d", answering 99) and `doomed_ns`'s twice (a node per
+  // dsl of `doomed_dsls`, answering 7, 8, ...), `disabled` disabled, both
+  // installed while `doomed_ns`'s library is loaded; unloaded on return.
+  // Returns the two keys (test_edges.cpp: a change that fails part way).
+  std::pair<Key, Key> beside_a_doomed_graph(const std::string& doomed_ns,
+                                            const std::vector<std::string>& doomed_dsls,
+                                            const std::vector<std::string>& disabled);
 
   static Key mul_key() { return {"aten", "mul.Tensor", "CPU"}; }
   static Key bmm_key() { return {"aten", "bmm", "CPU"}; }

@@ -138,17 +138,9 @@ constexpr const char* kNeverNamespace = "_native_registry_zz_never";    // never
 TEST_P(Conformance, AReenableThatFailsPartWayChangesNothing) {
   BEHAVIOUR("validation.failed-change-changes-nothing");
   REQUIRE_FEATURE("namespaces");
-  const Key routed = twice_key(ns1().ns());
-  const Key doomed = twice_key(kDoomedNamespace);
-  add(routed, constant_cond(true), fill_impl(99), "d");
-  {
-    ScopedTwiceNamespace library(kDoomedNamespace, 5.0);
-    add(doomed, constant_cond(true), fill_impl(7), "d");
-    adapter().disable({{"d"}, {}, {}});
-    adapter().install(routed);
-    adapter().install(doomed);  // its chain is empty: no router, nothing captured
-  }
-  // The doomed op is gone, so re-enabling `d` cannot give its graph a router.
+  // The doomed graph's chain is empty at its install: no router, nothing
+  // captured; re-enabling `d` cannot give it a router now.
+  const auto [routed, doomed] = beside_a_doomed_graph(kDoomedNamespace, {"d"}, {"d"});
   const auto tables = fingerprint();
   EXPECT_THROW(adapter().enable({{"d"}, {}, {}}), OperatorNotFound);
   EXPECT_FALSE(adapter().graph(routed).at(0).active) << "the failed re-enable changed the filters";
@@ -161,18 +153,9 @@ TEST_P(Conformance, AReenableThatFailsPartWayChangesNothing) {
 TEST_P(Conformance, ADisableThatFailsPartWayChangesNothing) {
   BEHAVIOUR("validation.failed-change-changes-nothing");
   REQUIRE_FEATURE("namespaces");
-  const Key routed = twice_key(ns1().ns());
-  const Key doomed = twice_key(kDoomedNamespace);
-  add(routed, constant_cond(true), fill_impl(99), "d");
-  {
-    ScopedTwiceNamespace library(kDoomedNamespace, 5.0);
-    add(doomed, constant_cond(true), fill_impl(7), "d");
-    add(doomed, constant_cond(true), fill_impl(8), "e");
-    adapter().install(routed);
-    adapter().install(doomed);
-  }
-  // The doomed op is gone; disabling `d` leaves its graph `e` to route,
-  // which needs a router the op can no longer have.
+  // Disabling `d` leaves the doomed graph `e` to route, which needs a
+  // router the op can no longer have.
+  const auto [routed, doomed] = beside_a_doomed_graph(kDoomedNamespace, {"d", "e"}, {});
   const auto tables = fingerprint();
   EXPECT_THROW(adapter().disable({{"d"}, {}, {}}), OperatorNotFound);
   EXPECT_TRUE(adapter().graph(routed).at(0).active) << "the failed disable changed the filters";

@@ -40,6 +40,7 @@ import subprocess
 import sys
 import textwrap
 import tomllib
+import warnings
 
 import pytest
 import torch
@@ -89,6 +90,29 @@ def run_in_fresh_interpreter(impl, body: str, timeout: float = 300, stderr: list
                     f"implementation under test ({adapter_module.identity(impl)!r}), e.g. one a "
                     "pytest plugin swapped in")
     return lines[1:]
+
+
+class _Recorded(Exception):
+    """Ends a call once the oracle's kernel has recorded what it was given."""
+
+
+def kernel_receives(op_symbol: str, call, record) -> None:
+    """Runs `call` with a torch.library Python kernel at CPU for aten's
+    `op_symbol` that hands what it receives to `record(*args, **kwargs)`, then
+    ends the call: what a Python kernel is given, asked of torch itself."""
+    def kernel(*args, **kwargs):
+        record(*args, **kwargs)
+        raise _Recorded
+
+    lib = torch.library.Library("aten", "IMPL")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the kernel-override notice
+            lib.impl(op_symbol, kernel, "CPU")
+        with pytest.raises(_Recorded):
+            call()
+    finally:
+        lib._destroy()
 
 
 def behaviour(*ids: str):

@@ -9,12 +9,11 @@ than a call usually passes (ten, some at their defaults)."""
 
 from __future__ import annotations
 
-import warnings
 
 import pytest
 import torch
 
-from conftest import NS, behaviour
+from conftest import NS, behaviour, kernel_receives
 
 X4 = torch.arange(16.0).reshape(1, 1, 4, 4)
 V = torch.tensor([-1.0, 2.0])
@@ -38,28 +37,12 @@ def recorder(calls: list, answer: bool):
     return record
 
 
-class _Recorded(Exception):
-    pass
-
 
 def torch_library_kernel_sees(op_symbol: str, call) -> tuple:
-    """What a torch.library Python kernel at CPU receives for `call`."""
+    """What a torch.library Python kernel at CPU receives for `call` (the
+    oracle, from torch), as recorded here."""
     calls = []
-    record = recorder(calls, False)
-
-    def kernel(*args, **kwargs):
-        record(*args, **kwargs)
-        raise _Recorded
-
-    lib = torch.library.Library("aten", "IMPL")
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the kernel-override notice
-            lib.impl(op_symbol, kernel, "CPU")
-        with pytest.raises(_Recorded):
-            call()
-    finally:
-        lib._destroy()
+    kernel_receives(op_symbol, call, recorder(calls, False))
     return calls[0]
 
 

@@ -6,14 +6,13 @@ the mask against snapshots, torch's own front ends and torch 2.13's forms."""
 from __future__ import annotations
 
 import re
-import warnings
 
 import pytest
 import torch
 from functorch.compile import make_boxed_func
 from torch._dynamo.backends.common import aot_autograd
 
-from conftest import behaviour, run_in_fresh_interpreter
+from conftest import behaviour, kernel_receives, run_in_fresh_interpreter
 
 from fixtures.python.torch_fixtures import A, B, STOCK, mul
 from fixtures.python.torch_fixtures import MUL_CPU as KEY
@@ -79,29 +78,12 @@ ARGUMENT_CASES = {
 
 
 def torch_library_kernel_sees(op_symbol: str, call) -> tuple:
-    """What a torch.library Python kernel at CPU receives for `call`: the
-    oracle, from torch itself (the kernel records, then raises to end the call)."""
+    """What a torch.library Python kernel at CPU receives for `call` (the
+    oracle, from torch), as recorded here."""
     calls = []
-    record = recording_cond(calls)
-
-    def kernel(*args, **kwargs):
-        record(*args, **kwargs)
-        raise _Recorded
-
-    lib = torch.library.Library("aten", "IMPL")
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the kernel-override notice
-            lib.impl(op_symbol, kernel, "CPU")
-        with pytest.raises(_Recorded):
-            call()
-    finally:
-        lib._destroy()
+    kernel_receives(op_symbol, call, recording_cond(calls))
     return calls[0]
 
-
-class _Recorded(Exception):
-    pass
 
 
 @behaviour("arguments.torch-library-forms")

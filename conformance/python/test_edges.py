@@ -124,20 +124,32 @@ DOOMED_NS = "_native_registry_zz_doomed"   # defined, then unloaded mid-test
 NEVER_NS = "_native_registry_zz_never"     # never defined
 
 
-@behaviour("validation.failed-change-changes-nothing")
-def test_a_reenable_that_fails_part_way_changes_nothing(impl, namespaces):
-    ns_twice, _ = namespaces
+def beside_a_doomed_graph(impl, doomed_dsls, disabled=()):
+    """NS::twice's graph (dsl `d`, answering 99) and DOOMED_NS::twice's (a
+    node per dsl of `doomed_dsls`, answering 7, 8, ...), `disabled` disabled,
+    both installed while DOOMED_NS::twice is defined; on return it is gone.
+    Gives the two keys."""
     routed, doomed = (NS, "twice", "CPU"), (DOOMED_NS, "twice", "CPU")
     impl.allow_namespace(DOOMED_NS)
     impl.register("d", *routed, accept, fill(99.0))
     with torch.library._scoped_library(DOOMED_NS, "DEF") as lib:
         lib.define("twice(Tensor self) -> Tensor")
         lib.impl("twice", lambda x: x * 5, "CompositeExplicitAutograd")
-        impl.register("d", *doomed, accept, fill(7.0))
-        impl.disable(dsl_names=["d"])
+        for value, dsl in enumerate(doomed_dsls, start=7):
+            impl.register(dsl, *doomed, accept, fill(float(value)))
+        if disabled:
+            impl.disable(dsl_names=list(disabled))
         impl.install(*routed)
-        impl.install(*doomed)  # its chain is empty: no router, nothing captured
-    # DOOMED_NS::twice is gone, so re-enabling `d` cannot give its graph a router.
+        impl.install(*doomed)
+    return routed, doomed
+
+
+@behaviour("validation.failed-change-changes-nothing")
+def test_a_reenable_that_fails_part_way_changes_nothing(impl, namespaces):
+    ns_twice, _ = namespaces
+    # The doomed graph's chain is empty at its install: no router, nothing
+    # captured; re-enabling `d` cannot give it a router now.
+    routed, doomed = beside_a_doomed_graph(impl, ["d"], disabled=["d"])
     before = dispatcher_state()
     with pytest.raises(AttributeError, match="not found; is the namespace"):
         impl.enable(dsl_names=["d"])
@@ -149,18 +161,9 @@ def test_a_reenable_that_fails_part_way_changes_nothing(impl, namespaces):
 @behaviour("validation.failed-change-changes-nothing")
 def test_a_disable_that_fails_part_way_changes_nothing(impl, namespaces):
     ns_twice, _ = namespaces
-    routed, doomed = (NS, "twice", "CPU"), (DOOMED_NS, "twice", "CPU")
-    impl.allow_namespace(DOOMED_NS)
-    impl.register("d", *routed, accept, fill(99.0))
-    with torch.library._scoped_library(DOOMED_NS, "DEF") as lib:
-        lib.define("twice(Tensor self) -> Tensor")
-        lib.impl("twice", lambda x: x * 5, "CompositeExplicitAutograd")
-        impl.register("d", *doomed, accept, fill(7.0))
-        impl.register("e", *doomed, accept, fill(8.0))
-        impl.install(*routed)
-        impl.install(*doomed)
-    # DOOMED_NS::twice is gone; disabling `d` leaves its graph `e` to route,
-    # which needs a router its op can no longer have.
+    # Disabling `d` leaves the doomed graph `e` to route, which needs a
+    # router its op can no longer have.
+    routed, doomed = beside_a_doomed_graph(impl, ["d", "e"])
     before = dispatcher_state()
     with pytest.raises(AttributeError, match="not found; is the namespace"):
         impl.disable(dsl_names=["d"])
