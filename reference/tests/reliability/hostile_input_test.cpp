@@ -211,6 +211,17 @@ TEST_F(MissingOpTest, ReenableFailsBeforeChangingFiltersOrRouters) {
   register_override(missing_, constant_cond(true), fill_impl(3), {}, "newcomer");
   expect_refused_and_unchanged(
       [&] { registry().deregister_op_overrides({{"sleeper"}, {}, {}}); });
+  // The unconditional mask publishes only the graphs it changes, those
+  // holding an unconditional node the filters name: none yet, so it needs
+  // no op and changes nothing.
+  const std::string before = observe(registry());
+  { const Registry::UnconditionalMask mask(registry()); }
+  EXPECT_EQ(observe(registry()), before);
+  // With one at the missing op's graph it must publish that graph, whose
+  // chain needs a router: refused, unchanged.
+  OverrideOptions unconditional;
+  unconditional.unconditional_override = true;
+  register_override(missing_, CondFn{}, fill_impl(4), unconditional, "sleeper");
   expect_refused_and_unchanged(
       [&] { Registry::UnconditionalMask mask(registry()); });
 }
