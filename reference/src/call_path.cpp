@@ -27,6 +27,16 @@
 #include <utility>
 #include <vector>
 
+// The hot path's forced inlining. A coverage build keeps these functions out
+// of line (plain `inline`, which -O0 does not inline): inlined into every
+// typed kernel, each source branch would count once per kernel signature in
+// gcov's figures. The code is the same either way.
+#ifdef NR_COVERAGE_BUILD
+#define NR_HOT inline
+#else
+#define NR_HOT C10_ALWAYS_INLINE
+#endif
+
 namespace native_registry {
 namespace {
 
@@ -111,7 +121,7 @@ namespace {
 class BorrowedArguments {
  public:
   BorrowedArguments(Stack* stack, uint64_t tensors) : stack_(stack), tensors_(tensors) {}
-  C10_ALWAYS_INLINE ~BorrowedArguments() {
+  NR_HOT ~BorrowedArguments() {
     if (tensors_ == 0) return;
     // Still what the kernel boxed (all of it, unless the boxing itself
     // failed): nothing took a value before own().
@@ -148,7 +158,7 @@ class BorrowedArguments {
 
 // Before a value may be taken off a typed call's stack (null: a boxed call,
 // whose stack owns its values).
-C10_ALWAYS_INLINE void own_arguments(BorrowedArguments* borrowed) {
+NR_HOT void own_arguments(BorrowedArguments* borrowed) {
   if (borrowed != nullptr) borrowed->own();
 }
 
@@ -221,7 +231,7 @@ inline void maybe_log(const Router::Shared& shared, RoutingDecision::Kind kind,
 
 // A node's cond: inside the host scope, as the host resolved it when
 // `host_cond` is not empty (set_host_cond_resolver); else the CondFn itself.
-C10_ALWAYS_INLINE bool ask_cond(const OverrideNode& node, const HostCond& host_cond,
+NR_HOT bool ask_cond(const OverrideNode& node, const HostCond& host_cond,
                                 bool in_host_scope, const c10::OperatorHandle& op,
                                 c10::DispatchKeySet keys, const Stack& stack) {
   if (in_host_scope && host_cond.call != nullptr) {
@@ -379,7 +389,7 @@ inline bool run_chosen_impl(const Router::Shared& shared, const OverrideNode& no
 // Inlined into both of its callers (in the host scope and without one):
 // the hop would cost a declined call more than the copy costs the library.
 template <bool kCounting>
-C10_ALWAYS_INLINE Choice choose(const Router::Shared& shared, const Chain& chain, const c10::OperatorHandle& op,
+NR_HOT Choice choose(const Router::Shared& shared, const Chain& chain, const c10::OperatorHandle& op,
               c10::DispatchKeySet keys, const Stack& stack, bool in_host_scope) {
   // The tracer is asked on every call, as upstream's router asks Dynamo; the
   // inputs are walked for copy-on-write ones only while it traces.
@@ -426,14 +436,14 @@ C10_ALWAYS_INLINE Choice choose(const Router::Shared& shared, const Chain& chain
 // choose() inside the host scope, when the chain needs one and a host set it;
 // inside it too, the chosen node's impl when that is the host's own
 // (impl_in_host_scope), and the choice comes back done.
-C10_ALWAYS_INLINE Choice choose_counting_or_not(const Router::Shared& shared, const Chain& chain,
+NR_HOT Choice choose_counting_or_not(const Router::Shared& shared, const Chain& chain,
                                      const c10::OperatorHandle& op, c10::DispatchKeySet keys,
                                      const Stack& stack, bool counting, bool in_host_scope) {
   return C10_UNLIKELY(counting) ? choose<true>(shared, chain, op, keys, stack, in_host_scope)
                                 : choose<false>(shared, chain, op, keys, stack, in_host_scope);
 }
 
-C10_ALWAYS_INLINE Choice choose_in_scope(const Router::Shared& shared, const Chain& chain,
+NR_HOT Choice choose_in_scope(const Router::Shared& shared, const Chain& chain,
                        const c10::OperatorHandle& op, c10::DispatchKeySet keys, Stack* stack,
                        bool counting, BorrowedArguments* borrowed) {
   HostScopeFn scope = chain.needs_host_scope ? g_host_scope.load(std::memory_order_acquire)
@@ -498,7 +508,7 @@ C10_NOINLINE void raise_op_gone(const Router::Shared& shared) {
 enum class [[nodiscard]] Routed : bool { kDone, kRunFallback };
 
 // `borrowed`: a typed call's BorrowedArguments, else null.
-C10_ALWAYS_INLINE Routed route(const Router::Shared& shared, const c10::OperatorHandle& op,
+NR_HOT Routed route(const Router::Shared& shared, const c10::OperatorHandle& op,
              c10::DispatchKeySet keys, Stack* stack, BorrowedArguments* borrowed) {
   check_op_still_there(shared);
   const Chain* chain = shared.chain.load(std::memory_order_acquire);
@@ -628,7 +638,7 @@ class ScratchStack {
       stack_ = &own_.emplace();
     }
   }
-  C10_ALWAYS_INLINE ~ScratchStack() {
+  NR_HOT ~ScratchStack() {
     stack_->clear();
     if (scratch_ != nullptr) --scratch_->depth;
   }
@@ -686,7 +696,7 @@ template struct PrivateMember<SafeKernelToken, &c10::SafeKernelFunction::token_>
 // KernelFunction::call, the dispatcher's own unboxed call (which boxes for a
 // kernel that has no unboxed function).
 template <class Return, class... Args>
-C10_ALWAYS_INLINE Return call_unboxed(const c10::SafeKernelFunction& kernel,
+NR_HOT Return call_unboxed(const c10::SafeKernelFunction& kernel,
                                       const c10::OperatorHandle& op, c10::DispatchKeySet keys,
                                       Args... args) {
   const std::shared_ptr<c10::KernelToken>& token = kernel.*member_of(SafeKernelToken{});
