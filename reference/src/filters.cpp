@@ -169,9 +169,7 @@ Registry::UnconditionalMask::~UnconditionalMask() {
   // left to it) keeps the others masked no longer.
   for (const GraphKey& key : r.keys_the_mask_changes()) {
     try {
-      const Graph chain = r.enabled_chain(key);
-      r.check_publish(key, chain, InstallMode::kUpdate);
-      r.publish(key, chain, InstallMode::kUpdate);
+      r.publish(key, r.enabled_chain(key), InstallMode::kUpdate);  // throws before any change
     } catch (const std::exception& e) {
       r.log(LogLevel::kWarning, "lifting the unconditional mask failed at " + key.to_string() +
                                     ": " + e.what());
