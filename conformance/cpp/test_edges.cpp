@@ -190,6 +190,41 @@ TEST_P(Conformance, TheNativeNamespaceCanNeverBeAllowed) {
   EXPECT_FALSE(adapter().namespace_allowed("_native"));
 }
 
+TEST_P(Conformance, ANameNoNamespaceHasIsNeverAllowed) {
+  BEHAVIOUR("validation.malformed-namespace-never-allowed");
+  REQUIRE_FEATURE("namespaces");
+  for (const std::string bad : {"", " ", "aten::mul", "my.ns", "my ns"}) {
+    try {
+      adapter().allow_namespace(bad);
+      ADD_FAILURE() << "'" << bad << "' was put on the allowlist";
+    } catch (const InvalidArgument& e) {
+      EXPECT_THAT(e.what(), HasSubstr("'" + bad + "'"));
+    }
+    EXPECT_FALSE(adapter().namespace_allowed(bad));
+  }
+}
+
+TEST_P(Conformance, InstallingUnderAKeyNoRegistrationCouldMakeIsRefused) {
+  BEHAVIOUR("validation.install-refuses-unregistrable-key");
+  const auto tables = fingerprint();
+  // Each with the value its refusal must show.
+  const std::pair<Key, std::string> refused[] = {
+      {{"aten", "aten::mul.Tensor", "CPU"}, "aten::mul.Tensor"},
+      {{"aten", "mul Tensor", "CPU"}, "mul Tensor"},
+      {{"aten", "mul.Tensor", "Meta"}, "Meta"},
+  };
+  for (const auto& [key, shown] : refused) {
+    try {
+      adapter().install(key);
+      ADD_FAILURE() << "installed under " << key.op_symbol << "/" << key.dispatch_key;
+    } catch (const InvalidArgument& e) {
+      EXPECT_THAT(e.what(), HasSubstr("'" + shown + "'"));
+    }
+    EXPECT_FALSE(adapter().router_installed(key));
+  }
+  EXPECT_EQ(fingerprint().difference(tables), "");
+}
+
 TEST_P(Conformance, AnAllowedNamespaceIsThenAccepted) {
   BEHAVIOUR("validation.allowed-namespace-accepted");
   REQUIRE_FEATURE("namespaces");

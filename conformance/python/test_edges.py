@@ -6,6 +6,7 @@ fails part way, and a namespace once it is allowed."""
 
 from __future__ import annotations
 
+import re
 from unittest.mock import MagicMock
 
 import pytest
@@ -195,6 +196,30 @@ def test_the_native_namespace_can_never_be_allowed(impl):
     with pytest.raises(ValueError, match="_native"):
         impl.allow_namespace("_native")
     assert set(impl.allowed_namespaces()) == before
+
+
+@behaviour("validation.malformed-namespace-never-allowed")
+@pytest.mark.parametrize("bad", ["", " ", "aten::mul", "my.ns", "my ns"])
+def test_a_name_no_namespace_has_is_never_allowed(impl, bad):
+    before = set(impl.allowed_namespaces())
+    with pytest.raises(ValueError, match=re.escape(repr(bad))):
+        impl.allow_namespace(bad)
+    assert set(impl.allowed_namespaces()) == before
+
+
+@behaviour("validation.install-refuses-unregistrable-key")
+@pytest.mark.parametrize("op_symbol, dispatch_key, shown", [
+    ("aten::mul.Tensor", "CPU", "aten::mul.Tensor"),
+    ("mul Tensor", "CPU", "mul Tensor"),
+    ("mul.Tensor", "Meta", "Meta"),
+], ids=["qualified-op-symbol", "blank-in-op-symbol", "meta-key"])
+def test_installing_under_a_key_no_registration_could_make_is_refused(impl, op_symbol, dispatch_key,
+                                                                      shown):
+    before = dispatcher_state()
+    with pytest.raises(ValueError, match=re.escape(repr(shown))):
+        impl.install("aten", op_symbol, dispatch_key)
+    assert not impl.router_installed("aten", op_symbol, dispatch_key)
+    assert dispatcher_state() == before
 
 
 @behaviour("validation.allowed-namespace-accepted")

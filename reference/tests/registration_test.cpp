@@ -263,5 +263,27 @@ TEST_F(RegistrationTest, NewCallablesCannotChangeTheUnconditionalFlag) {
   EXPECT_EQ(registry().graph(mul_cpu()).at(0), node);
 }
 
+// New callables are checked as registration checks them (an impl always, a
+// cond unless the node is unconditional), changing nothing when refused; an
+// unconditional node given no cond gets the always-true one.
+TEST_F(RegistrationTest, NewCallablesAreCheckedAsRegistrationChecksThem) {
+  const NodePtr node = register_override(mul_cpu(), constant_cond(false), fill_impl(1));
+  EXPECT_THAT([&] { registry().replace_node_callables(*node, constant_cond(true), ImplFn{}, {}); },
+              ::testing::ThrowsMessage<InvalidArgumentError>(
+                  ::testing::HasSubstr("impl must be provided")));
+  EXPECT_THAT([&] { registry().replace_node_callables(*node, CondFn{}, fill_impl(2), {}); },
+              ::testing::ThrowsMessage<InvalidArgumentError>(
+                  ::testing::HasSubstr("cond must be provided")));
+  EXPECT_THAT(registry().graph(mul_cpu()), ElementsAre(node));
+
+  OverrideOptions unconditional;
+  unconditional.unconditional_override = true;
+  const NodePtr always = register_override(bmm_cpu(), nullptr, fill_impl(1), unconditional);
+  const NodePtr replaced = registry().replace_node_callables(*always, CondFn{}, fill_impl(3), unconditional);
+  ASSERT_TRUE(static_cast<bool>(replaced->cond));
+  const c10::OperatorHandle bmm = *c10::Dispatcher::singleton().findSchema({"aten::bmm", ""});
+  EXPECT_TRUE(replaced->cond(bmm, c10::DispatchKeySet(c10::DispatchKey::CPU), Stack{}));
+}
+
 }  // namespace
 }  // namespace native_registry::testing

@@ -14,7 +14,9 @@
 #include <native_registry/router_kind.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <stdexcept>
+#include <string_view>
 
 namespace native_registry::testing {
 namespace {
@@ -210,6 +212,26 @@ TEST_F(ImplErrorPolicyTest, AnOpThatWritesItsArgumentsStillRaises) {
   EXPECT_THROW(target.mul_(tensor({4})), std::runtime_error);
 }
 
+// ---- routing stats --------------------------------------------------------------
+
+using StatsSettingTest = RegistryTest;
+
+// The invariant holds whichever way counting was set, before the router's
+// install or after it: each router follows the registry's setting.
+TEST_F(StatsSettingTest, EveryRouterFollowsTheStatsSettingSetBeforeOrAfterItsInstall) {
+  registry().set_collect_stats(true);
+  register_override(mul_cpu(), constant_cond(true), fill_impl(7));
+  registry().install_graph(mul_cpu());
+  registry().check_invariants();
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({7})));
+  ASSERT_EQ(registry().stats().graphs.size(), 1u);
+  EXPECT_EQ(registry().stats().graphs[0].calls, 1u);
+  registry().set_collect_stats(false);
+  registry().check_invariants();
+  registry().set_collect_stats(true);
+  registry().check_invariants();
+}
+
 // The process-wide choice of router kernel (typed for common signatures, or
 // boxed for every op) reads back as it was last set: the benchmarks switch it
 // and name their rows by it.
@@ -220,6 +242,15 @@ TEST(RouterKindTest, TheTypedRoutersSwitchReadsBackWhatWasSet) {
   set_typed_routers_enabled(true);
   EXPECT_TRUE(typed_routers_enabled());
   set_typed_routers_enabled(before);
+}
+
+// Typed is the default (router_kind.h); NATIVE_REGISTRY_BOXED_ROUTERS=1 is
+// how a suite is run over the boxed kernel instead (meson test
+// conformance_cpp_reference_boxed). Every test that switches it puts it back.
+TEST(RouterKindTest, TypedRoutersAreTheDefaultUnlessTheEnvironmentAsksForBoxedOnes) {
+  const char* boxed = std::getenv("NATIVE_REGISTRY_BOXED_ROUTERS");
+  const bool asked_for_boxed = boxed != nullptr && std::string_view(boxed) == "1";
+  EXPECT_EQ(typed_routers_enabled(), !asked_for_boxed);
 }
 
 }  // namespace

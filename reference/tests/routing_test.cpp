@@ -5,11 +5,14 @@
 #include "support.h"
 
 #include <native_registry/predicates.h>
+#include <native_registry/router_kind.h>
 
 #include <ATen/ops/bmm.h>
 #include <ATen/ops/ones_like.h>
 #include <ATen/ops/randn.h>
 #include <ATen/ops/sum.h>
+
+#include <thread>
 
 namespace native_registry::testing {
 namespace {
@@ -534,6 +537,51 @@ TEST_F(TwoNamespacesTest, OpSymbolFiltersAreNamespaceBlind) {
   registry().reenable_op_overrides({{}, {"twice"}, {}});
   EXPECT_TRUE(same(ns1().twice(x), tensor({99, 99})));
   EXPECT_TRUE(same(ns2().twice(x), tensor({7, 7})));
+}
+
+// ---- the typed kernel's Stacks ----------------------------------------------
+// A typed call boxes its arguments into a Stack the thread keeps per nesting
+// depth; once the thread's thread_locals are being destroyed, into one of its
+// own. A cond sees that Stack, so the test tells the two apart by its address.
+
+// The Stacks a cond saw, in call order.
+using SeenStacks = std::vector<const Stack*>;
+
+// Records the Stack it sees; declines.
+CondFn recording_cond(std::shared_ptr<SeenStacks> seen) {
+  return [seen](const c10::OperatorHandle&, c10::DispatchKeySet, const Stack& stack) {
+    seen->push_back(&stack);
+    return false;
+  };
+}
+
+// Makes a typed call of mul when destroyed, recording the Stack its cond saw.
+struct CallsMulWhenDestroyed {
+  std::shared_ptr<SeenStacks> seen;
+  ~CallsMulWhenDestroyed() {
+    seen->clear();
+    EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({8})));
+    if (!seen->empty()) stack_at_exit = seen->front();
+  }
+  static inline const Stack* stack_at_exit = nullptr;
+};
+
+TEST_F(RoutingTest, ATypedCallAfterTheThreadsStacksAreGoneBoxesIntoOneOfItsOwn) {
+  if (!typed_routers_enabled()) GTEST_SKIP() << "only a typed router boxes into the thread's Stacks";
+  auto seen = std::make_shared<SeenStacks>();
+  register_override(mul_cpu(), recording_cond(seen), forbidden_impl());
+  registry().install_graph(mul_cpu());
+  const Stack* thread_stack = nullptr;
+  CallsMulWhenDestroyed::stack_at_exit = nullptr;
+  std::thread([&] {
+    // Made before the thread's Stacks, so destroyed after them.
+    thread_local CallsMulWhenDestroyed at_exit{seen};
+    EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({8})));
+    thread_stack = seen->front();
+  }).join();
+  ASSERT_NE(CallsMulWhenDestroyed::stack_at_exit, nullptr) << "the call at thread exit was not routed";
+  EXPECT_NE(CallsMulWhenDestroyed::stack_at_exit, thread_stack)
+      << "the call at thread exit boxed into the thread's Stack, already destroyed";
 }
 
 }  // namespace

@@ -3,6 +3,7 @@ validation with upstream's exception types, ordering, the environment hook."""
 
 from __future__ import annotations
 
+import ast
 import inspect
 import logging
 import subprocess
@@ -79,6 +80,26 @@ def test_a_routed_program_writes_nothing_to_stderr():
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert "[native_registry]" not in out.stderr, out.stderr
+
+
+def test_the_first_routers_of_a_process_have_ids_of_their_own():
+    """router_id tells each router from any other at its key, 0 meaning none:
+    so in a fresh process the very first routers made have distinct ids, none
+    of them 0."""
+    script = ("import torch, native_registry.registry as r\n"
+              "from native_registry import _C\n"
+              "key = ('aten', 'mul.Tensor', 'CPU')\n"
+              "r.register_op_override('d', *key, lambda *a, **k: True,\n"
+              "                       lambda a, b: torch.full_like(a, 7.0))\n"
+              "ids = []\n"
+              "for _ in range(3):\n"
+              "    _C.install_graph(key, True)\n"
+              "    ids.append(_C.router_id(key))\n"
+              "print(ids)\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    ids = ast.literal_eval(out.stdout.strip().splitlines()[-1])
+    assert 0 not in ids and len(set(ids)) == 3, ids
 
 
 def test_override_node_fields_and_defaults():
