@@ -93,6 +93,28 @@ TEST_P(Conformance, ANativeOpHeldPastTeardownRaisesNamingTheOverride) {
               ::testing::ExitedWithCode(0), "");
 }
 
+// A scope's teardown retires only the `_native` ops it activated: that of a
+// node disabled before it (no router routes to it) still runs its impl.
+TEST_P(Conformance, AScopeLeavesTheNativeOpOfADisabledOverrideRunning) {
+  BEHAVIOUR("teardown.native-ops-from-before-a-scope-stay");
+  REQUIRE_FEATURE("native-op-meta");
+  add(mul_key(), constant_cond(true), fill_impl(5), "d");
+  adapter().install(mul_key());
+  auto native = adapter().native_op(adapter().graph(mul_key()).at(0));
+  ASSERT_TRUE(native.has_value()) << "no _native op for the node";
+  adapter().disable({{"d"}, {}, {}});
+  const auto before = fingerprint();
+  adapter().scope().reset();
+  EXPECT_EQ(fingerprint().difference(before), "") << "an empty scope changed the dispatcher";
+  Stack stack{tensor({2, 3}), tensor({4, 5})};
+  try {
+    native->callBoxed(&stack);
+    EXPECT_TRUE(same(stack.at(0).toTensor(), tensor({5, 5})));
+  } catch (const c10::Error& e) {
+    ADD_FAILURE() << "the _native op raised: " << e.what_without_backtrace();
+  }
+}
+
 TEST_P(Conformance, AnOrderingFunctionMayUseTheControlPlane) {
   BEHAVIOUR("locking.callbacks-may-use-the-control-plane");
   REQUIRE_FEATURE("reentrant-control-plane");

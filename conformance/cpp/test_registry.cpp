@@ -1,6 +1,7 @@
 // Registration, validation, filters and ordering, through the adapter.
 
 #include "suite.h"
+#include "warning_recorder.h"
 
 #include <ATen/ops/add.h>
 
@@ -310,6 +311,32 @@ TEST_P(Conformance, DslOperationsReportOneNamespace) {
   add(mul_key(), constant_cond(true), fill_impl(1));
   EXPECT_THAT(adapter().dsl_operations("test_dsl", kTestNamespace), ElementsAre("twice"));
   EXPECT_THAT(adapter().dsl_operations("test_dsl", "aten"), ElementsAre("mul.Tensor"));
+}
+
+// Warnings raised while an install edits the dispatcher reach the user,
+// except LibTorch's kernel-override notice: here a registration listener's,
+// which LibTorch calls as the override's `_native` op is defined.
+TEST_P(Conformance, OtherWarningsRaisedDuringAnInstallReachTheUser) {
+  BEHAVIOUR("warnings.override-notice-filtered");
+  REQUIRE_FEATURE("native-op-meta");
+  struct WarnOnNativeOps final : c10::OpRegistrationListener {
+    void onOperatorRegistered(const c10::OperatorHandle& op) override {
+      if (op.operator_name().name.rfind("_native::", 0) == 0) TORCH_WARN("listener saw ", op.operator_name().name);
+    }
+    void onOperatorDeregistered(const c10::OperatorHandle&) override {}
+  };
+  WarningRecorder recorder;
+  c10::WarningUtils::WarningHandlerGuard guard(&recorder);
+  {
+    const c10::RegistrationHandleRAII listening =
+        c10::Dispatcher::singleton().addRegistrationListener(std::make_unique<WarnOnNativeOps>());
+    recorder.messages.clear();  // what it said of the ops already defined
+    add(mul_key(), constant_cond(true), fill_impl(3));
+    adapter().install(mul_key());
+  }
+  const std::string node_id = adapter().graph(mul_key()).at(0).node_id;
+  EXPECT_TRUE(recorder.saw("listener saw _native::" + node_id))
+      << recorder.messages.size() << " warnings, none of them the listener's for " << node_id;
 }
 
 }  // namespace

@@ -35,17 +35,21 @@ void foo_kernel(const c10::OperatorHandle&, c10::DispatchKeySet, Stack* stack) {
   stack->emplace_back(std::move(result));
 }
 
-std::unique_ptr<torch::Library> define_foo(bool three_arguments) {
+// The schemas foo is defined with: the override's, and those it is defined
+// again with (another argument list; the same argument made keyword-only).
+enum class Foo { kOne, kThree, kKeywordOnly };
+
+std::unique_ptr<torch::Library> define_foo(Foo schema) {
   auto lib = std::make_unique<torch::Library>(torch::Library::DEF, kRedefNs, std::nullopt,
                                               __FILE__, __LINE__);
-  if (three_arguments) {
+  if (schema == Foo::kThree) {
     lib->def("foo(Tensor x, Tensor y, Tensor z) -> Tensor");
     lib->impl("foo", torch::dispatch(c10::DispatchKey::CPU,
                                      torch::CppFunction::makeFromBoxedFunction<&foo_kernel<3, false>>()));
     lib->impl("foo", torch::dispatch(c10::DispatchKey::Meta,
                                      torch::CppFunction::makeFromBoxedFunction<&foo_kernel<3, true>>()));
   } else {
-    lib->def("foo(Tensor x) -> Tensor");
+    lib->def(schema == Foo::kOne ? "foo(Tensor x) -> Tensor" : "foo(*, Tensor x) -> Tensor");
     lib->impl("foo", torch::dispatch(c10::DispatchKey::CPU,
                                      torch::CppFunction::makeFromBoxedFunction<&foo_kernel<1, false>>()));
     lib->impl("foo", torch::dispatch(c10::DispatchKey::Meta,
@@ -90,7 +94,7 @@ void add_redef_override(RegistryAdapter& registry, const Key& key) {
 [[noreturn]] void call_native_after_redefinition(RegistryAdapter& registry, bool remove_first) {
   alarm(60);  // a hang fails the test within a minute
   const Key key{kRedefNs, "foo", "CPU"};
-  auto lib = define_foo(false);
+  auto lib = define_foo(Foo::kOne);
   add_redef_override(registry, key);
   registry.install(key);
   const NodeInfo node = registry.graph(key).at(0);
@@ -98,7 +102,7 @@ void add_redef_override(RegistryAdapter& registry, const Key& key) {
   if (!native) std::_Exit(3);
   if (remove_first) registry.disable({{"redef_dsl"}, {}, {}});
   lib.reset();
-  lib = define_foo(true);
+  lib = define_foo(Foo::kThree);
   int bad = 0;
   for (const at::Tensor& x : {tensor({1, 1}), at::ones({2}, at::device(at::kMeta))}) {
     const std::string what = outcome(*native, x);
@@ -165,48 +169,96 @@ void add_redef_override(RegistryAdapter& registry, const Key& key) {
 }
 
 // Runs in a death-test child: scopes left out of order (the outer one first,
-// which tears the override down), the target defined again with another
-// schema in between, then the inner one, whose snapshot had the `_native` op
-// active. Exits 0 if that restore warned naming the override and left the
-// op raising, and the new op computes its own result.
-[[noreturn]] void restore_after_redefinition(RegistryAdapter& registry) {
+// which tears the override down), the target defined again with `schema` in
+// between, then the inner one, whose snapshot had the `_native` op active.
+// Exits 0 if that restore warned naming the override and both schemas, and
+// left the op raising (or undefined, where nothing held it: `hold` false),
+// and the new op computes its own result.
+[[noreturn]] void restore_after_redefinition(RegistryAdapter& registry, Foo schema, bool hold) {
   alarm(60);
   const Key key{kRedefNs, "foo", "CPU"};
-  auto lib = define_foo(false);
+  auto lib = define_foo(Foo::kOne);
   std::unique_ptr<Scope> outer = registry.scope();
   add_redef_override(registry, key);
   registry.install(key);
   const NodeInfo node = registry.graph(key).at(0);
-  std::optional<c10::OperatorHandle> native = registry.native_op(node);
-  if (!native) std::_Exit(3);
+  if (hold && !registry.native_op(node)) std::_Exit(3);
   std::unique_ptr<Scope> inner = registry.scope();  // the op active in its snapshot
   outer.reset();
   lib.reset();
-  lib = define_foo(true);
+  lib = define_foo(schema);
   const size_t warned_before = registry.warnings().size();
   inner.reset();  // would re-activate the op on the new schema
   int bad = 0;
   const std::vector<std::string> warnings = registry.warnings();
+  const std::string now = schema == Foo::kThree ? "(Tensor x, Tensor y, Tensor z) -> Tensor"
+                                                : "(*, Tensor x) -> Tensor";
   bool named = false;
   for (size_t i = warned_before; i < warnings.size(); ++i) {
     named |= warnings[i].find(node.node_id) != std::string::npos &&
-             warnings[i].find("foo") != std::string::npos;
+             warnings[i].find("(Tensor x) -> Tensor") != std::string::npos &&
+             warnings[i].find(now) != std::string::npos;
   }
   if (!named) {
-    std::fprintf(stderr, "the restore logged no warning naming %s and the op (%zu warnings)\n",
-                 node.node_id.c_str(), warnings.size() - warned_before);
+    std::fprintf(stderr, "the restore logged no warning naming %s and the schemas %s and %s (%zu warnings)\n",
+                 node.node_id.c_str(), "(Tensor x) -> Tensor", now.c_str(), warnings.size() - warned_before);
     ++bad;
   }
-  const std::string what = outcome(*native, tensor({1, 1}));
-  if (what.rfind("raised", 0) != 0 || what.find(node.node_id) == std::string::npos) {
-    std::fprintf(stderr, "the _native op after the restore: %s\n", what.c_str());
+  if (std::optional<c10::OperatorHandle> native = registry.native_op(node)) {
+    const std::string what = outcome(*native, tensor({1, 1}));
+    if (what.rfind("raised", 0) != 0 || what.find(node.node_id) == std::string::npos) {
+      std::fprintf(stderr, "the _native op after the restore: %s\n", what.c_str());
+      ++bad;
+    }
+  } else if (hold) {
+    std::fputs("the _native op held past the restore is gone\n", stderr);
     ++bad;
   }
-  auto foo = foo_op();
-  Stack stack{tensor({1, 1}), tensor({1, 1}), tensor({1, 1})};
-  foo.callBoxed(&stack);
-  if (!same(stack.at(0).toTensor(), tensor({4, 4}))) {
+  const size_t arguments = schema == Foo::kThree ? 3 : 1;
+  Stack stack(arguments, tensor({1, 1}));
+  foo_op().callBoxed(&stack);
+  if (!same(stack.at(0).toTensor(), tensor({1.f + arguments, 1.f + arguments}))) {
     std::fputs("the redefined op did not compute its own result\n", stderr);
+    ++bad;
+  }
+  std::fflush(stderr);
+  std::_Exit(bad == 0 ? 0 : 1);
+}
+
+// Runs in a death-test child: foo defined again with another schema under an
+// override whose `_native` op is active (`kept` false), or retired and kept
+// by a holder (`kept` true); then a second override registered on the new
+// op, put first in the graph, and the graph installed again. Exits 0 if the
+// install raised and defined no `_native` op for the second override (all or
+// nothing: the stale op is found before anything changes).
+[[noreturn]] void install_before_a_stale_native_op(RegistryAdapter& registry, bool kept) {
+  alarm(60);
+  const Key key{kRedefNs, "foo", "CPU"};
+  auto lib = define_foo(Foo::kOne);
+  add_redef_override(registry, key);
+  const NodeInfo stale = registry.graph(key).at(0);
+  if (kept) {
+    std::unique_ptr<Scope> scope = registry.scope();  // the node stays, its op is retired
+    registry.install(key);
+    if (!registry.native_op(stale)) std::_Exit(3);
+  } else {
+    registry.install(key);
+  }
+  lib.reset();
+  lib = define_foo(Foo::kThree);
+  registry.register_override({"second_dsl", key.lib_symbol, key.op_symbol, key.dispatch_key,
+                              constant_cond(true), fill_impl(8), {}, false});
+  const NodeInfo second = registry.graph(key).at(1);
+  registry.set_graph(key, {second.node_id, stale.node_id});
+  int bad = 0;
+  try {
+    registry.install(key);
+    std::fputs("installing over the stale _native op raised nothing\n", stderr);
+    ++bad;
+  } catch (const std::exception&) {
+  }
+  if (registry.native_op(second)) {
+    std::fputs("the failed install defined the second override's _native op\n", stderr);
     ++bad;
   }
   std::fflush(stderr);
@@ -217,11 +269,11 @@ void add_redef_override(RegistryAdapter& registry, const Key& key) {
 // defined again with the same schema: the new definition's library.
 std::unique_ptr<torch::Library> install_then_redefine_foo(RegistryAdapter& registry,
                                                           const Key& key) {
-  auto lib = define_foo(false);
+  auto lib = define_foo(Foo::kOne);
   add_redef_override(registry, key);
   registry.install(key);
   lib.reset();
-  return define_foo(false);
+  return define_foo(Foo::kOne);
 }
 
 // Runs in a death-test child: the target defined again with the same schema
@@ -401,7 +453,35 @@ TEST_P(Conformance, ARestoreAfterTheTargetWasRedefinedWarnsAndLeavesTheOpRaising
   REQUIRE_FEATURE("native-op-meta");
   REQUIRE_FEATURE("namespaces");
   GTEST_FLAG_SET(death_test_style, "threadsafe");
-  EXPECT_EXIT(restore_after_redefinition(adapter()), ::testing::ExitedWithCode(0), "");
+  EXPECT_EXIT(restore_after_redefinition(adapter(), Foo::kThree, true), ::testing::ExitedWithCode(0), "");
+}
+
+// Nothing held the op, so its teardown undefined it: the restore has only the
+// schema its snapshot recorded to refuse the new op by.
+TEST_P(Conformance, ARestoreAfterTheTargetWasRedefinedDoesNotDefineAnOpNothingHeldOnTheNewOne) {
+  BEHAVIOUR("robustness.native-op-target-redefined");
+  REQUIRE_FEATURE("native-op-meta");
+  REQUIRE_FEATURE("namespaces");
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(restore_after_redefinition(adapter(), Foo::kThree, false), ::testing::ExitedWithCode(0), "");
+}
+
+// The same argument, keyword-only now: another schema too.
+TEST_P(Conformance, ARestoreAfterTheTargetsArgumentBecameKeywordOnlyWarns) {
+  BEHAVIOUR("robustness.native-op-target-redefined");
+  REQUIRE_FEATURE("native-op-meta");
+  REQUIRE_FEATURE("namespaces");
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(restore_after_redefinition(adapter(), Foo::kKeywordOnly, true), ::testing::ExitedWithCode(0), "");
+}
+
+TEST_P(Conformance, AnInstallThatMeetsAStaleNativeOpDefinesNoneOfItsChain) {
+  BEHAVIOUR("robustness.native-op-target-redefined");
+  REQUIRE_FEATURE("native-op-meta");
+  REQUIRE_FEATURE("namespaces");
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(install_before_a_stale_native_op(adapter(), false), ::testing::ExitedWithCode(0), "");
+  EXPECT_EXIT(install_before_a_stale_native_op(adapter(), true), ::testing::ExitedWithCode(0), "");
 }
 
 TEST_P(Conformance, AGraphInstalledAgainAfterItsTargetWasRedefinedRoutesTheNewOp) {

@@ -6,6 +6,7 @@
 #include <ATen/autocast_mode.h>
 #include <ATen/ops/bmm.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/full.h>
 #include <ATen/ops/ones_like.h>
 #include <ATen/ops/randn.h>
 #include <ATen/ops/sum.h>
@@ -337,6 +338,42 @@ TEST_P(Conformance, TheNativeOpAsksTheRuntimeWhenCalled) {
   EXPECT_TRUE(same(mul_2_3_by_4_5(), kStock));
   available->store(true);
   EXPECT_TRUE(same(call_native(), tensor({42, 42})));
+}
+
+// The boxed convention: a kernel owns the top of the stack only (TorchScript's
+// interpreter and C++ callers keep values beneath). For an op that takes no
+// tensor the `_native` op chooses its kernel from the call's own dtype,
+// layout and device, so it must read them there.
+TEST_P(Conformance, AFactoryNativeOpTakesItsArgumentsFromTheTopOfTheStack) {
+  BEHAVIOUR("export.factory-native-op-boxed-call");
+  REQUIRE_FEATURE("native-op-meta");
+  const Key ones{"aten", "ones", "CPU"};
+  add(ones, constant_cond(true), [](const c10::OperatorHandle& op, c10::DispatchKeySet, Stack* stack) {
+    torch::jit::drop(*stack, op.schema().arguments().size());
+    stack->emplace_back(at::full({2}, 9.0));
+  });
+  adapter().install(ones);
+  auto native = adapter().native_op(adapter().graph(ones)[0]);
+  ASSERT_TRUE(native.has_value()) << "no _native op for the node";
+  for (const std::optional<c10::Device> device : {std::optional<c10::Device>(), std::optional(c10::Device(at::kMeta))}) {
+    SCOPED_TRACE(device ? "on meta" : "on the default device");
+    Stack stack{c10::IValue("beneath"), c10::IValue(std::vector<int64_t>{2}), c10::IValue(),
+                c10::IValue(), c10::IValue(device), c10::IValue()};
+    try {
+      native->callBoxed(&stack);
+    } catch (const c10::Error& e) {
+      FAIL() << "the call raised: " << e.what_without_backtrace();
+    }
+    ASSERT_EQ(stack.size(), 2u) << "the call took or left other than its own arguments";
+    EXPECT_EQ(stack[0].toStringRef(), "beneath");
+    const at::Tensor out = stack[1].toTensor();
+    EXPECT_EQ(out.sizes(), at::IntArrayRef({2}));
+    if (device) {
+      EXPECT_TRUE(out.is_meta());
+    } else {
+      EXPECT_TRUE(same(out, tensor({9, 9})));
+    }
+  }
 }
 
 }  // namespace

@@ -270,3 +270,15 @@ def test_a_native_op_held_past_its_scope_goes_once_let_go(impl):
     assert results["defined while held"] == "True"
     assert results["call"].startswith("raised") and results["id"] in results["call"], results["call"]
     assert results["defined once let go"] == "False", "a released _native op outlived the next teardown"
+
+
+@behaviour("teardown.native-ops-from-before-a-scope-stay")
+def test_a_scope_leaves_the_native_op_of_a_disabled_override_running(impl):
+    impl.register("d", *KEY, lambda *a: True, lambda a, b: torch.full_like(a, 5.0))
+    impl.install(*KEY)
+    native = impl.native_op(impl.graph(*KEY)[0])
+    impl.disable(dsl_names=["d"])
+    with impl.scope():
+        pass
+    assert torch.equal(native(A, B), torch.full_like(A, 5.0)), \
+        "leaving a scope retired the _native op of an override registered before it"

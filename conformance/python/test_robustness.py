@@ -86,13 +86,25 @@ REDEFINE_RESULTS = """
 """
 
 
+# The same argument made keyword-only: another schema as well.
+REDEFINE_KEYWORD_ONLY = """
+    lib._destroy()
+    lib = torch.library.Library(NS, "DEF")
+    lib.define("foo(*, Tensor x) -> Tensor")
+    lib.impl("foo", lambda *, x: x + 1, "CPU")
+    lib.impl("foo", lambda *, x: torch.empty_like(x), "Meta")
+"""
+
+
 @behaviour("robustness.native-op-target-redefined")
 @pytest.mark.parametrize("redefinition,new_op,computes,schema_now", [
     (REDEFINE, "getattr(torch.ops, NS).foo(x, x, x).tolist()", "[3.0, 3.0]",
      "(Tensor x, Tensor y, Tensor z) -> Tensor"),
     (REDEFINE_RESULTS, "[t.tolist() for t in getattr(torch.ops, NS).foo(x)]", "[[2.0, 2.0], [3.0, 3.0]]",
      "(Tensor x) -> (Tensor, Tensor)"),
-], ids=["other-arguments", "other-results"])
+    (REDEFINE_KEYWORD_ONLY, "getattr(torch.ops, NS).foo(x=x).tolist()", "[2.0, 2.0]",
+     "(*, Tensor x) -> Tensor"),
+], ids=["other-arguments", "other-results", "keyword-only"])
 def test_a_restore_after_the_target_was_redefined_does_not_revive_the_old_op(impl, redefinition, new_op,
                                                                              computes, schema_now):
     module = impl.module

@@ -251,7 +251,6 @@ void NativeOp::check_target(const c10::OperatorHandle& target) const {
 
 void NativeOp::activate(const NodePtr& node, const c10::OperatorHandle& target,
                         c10::DispatchKey dispatch_key) {
-  if (active() && !target_gone()) return;
   check_target(target);  // before any change
   QuietOverrideWarning quiet;
   std::shared_ptr<const OpWatch> watch = watch_op(target);

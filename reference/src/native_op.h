@@ -90,10 +90,11 @@ class NativeOp {
   static std::string signature_of(const c10::FunctionSchema& schema);
 
   // Routes the op's calls to `node` again (a restore to a snapshot taken
-  // while it was active). No-op when active on a target still in the
-  // dispatcher. Throws OperatorChangedError, changing nothing, if `target`
-  // (the op of that name now) has another schema than the one this op was
-  // defined with.
+  // while it was active), with kernels made anew. For an op that is retired
+  // or whose target has left the dispatcher (an active op whose target is
+  // still there is rebound instead). Throws OperatorChangedError, changing
+  // nothing, if `target` (the op of that name now) has another schema than
+  // the one this op was defined with.
   void activate(const NodePtr& node, const c10::OperatorHandle& target,
                 c10::DispatchKey dispatch_key);
   // Points the active op at `node`, a node of the same node_id with other

@@ -84,6 +84,8 @@ NativeRecords NativeOpTable::records() const {
   return records;
 }
 
+// ---- invariants -------------------------------------------------------------
+
 void NativeOpTable::check() const {
   auto fail = [](const std::string& what) { throw std::logic_error("invariant: " + what); };
   for (const auto& [id, op] : ops_) {

@@ -28,10 +28,6 @@ Store& store() {
   return *s;
 }
 
-std::size_t bound_of(const Store& s) {
-  return std::max(kRetiredSweepFloor, 2 * s.kept_after_sweep);
-}
-
 }  // namespace
 
 std::mutex& retired_native_ops_mutex() {
@@ -71,9 +67,13 @@ void reclaim_retired() {
   s.kept_after_sweep = s.kept.size();
 }
 
+// ---- invariants -------------------------------------------------------------
+
+// For NativeOpTable::check: what reclaim_retired() leaves the store, at most.
 RetiredCounts retired_counts() {
   std::lock_guard<std::mutex> lock(retired_native_ops_mutex());
-  return {store().kept.size(), bound_of(store())};
+  const Store& s = store();
+  return {s.kept.size(), std::max(kRetiredSweepFloor, 2 * s.kept_after_sweep)};
 }
 
 }  // namespace detail

@@ -10,7 +10,7 @@
 // reclaim_retired() sweeps the store whenever it has grown to twice what
 // its last sweep left, or is small: each retirement costs amortised O(1),
 // and the store holds at most max(kRetiredSweepFloor, 2 x the ops held at
-// its last sweep) ops (retired_bound() says how many now).
+// its last sweep) ops (retired_counts() says how many now).
 //
 // Locking: the store's lock is taken under a registry's lock, never the
 // other way round; sweeping undefines ops under it (the dispatcher's lock,

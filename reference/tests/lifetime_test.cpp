@@ -6,6 +6,9 @@
 
 #include "support.h"
 
+#include "../src/native_op_table.h"
+#include "../src/retired_native_ops.h"
+
 #include <algorithm>
 #include <cstdlib>
 #include <memory>
@@ -120,9 +123,52 @@ TEST_F(RetiredStoreTest, MoreHeldOpsThanTheSweepFloorStayWithinTheStoresBound) {
         if (std::count(held.begin(), held.end(), nullptr) != 0) std::_Exit(2);
         registry().restore(empty);  // retires all 100, each held: the store keeps them
         registry().check_invariants();
+        // 20 more held: the store (120) waits for its doubling before a sweep,
+        // within its bound of twice what the last one kept.
+        for (int i = 0; i < 20; ++i) {
+          const NodePtr node = register_override(mul_cpu(), constant_cond(false), fill_impl(1), {},
+                                                 "more_" + std::to_string(i));
+          registry().install_all();
+          held.push_back(hold_native_op(node->node_id));
+        }
+        registry().restore(empty);
+        registry().check_invariants();
         held.clear();
         registry().restore(empty);
         registry().check_invariants();
+        std::_Exit(0);
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+
+// The store's bound as check_invariants checks it: a table that retires more
+// held ops than the floor, without the reclaim that every teardown runs, is
+// caught by its check, which names the bound (std::logic_error, as every
+// invariant). In a death test's child, for the reason above.
+TEST_F(RetiredStoreTest, TheCheckCatchesAStoreOverItsBound) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        Graph chain;
+        for (size_t i = 0; i <= detail::kRetiredSweepFloor; ++i) {
+          chain.push_back(register_override(mul_cpu(), constant_cond(false), fill_impl(1), {},
+                                            "over_" + std::to_string(i)));
+        }
+        detail::NativeOpTable table;
+        detail::Released released;
+        table.activate(chain, nullptr, released);
+        std::vector<std::shared_ptr<const c10::OperatorHandle>> held;
+        for (const NodePtr& node : chain) held.push_back(hold_native_op(node->node_id));
+        for (const NodePtr& node : chain) table.retire(node->node_id, released);
+        try {
+          table.check();
+          std::_Exit(2);  // missed
+        } catch (const std::logic_error& e) {
+          if (std::string(e.what()).find("over its bound of 64") == std::string::npos) std::_Exit(3);
+        }
+        held.clear();
+        detail::reclaim_retired();  // the teardown's sweep: none held, none kept
+        table.check();
         std::_Exit(0);
       },
       ::testing::ExitedWithCode(0), "");

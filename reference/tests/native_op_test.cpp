@@ -150,5 +150,20 @@ TEST_F(NativeOpTest, AHeldRetiredOpIsUndefinedOnceReleased) {
   EXPECT_FALSE(hold_native_op(node->node_id));
 }
 
+// A registry's destruction is a teardown too: it undefines the kept ops let
+// go since, another registry's included.
+TEST_F(NativeOpTest, ARegistrysDestructionUndefinesAKeptOpLetGo) {
+  const Snapshot empty = registry().snapshot();
+  auto node = register_override(mul_cpu(), constant_cond(false), fill_impl(3));
+  registry().install_graph(mul_cpu());
+  auto held = hold_native_op(node->node_id);
+  ASSERT_TRUE(held);
+  registry().restore(empty);
+  held.reset();
+  ASSERT_TRUE(native_op(*node)) << "kept while held";
+  { Registry other; }
+  EXPECT_FALSE(native_op(*node)) << "let go, but kept past a registry's destruction";
+}
+
 }  // namespace
 }  // namespace native_registry::testing
