@@ -179,6 +179,24 @@ TEST_P(Conformance, ANodeRegisteredDisabledIntoAnInstalledGraphGetsItsNativeOpOn
   EXPECT_TRUE(same(stack.at(0).toTensor(), tensor({8, 8})));
 }
 
+// A disabled override's `_native` op still runs its impl (programs recorded
+// with it call it by name), and leaving a scope entered meanwhile keeps it:
+// the scope's entry had it, though no router routes to it.
+TEST_P(Conformance, TheNativeOpOfADisabledOverrideOutlivesAScopeEnteredWhileDisabled) {
+  BEHAVIOUR("teardown.native-op-of-a-disabled-override-kept");
+  REQUIRE_FEATURE("native-op-meta");
+  add(mul_key(), constant_cond(true), fill_impl(7), "dsl_a");
+  adapter().install(mul_key());
+  adapter().disable({{"dsl_a"}, {}, {}});
+  EXPECT_TRUE(same(cpe::mul_2_3_by_4_5(), tensor({8, 15})));
+  { std::unique_ptr<Scope> inner = adapter().scope(); }
+  auto native = adapter().native_op(adapter().graph(mul_key()).at(0));
+  ASSERT_TRUE(native.has_value()) << "no _native op for the disabled override after the scope";
+  Stack stack{tensor({2, 3}), tensor({4, 5})};
+  native->callBoxed(&stack);
+  EXPECT_TRUE(same(stack.at(0).toTensor(), tensor({7, 7})));
+}
+
 TEST_P(Conformance, InstallingAllSkipsAnUnresolvableOpWhoseOverridesAreAllDisabled) {
   BEHAVIOUR("validation.empty-chain-needs-no-op");
   REQUIRE_FEATURE("namespaces");

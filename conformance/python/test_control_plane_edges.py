@@ -289,6 +289,18 @@ def test_a_node_installed_again_after_a_scope_routes_and_keeps_its_native_op(imp
     assert torch.equal(impl.native_op(node)(A, B), torch.tensor([7.0, 7.0]))
 
 
+@behaviour("teardown.native-op-of-a-disabled-override-kept")
+def test_the_native_op_of_a_disabled_override_outlives_a_scope_entered_while_disabled(impl):
+    impl.register("dsl_a", *KEY, cpe_accept, cpe_fill(7.0))
+    impl.install(*KEY)
+    impl.disable(dsl_names=["dsl_a"])
+    assert torch.equal(mul(), STOCK)
+    with impl.scope():  # its entry had the op, though no router routes to it
+        pass
+    (node,) = impl.graph(*KEY)
+    assert torch.equal(impl.native_op(node)(A, B), torch.tensor([7.0, 7.0])), node.node_id
+
+
 # ---- installing everything -----------------------------------------------------
 
 @behaviour("validation.empty-chain-needs-no-op")
