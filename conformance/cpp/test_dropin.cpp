@@ -210,7 +210,7 @@ TEST_P(Conformance, ASnapshotTakenInsideTheMaskRestoresRoutingThatMatchesActive)
 // The node the mask kept out of the snapshot's chain is published by the
 // restore: its `_native` op must be active too, as for any published node.
 TEST_P(Conformance, ARestoreUnderALiftedMaskActivatesTheNativeOpOfTheNodeItPublishes) {
-  BEHAVIOUR("unconditional.restore-follows-current-mask");
+  BEHAVIOUR("unconditional.restore-activates-native-ops-the-mask-let-in");
   REQUIRE_FEATURE("unconditional-hatch");
   REQUIRE_FEATURE("unconditional-survives-disable");
   REQUIRE_FEATURE("native-op-meta");

@@ -329,7 +329,7 @@ def test_a_snapshot_taken_inside_the_mask_restores_routing_that_matches_active(i
     assert torch.equal(mul(), unconditional), "the node says active, so it must route"
 
 
-@behaviour("unconditional.restore-follows-current-mask")
+@behaviour("unconditional.restore-activates-native-ops-the-mask-let-in")
 def test_a_restore_under_a_lifted_mask_activates_the_native_op_of_the_node_it_publishes(impl):
     impl.register("declining_dsl", *KEY, lambda *a, **k: False, lambda a, b: torch.full_like(a, 7.0))
     impl.register("test_dsl", *KEY, None, lambda a, b: torch.full_like(a, 9.0),
