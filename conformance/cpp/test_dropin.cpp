@@ -207,5 +207,30 @@ TEST_P(Conformance, ASnapshotTakenInsideTheMaskRestoresRoutingThatMatchesActive)
   EXPECT_TRUE(same(dropin_mul_2_3_by_4_5(), unconditional)) << "the node says active, so it must route";
 }
 
+// The node the mask kept out of the snapshot's chain is published by the
+// restore: its `_native` op must be active too, as for any published node.
+TEST_P(Conformance, ARestoreUnderALiftedMaskActivatesTheNativeOpOfTheNodeItPublishes) {
+  BEHAVIOUR("unconditional.restore-activates-native-ops-the-mask-let-in");
+  REQUIRE_FEATURE("unconditional-hatch");
+  REQUIRE_FEATURE("unconditional-survives-disable");
+  REQUIRE_FEATURE("native-op-meta");
+  add(mul_key(), constant_cond(false), fill_impl(7), "declining_dsl");
+  add(mul_key(), {}, fill_impl(9), "test_dsl", {}, /*unconditional=*/true);
+  adapter().disable({{"test_dsl"}, {}, {}});
+  auto mask = adapter().unconditional_masked();
+  adapter().install(mul_key());  // routes through the declining override only
+  EXPECT_TRUE(same(dropin_mul_2_3_by_4_5(), kDropinStock));
+  auto inner = adapter().scope();
+  mask.reset();
+  inner.reset();  // restored with the mask lifted: the unconditional override routes
+  const at::Tensor unconditional = tensor({9, 9});
+  EXPECT_TRUE(same(dropin_mul_2_3_by_4_5(), unconditional));
+  auto native = adapter().native_op(adapter().graph(mul_key()).at(1));
+  ASSERT_TRUE(native.has_value()) << "no _native op for the override the restored router routes to";
+  Stack stack{tensor({2, 3}), tensor({4, 5})};
+  native->callBoxed(&stack);
+  EXPECT_TRUE(same(stack.at(0).toTensor(), unconditional));
+}
+
 }  // namespace
 }  // namespace conformance

@@ -202,6 +202,25 @@ TEST_P(Conformance, ACallWhoseImplRaisedIsStillOneItsGraphDecided) {
       << "the router chose the override each time; its impl's error does not unmake the choice";
 }
 
+// A graph's counts are the graph's, not its router's: installing the graph
+// again builds a new router and keeps them.
+TEST_P(Conformance, AGraphsCountsAreKeptWhenItIsInstalledAgain) {
+  BEHAVIOUR("stats.graph-counts-kept-across-reinstall");
+  REQUIRE_FEATURE("routing-stats");
+  add(mul_key(), takes_pairs(), fill_impl(7), "choosy");
+  adapter().install(mul_key());
+  auto counting = adapter().collect_stats(true);
+  adapter().reset_stats();
+  call_mul(tensor({1, 2}), tensor({1, 2}));  // taken
+  call_mul(tensor({1}), tensor({1}));        // the op's own kernel
+  using GraphC = RegistryAdapter::GraphCounts;
+  ASSERT_EQ(adapter().graph_counts(mul_key()), (GraphC{2, 1}));
+  adapter().install(mul_key());
+  EXPECT_EQ(adapter().graph_counts(mul_key()), (GraphC{2, 1})) << "installing again zeroed them";
+  call_mul(tensor({1}), tensor({1}));
+  EXPECT_EQ(adapter().graph_counts(mul_key()), (GraphC{3, 2}));
+}
+
 TEST_P(Conformance, WithStatsOffNothingIsCounted) {
   BEHAVIOUR("stats.off-counts-nothing");
   REQUIRE_FEATURE("routing-stats");

@@ -324,7 +324,7 @@ std::unique_ptr<torch::Library> install_then_redefine_foo(RegistryAdapter& regis
 // Runs in a death-test child: the target defined again with the same schema
 // and not installed again, then a scope entered and left. Exits 0 if the new
 // op computes its own result before and after the scope (no router was built
-// on it from the old chain).
+// on it from the old chain) and the scope logged no warning.
 [[noreturn]] void scope_after_redefinition(RegistryAdapter& registry) {
   alarm(60);
   const Key key{kRedefNs, "foo", "CPU"};
@@ -342,10 +342,18 @@ std::unique_ptr<torch::Library> install_then_redefine_foo(RegistryAdapter& regis
     ++bad;
   };
   own_result("before");
+  const size_t warned_before = registry.warnings().size();
   {
     std::unique_ptr<Scope> scope = registry.scope();
   }
   own_result("after");
+  // The scope changed nothing, so it has nothing to warn about: the router
+  // it kept routes nothing, and the op is there.
+  const std::vector<std::string> warnings = registry.warnings();
+  for (size_t i = warned_before; i < warnings.size(); ++i) {
+    std::fprintf(stderr, "the scope warned: %s\n", warnings[i].c_str());
+    ++bad;
+  }
   std::fflush(stderr);
   std::_Exit(bad == 0 ? 0 : 1);
 }

@@ -329,6 +329,25 @@ def test_a_snapshot_taken_inside_the_mask_restores_routing_that_matches_active(i
     assert torch.equal(mul(), unconditional), "the node says active, so it must route"
 
 
+@behaviour("unconditional.restore-activates-native-ops-the-mask-let-in")
+def test_a_restore_under_a_lifted_mask_activates_the_native_op_of_the_node_it_publishes(impl):
+    impl.register("declining_dsl", *KEY, lambda *a, **k: False, lambda a, b: torch.full_like(a, 7.0))
+    impl.register("test_dsl", *KEY, None, lambda a, b: torch.full_like(a, 9.0),
+                  unconditional_override=True)
+    impl.disable(dsl_names=["test_dsl"])
+    inner = impl.scope()
+    with impl.unconditional_masked():
+        impl.install(*KEY)  # routes through the declining override only
+        assert torch.equal(mul(), STOCK)
+        inner.__enter__()
+    inner.__exit__(None, None, None)  # restored with the mask lifted: the unconditional override routes
+    unconditional = torch.tensor([9.0, 9.0])
+    assert torch.equal(mul(), unconditional)
+    node = impl.graph(*KEY)[1]
+    assert torch.equal(impl.native_op(node)(torch.tensor([2.0, 3.0]), torch.tensor([4.0, 5.0])),
+                       unconditional), "the override the restored router routes to has no working _native op"
+
+
 # ---- torch's front ends and torch 2.13's forms ------------------------------------------
 
 

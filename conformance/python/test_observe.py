@@ -283,6 +283,20 @@ def test_a_graph_no_router_served_counts_zero(impl):
         assert impl.graph_stats(*KEY) == zero, "asking counted nothing"
 
 
+@behaviour("stats.graph-counts-kept-across-reinstall")
+def test_a_graphs_counts_are_kept_when_it_is_installed_again(impl):
+    impl.register("choosy", *KEY, lambda a, b: a.numel() == 2, returning(SEVENS))
+    impl.install(*KEY)
+    with impl.collect_stats(True):
+        impl.reset_stats()
+        mul(); mul(torch.ones(1), torch.ones(1))
+        assert impl.graph_stats(*KEY) == {"calls": 2, "fallbacks": 1}
+        impl.install(*KEY)  # a new router; the graph's counts stay
+        assert impl.graph_stats(*KEY) == {"calls": 2, "fallbacks": 1}, "installing again zeroed them"
+        mul(torch.ones(1), torch.ones(1))
+        assert impl.graph_stats(*KEY) == {"calls": 3, "fallbacks": 2}
+
+
 @behaviour("stats.off-counts-nothing")
 def test_with_stats_off_nothing_is_counted_and_switching_off_keeps_the_counts(impl):
     impl.register("choosy", *KEY, lambda a, b: a.numel() == 2, returning(SEVENS))

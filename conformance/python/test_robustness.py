@@ -148,16 +148,25 @@ def test_a_scope_left_while_the_routed_op_is_gone_does_not_route_its_successor(i
     the new op computes its own result), then a scope entered and left: the
     scope's end must not build a router on the new op from the old chain."""
     lines = run_in_fresh_interpreter(impl, script(REDEF_SETUP, """
+        import logging
+        warned = []
+        class Keep(logging.Handler):
+            def emit(self, record):
+                warned.append(record.getMessage())
+        logging.getLogger(impl.log_name).addHandler(Keep(level=logging.WARNING))
         lib._destroy()
         lib = define("foo(Tensor x) -> Tensor", lambda x: x + 2)   # the same schema, anew
         print("before: " + outcome(getattr(torch.ops, NS).foo, x))
         with impl.scope():
             pass
         print("after: " + outcome(getattr(torch.ops, NS).foo, x))
+        print("warned: " + str([" ".join(m.split()) for m in warned]))
     """), timeout=120)
     results = check_named_error(lines)
     assert results["before"] == "returned [3.0, 3.0]", f"the new op before the scope: {results['before']}"
     assert results["after"] == "returned [3.0, 3.0]", f"the new op after the scope: {results['after']}"
+    # The scope changed nothing, so it has nothing to warn about.
+    assert results["warned"] == "[]", f"the scope warned: {results['warned']}"
 
 
 @behaviour("robustness.scope-after-target-redefined")

@@ -25,10 +25,9 @@ void Registry::Impl::publish(const GraphKey& key, const Graph& chain, InstallMod
       routers_.remove(key, released());
       return;
     case RouterTable::Step::kPublishInPlace:
-      if (!chain.empty()) {
-        detail::resolve_op(key);  // throws before any change
-        native_ops_.activate(chain, nullptr, released());
-      }
+      // The router's op is there: one whose op left is rebuilt (step_for).
+      // Activation throws before any change.
+      native_ops_.activate(chain, nullptr, released());
       routers_.publish_in_place(key, chain);
       return;
     case RouterTable::Step::kNewRouter: {
@@ -48,9 +47,7 @@ void Registry::Impl::check_publish(const GraphKey& key, const Graph& chain,
     case RouterTable::Step::kRemove:
       return;
     case RouterTable::Step::kPublishInPlace:
-      if (chain.empty()) return;
-      detail::resolve_op(key);
-      break;
+      break;  // into a router whose op is there (see publish)
     case RouterTable::Step::kNewRouter:
       detail::resolve_op_for_router(key);
       break;

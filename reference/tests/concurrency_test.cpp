@@ -8,8 +8,13 @@
 
 #include <ATen/ops/full.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <chrono>
+#include <condition_variable>
 #include <functional>
+#include <mutex>
 #include <set>
 #include <thread>
 
@@ -120,6 +125,78 @@ TEST_F(ConcurrencyTest, ACoverageCheckReplacedWhileCallsRunStaysWholeForThem) {
   EXPECT_EQ(bad.load(), 0) << "a call ran a coverage check that had been freed";
   EXPECT_GT(calls.load(), 0);
   EXPECT_GT(round, 6);
+}
+
+// Stops the thread that undefines a `_native` op, inside the dispatcher's
+// deregistration, until let go.
+struct Gate {
+  std::mutex mutex;
+  std::condition_variable changed;
+  bool arrived = false, let_go = false;
+};
+class HoldsNativeOpDeregistration : public c10::OpRegistrationListener {
+ public:
+  explicit HoldsNativeOpDeregistration(std::shared_ptr<Gate> gate) : gate_(std::move(gate)) {}
+  void onOperatorRegistered(const c10::OperatorHandle&) override {}
+  void onOperatorDeregistered(const c10::OperatorHandle& op) override {
+    if (op.operator_name().name.rfind("_native::", 0) != 0) return;
+    std::unique_lock<std::mutex> lock(gate_->mutex);
+    gate_->arrived = true;
+    gate_->changed.notify_all();
+    gate_->changed.wait(lock, [this] { return gate_->let_go; });
+  }
+
+ private:
+  std::shared_ptr<Gate> gate_;
+};
+
+// A registry's destruction sweeps the store of retired `_native` ops after
+// its own lock has left the fork handlers; a fork meanwhile waits for the
+// store's lock (the prepare handler takes it), so that the child never copies
+// the store half-swept and the parent's handler never frees a lock another
+// thread holds.
+TEST_F(ConcurrencyTest, AForkWaitsForADyingRegistrysSweepOfTheRetiredOps) {
+  auto gate = std::make_shared<Gate>();
+  auto listening = c10::Dispatcher::singleton().addRegistrationListener(
+      std::make_unique<HoldsNativeOpDeregistration>(gate));
+  std::thread dying([] {
+    std::shared_ptr<const c10::OperatorHandle> held;
+    {
+      Registry first;
+      const NodePtr node = first.register_op_override("d", "aten", "mul.Tensor", "CPU",
+                                                      constant_cond(false), fill_impl(1));
+      first.install_all();
+      held = hold_native_op(node->node_id);
+    }  // its op retired, kept: held
+    held.reset();
+    Registry second;  // whose destruction sweeps the op out of the store
+  });
+  bool arrived = false;
+  {
+    std::unique_lock<std::mutex> lock(gate->mutex);
+    arrived = gate->changed.wait_for(lock, std::chrono::seconds(20), [&] { return gate->arrived; });
+  }
+  std::thread letting_go([gate] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    std::lock_guard<std::mutex> lock(gate->mutex);
+    gate->let_go = true;
+    gate->changed.notify_all();
+  });
+  bool swept_before_the_fork = false;
+  if (arrived) {
+    const pid_t pid = fork();
+    if (pid == 0) std::_Exit(0);
+    {
+      std::lock_guard<std::mutex> lock(gate->mutex);
+      swept_before_the_fork = gate->let_go;
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+  }
+  letting_go.join();
+  dying.join();
+  ASSERT_TRUE(arrived) << "the dying registry never undefined the op";
+  EXPECT_TRUE(swept_before_the_fork) << "fork() went ahead while the store's lock was held";
 }
 
 }  // namespace

@@ -165,5 +165,38 @@ TEST_F(NativeOpTest, ARegistrysDestructionUndefinesAKeptOpLetGo) {
   EXPECT_FALSE(native_op(*node)) << "let go, but kept past a registry's destruction";
 }
 
+// Counts the `_native` ops that leave the dispatcher while it lives.
+class NativeOpDeregistrations : public c10::OpRegistrationListener {
+ public:
+  explicit NativeOpDeregistrations(std::shared_ptr<std::atomic<int>> count) : count_(std::move(count)) {}
+  void onOperatorRegistered(const c10::OperatorHandle&) override {}
+  void onOperatorDeregistered(const c10::OperatorHandle& op) override {
+    if (op.operator_name().name.rfind("_native::", 0) == 0) ++*count_;
+  }
+
+ private:
+  std::shared_ptr<std::atomic<int>> count_;
+};
+
+// A restore to a snapshot of now retires nothing: the `_native` op of an
+// installed override stays defined throughout (a bare findSchema handle to it
+// is valid while the override is installed, registry.h says), not undefined
+// and defined again.
+TEST_F(NativeOpTest, ARestoreThatChangesNothingLeavesTheNativeOpsDefined) {
+  auto node = register_override(mul_cpu(), constant_cond(false), fill_impl(3));
+  registry().install_graph(mul_cpu());
+  ASSERT_TRUE(native_op(*node));
+  auto deregistered = std::make_shared<std::atomic<int>>(0);
+  {
+    auto listening = c10::Dispatcher::singleton().addRegistrationListener(
+        std::make_unique<NativeOpDeregistrations>(deregistered));
+    registry().restore(registry().snapshot());
+  }
+  EXPECT_EQ(deregistered->load(), 0) << "the restore took the op out of the dispatcher";
+  Stack stack{tensor({2}), tensor({4})};
+  native_op(*node)->callBoxed(&stack);
+  EXPECT_TRUE(same(stack.at(0).toTensor(), tensor({3})));
+}
+
 }  // namespace
 }  // namespace native_registry::testing

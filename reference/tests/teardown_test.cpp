@@ -15,6 +15,30 @@ class TeardownTest : public RegistryTest {
   }
 };
 
+thread_local bool t_in_release_sink = false;
+
+// A release sink that frees what it gets, marking the time it does.
+void free_in_sink(std::vector<std::shared_ptr<const void>>&& retired) {
+  t_in_release_sink = true;
+  retired.clear();
+  t_in_release_sink = false;
+}
+
+// Records in `freed`, when destroyed, whether a release sink was freeing it.
+struct FreedWhere {
+  explicit FreedWhere(std::shared_ptr<std::vector<bool>> log) : freed(std::move(log)) {}
+  FreedWhere(const FreedWhere&) = delete;
+  ~FreedWhere() { freed->push_back(t_in_release_sink); }
+  std::shared_ptr<std::vector<bool>> freed;
+};
+
+// fill_impl(value), holding a FreedWhere that reports to `freed`.
+ImplFn fill_impl_reporting(double value, std::shared_ptr<std::vector<bool>> freed) {
+  auto probe = std::make_shared<FreedWhere>(std::move(freed));
+  return [probe, fill = fill_impl(value)](const c10::OperatorHandle& op, c10::DispatchKeySet keys,
+                                          Stack* stack) { fill(op, keys, stack); };
+}
+
 // A default-made Snapshot holds no state: restoring it is a bad argument
 // (the type a caller checks for), and leaves the registry as it was.
 TEST_F(TeardownTest, RestoringAnEmptySnapshotIsABadArgumentAndChangesNothing) {
@@ -171,6 +195,104 @@ TEST_F(TeardownTest, RestoreWarnsAboutOpsThatNoLongerExist) {
   registry().restore(empty);
   EXPECT_FALSE(c10::Dispatcher::singleton().findSchema({"_native::" + node->node_id, ""}));
   warnings.clear();
+}
+
+// As above, the op defined again with another schema: the restore warns
+// once for the router it cannot rebuild and once for the `_native` op, each
+// saying what changed.
+TEST_F(TeardownTest, RestoreWarnsAboutARouterAndANativeOpWhoseOpChangedItsSchema) {
+  const std::string ns = "_native_registry_test_changed";
+  const GraphKey key = twice_cpu(ns);
+  const Snapshot empty = registry().snapshot();
+  auto library = std::make_unique<fixtures::ScopedTwiceNamespace>(ns, 5.0);
+  const NodePtr node = register_override(key, constant_cond(true), fill_impl(9));
+  registry().install_graph(key);
+  const Snapshot with_router = registry().snapshot();
+  registry().restore(empty);
+  library.reset();
+  torch::Library changed(torch::Library::DEF, ns, std::nullopt, __FILE__, __LINE__);
+  changed.def("twice(Tensor x, Tensor y) -> Tensor");
+  registry().restore(with_router);
+  EXPECT_EQ(registry().router_state(key), RouterState::kAbsent);
+  ASSERT_EQ(warnings.size(), 2u);
+  EXPECT_THAT(warnings[0], ::testing::HasSubstr(key.to_string() + " (for _native::" +
+                                                node->node_id + ": op " + ns + "::twice changed"));
+  EXPECT_THAT(warnings[1], ::testing::HasSubstr("restore: the op of " + key.to_string() + " (op " +
+                                                ns + "::twice changed"));
+  registry().restore(empty);
+  warnings.clear();
+}
+
+// A snapshot's nodes held only by it are visited for the host's collector;
+// while a copy shares its state, none is (the host would count its holds twice).
+TEST_F(TeardownTest, ASnapshotVisitsTheNodesOnlyItHoldsUnlessACopySharesThem) {
+  const Snapshot empty = registry().snapshot();
+  register_override(mul_cpu(), constant_cond(true), fill_impl(1));
+  const Snapshot with_node = registry().snapshot();
+  registry().restore(empty);  // the node is the snapshot's alone
+  int visited = 0;
+  auto count = [&visited](const OverrideNode&) { ++visited; };
+  with_node.visit_nodes_held_only_here(count);
+  EXPECT_EQ(visited, 1);
+  {
+    const Snapshot copy = with_node;
+    visited = 0;
+    with_node.visit_nodes_held_only_here(count);
+    EXPECT_EQ(visited, 0) << "visited while a copy shares the state";
+  }
+  visited = 0;
+  with_node.visit_nodes_held_only_here(count);
+  EXPECT_EQ(visited, 1);
+  visited = 0;
+  Snapshot().visit_nodes_held_only_here(count);
+  EXPECT_EQ(visited, 0);
+}
+
+// What a teardown retires reaches the release sink, which frees it (a host's
+// callables under its own lock, the GIL): none of it is freed elsewhere.
+TEST_F(TeardownTest, WhatARestoreRetiresIsFreedByTheReleaseSink) {
+  registry().set_release_sink(free_in_sink);
+  const Snapshot empty = registry().snapshot();
+  auto freed = std::make_shared<std::vector<bool>>();
+  register_override(mul_cpu(), constant_cond(true), fill_impl_reporting(7, freed));
+  registry().install_graph(mul_cpu());
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({7})));
+  registry().restore(empty);
+  EXPECT_THAT(*freed, ElementsAre(true));
+}
+
+TEST_F(TeardownTest, ACoverageCheckReplacedIsFreedByTheReleaseSink) {
+  registry().set_release_sink(free_in_sink);
+  auto freed = std::make_shared<std::vector<bool>>();
+  auto probe = std::make_shared<FreedWhere>(freed);
+  registry().set_coverage_check(
+      [probe](const GraphKey&, const c10::OperatorHandle&, c10::DispatchKeySet, const Stack&) {
+        return false;
+      });
+  probe.reset();
+  registry().set_coverage_check({});
+  EXPECT_THAT(*freed, ElementsAre(true));
+}
+
+// A registry's destruction takes its routers out of the dispatcher before
+// its release sink runs, and hands the sink all they held.
+TEST_F(TeardownTest, DestroyingARegistryTakesItsRoutersOutBeforeItsReleaseSinkRuns) {
+  auto freed = std::make_shared<std::vector<bool>>();
+  std::vector<at::Tensor> seen_by_sink;
+  {
+    Registry scoped;
+    scoped.register_op_override("d", "aten", "mul.Tensor", "CPU", constant_cond(true),
+                                fill_impl_reporting(4, freed));
+    scoped.install_all();
+    EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({4})));
+    scoped.set_release_sink([&seen_by_sink](std::vector<std::shared_ptr<const void>>&& retired) {
+      seen_by_sink.push_back(call_mul(tensor({2}), tensor({4})));
+      free_in_sink(std::move(retired));
+    });
+  }
+  ASSERT_FALSE(seen_by_sink.empty());
+  EXPECT_TRUE(same(seen_by_sink.back(), tensor({8}))) << "the router still routed while the sink ran";
+  EXPECT_THAT(*freed, ElementsAre(true));
 }
 
 TEST_F(TeardownTest, SnapshotsOfAnotherRegistryAndEmptySnapshotsAreRefused) {
