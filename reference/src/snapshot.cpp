@@ -82,6 +82,18 @@ void Registry::restore(const Snapshot& snapshot) {
       unrestorable.push_back(record.node->key.to_string() + " (for _native::" + id + ")");
     }
   }
+  const bool mask_changed = saved.unconditional_mask_depth != r.filters_.mask_depth();
+  auto install_router = [&](const GraphKey& key, const Graph& chain) {
+    try {
+      const c10::OperatorHandle op = detail::resolve_op(key);
+      r.native_ops_.activate(chain, &saved.native_nodes, r.released());
+      r.routers_.install(key, op, chain, r.released());
+    } catch (const OperatorChangedError& e) {
+      unrestorable.push_back(key.to_string() + " (" + e.what() + ")");
+    } catch (const OperatorNotFoundError&) {
+      unrestorable.push_back(key.to_string());  // its op is gone, and so is its table
+    }
+  };
   // Each router the snapshot had comes back (dormant if need be, so the
   // dispatcher is as it was), routing through the chain it had then, which
   // may lag its graph (a registration publishes nothing). Only where the
@@ -97,9 +109,7 @@ void Registry::restore(const Snapshot& snapshot) {
       }
       continue;
     }
-    const Graph chain = saved.unconditional_mask_depth == r.filters_.mask_depth()
-                            ? record.chain
-                            : r.chain_under_current_mask(key, record.chain);
+    const Graph chain = mask_changed ? r.chain_under_current_mask(key, record.chain) : record.chain;
     if (r.routers_.find(key) != nullptr) {
       try {
         r.native_ops_.activate(chain, &saved.native_nodes, r.released());
@@ -111,14 +121,17 @@ void Registry::restore(const Snapshot& snapshot) {
       }
       continue;
     }
-    try {
-      const c10::OperatorHandle op = detail::resolve_op(key);
-      r.native_ops_.activate(chain, &saved.native_nodes, r.released());
-      r.routers_.install(key, op, chain, r.released());
-    } catch (const OperatorChangedError& e) {
-      unrestorable.push_back(key.to_string() + " (" + e.what() + ")");
-    } catch (const OperatorNotFoundError&) {
-      unrestorable.push_back(key.to_string());  // its op is gone, and so is its table
+    install_router(key, chain);
+  }
+  // A graph installed with no router at the snapshot (its chain was empty:
+  // under the "remove" policy, say, with the mask hiding its unconditional
+  // nodes) gets one where the mask of now lets a node in: else those nodes,
+  // enabled, would route nothing.
+  if (mask_changed) {
+    for (const GraphKey& key : saved.installed) {
+      if (saved.routers.count(key) || r.routers_.find(key) != nullptr) continue;
+      const Graph chain = r.chain_under_current_mask(key, {});
+      if (!chain.empty()) install_router(key, chain);
     }
   }
 

@@ -27,6 +27,27 @@ class LifetimeTest : public RegistryTest,
   }
 };
 
+// A snapshot taken under the mask, restored once it is lifted: the disabled
+// unconditional node the mask hid routes again, as its is_enabled says. Under
+// the "remove" policy the graph had no router at the snapshot (its chain was
+// empty), so the restore must build one, not only republish those it had.
+TEST_P(LifetimeTest, ARestoreAfterTheMaskIsLiftedRoutesTheUnconditionalNodeItHid) {
+  OverrideOptions unconditional;
+  unconditional.unconditional_override = true;
+  register_override(mul_cpu(), CondFn{}, fill_impl(9), unconditional, "dsl_u");
+  registry().install_graph(mul_cpu());
+  registry().deregister_op_overrides({{"dsl_u"}, {}, {}});
+  auto mask = std::make_unique<Registry::UnconditionalMask>(registry());
+  ASSERT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({8})));
+  const Snapshot under_the_mask = registry().snapshot();
+  mask.reset();
+  ASSERT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({9})));
+  registry().restore(under_the_mask);
+  EXPECT_TRUE(registry().is_enabled(*registry().graph(mul_cpu()).at(0)));
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({9})))
+      << "the node is active, but the restored registry routes nothing to it";
+}
+
 TEST_P(LifetimeTest, ACondThatRestoresItsOwnOpFinishesOnTheOldChain) {
   const Snapshot empty = registry().snapshot();
   int conds = 0;
