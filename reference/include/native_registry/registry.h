@@ -24,7 +24,8 @@
 //    touched: routers installed since are removed, routers replaced since are
 //    rebuilt on a fresh capture of the op's own kernel, every router routes
 //    through the chain it had (by the mask in force now, where that differs
-//    from the snapshot's), and the active
+//    from the snapshot's: an installed graph it left with no router gets one
+//    where the mask of now lets a node in), and the active
 //    `_native` ops are those active at the snapshot (ops of nodes registered
 //    or first installed since are retired).
 //  * Locking: one plain mutex serialises the control plane. It is never held
