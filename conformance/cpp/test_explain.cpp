@@ -169,6 +169,20 @@ TEST_P(Conformance, TheExplainTableOfAGraphWithoutARouterGivesEveryField) {
   check_table(e);
 }
 
+TEST_P(Conformance, NoLineOfTheExplainTableEndsInABlankEvenWhereACondsMessageDoes) {
+  BEHAVIOUR("explain.table");
+  REQUIRE_FEATURE("explain");
+  // The message ends both the raising node's row (its detail) and the kernel's line.
+  add(mul_key(), explain_throwing_cond("cond exploded 5150  "), forbidden_impl(), "raising");
+  adapter().install(mul_key());
+  const ExplainInfo e = adapter().explain(explain_mul_op(), explain_args(), "");
+  EXPECT_EQ(explained_verdicts(e), std::vector<std::string>({"raised"})) << e.table;
+  EXPECT_THAT(e.table, HasSubstr("cond exploded 5150"));
+  for (const std::string& line : table_lines(e.table)) {
+    EXPECT_FALSE(!line.empty() && line.back() == ' ') << "[" << line << "]\n" << e.table;
+  }
+}
+
 TEST_P(Conformance, ExplainNamesTheFilterEntryThatDisabledANode) {
   BEHAVIOUR("explain.disabled-by-filter");
   REQUIRE_FEATURE("explain");

@@ -63,6 +63,23 @@ TEST_P(Conformance, APerThreadDisableSkipsTheOverrideOnThisThreadOnly) {
   EXPECT_EQ(first_value(), 7);
 }
 
+TEST_P(Conformance, ExplainOnThisThreadReportsAPerThreadDisable) {
+  BEHAVIOUR("thread.disable-on-this-thread-only");
+  REQUIRE_FEATURE("thread-disables");
+  REQUIRE_FEATURE("explain");
+  add(mul_key(), constant_cond(true), fill_impl(7), "dsl_a");
+  add(mul_key(), constant_cond(true), fill_impl(9), "dsl_b");
+  adapter().install(mul_key());
+  const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow("aten::mul", "Tensor");
+  auto scope = adapter().disabled_in_thread({{"dsl_a"}, {}, {}});
+  const ExplainInfo e = adapter().explain(op, {tensor({2}), tensor({4})}, "");
+  ASSERT_EQ(e.nodes.size(), 2u) << e.table;
+  EXPECT_EQ(e.nodes[0].verdict, "disabled") << e.table;
+  EXPECT_THAT(e.nodes[0].detail, ::testing::HasSubstr("thread")) << "what disabled it: this thread's scope\n"
+                                                                  << e.table;
+  EXPECT_EQ(e.nodes[1].verdict, "accepted") << e.table;
+}
+
 TEST_P(Conformance, PerThreadDisablesNestAndClosingTheInnerRestoresTheOuter) {
   BEHAVIOUR("thread.disables-nest-and-restore");
   REQUIRE_FEATURE("thread-disables");
@@ -219,6 +236,27 @@ TEST_P(Conformance, AGraphsCountsAreKeptWhenItIsInstalledAgain) {
   EXPECT_EQ(adapter().graph_counts(mul_key()), (GraphC{2, 1})) << "installing again zeroed them";
   call_mul(tensor({1}), tensor({1}));
   EXPECT_EQ(adapter().graph_counts(mul_key()), (GraphC{3, 2}));
+}
+
+TEST_P(Conformance, AnImplErrorThatFellBackCountsAsRaisedAndAsAFallback) {
+  BEHAVIOUR("stats.impl-error-fallback-counted");
+  REQUIRE_FEATURE("routing-stats");
+  REQUIRE_FEATURE("impl-error-fallback");
+  add(mul_key(), constant_cond(true),
+      [](const c10::OperatorHandle&, c10::DispatchKeySet, Stack*) {
+        throw std::runtime_error("impl failed");
+      },
+      "failing");
+  adapter().install(mul_key());
+  const NodeInfo node = adapter().graph(mul_key()).at(0);
+  auto fallback = adapter().impl_error_policy("fallback");
+  auto counting = adapter().collect_stats(true);
+  adapter().reset_stats();
+  for (int i = 0; i < 2; ++i) EXPECT_TRUE(same(call_mul(tensor({2, 3}), tensor({4, 5})), tensor({8, 15})));
+  EXPECT_EQ(adapter().node_counts(node), (RegistryAdapter::NodeCounts{2, 0, 0, 2}))
+      << "taken by the override, whose impl raised each time";
+  EXPECT_EQ(adapter().graph_counts(mul_key()), (RegistryAdapter::GraphCounts{2, 2}))
+      << "each call ran the op's own kernel";
 }
 
 TEST_P(Conformance, WithStatsOffNothingIsCounted) {

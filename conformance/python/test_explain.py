@@ -168,6 +168,18 @@ def test_the_table_of_a_graph_without_a_router_gives_every_field(impl):
     check_table(explained)
 
 
+@behaviour("explain.table")
+def test_no_line_of_the_table_ends_in_a_blank_even_where_a_cond_s_message_does(impl):
+    # The message ends both the raising node's row (its detail) and the kernel's line.
+    impl.register("raising", *KEY, raising_cond("cond exploded 5150  "), forbidden())
+    impl.install(*KEY)
+    explained = impl.explain(MUL, A, B)
+    assert verdicts(explained) == ["raised"], str(explained)
+    table = str(explained)
+    assert "cond exploded 5150" in table
+    assert all(line == line.rstrip() for line in table.splitlines()), table
+
+
 @behaviour("explain.disabled-by-filter")
 def test_explain_names_the_filter_entry_that_disabled_a_node(impl):
     for dsl in ("off_dsl", "on_dsl", "keyed_dsl"):
@@ -534,6 +546,7 @@ def test_explain_of_a_graph_whose_router_s_op_left_the_dispatcher_says_the_call_
         explained = impl.explain(op, x)
         print("kernel: " + explained.kernel.kind)
         print("verdicts: " + ",".join(n.verdict for n in explained.nodes))
+        print("details: " + " | ".join(n.detail for n in explained.nodes))
         print("coverage: " + explained.coverage)
         print("call: " + outcome(op, x))
         impl.install(NS, "foo", "CPU")
@@ -543,6 +556,8 @@ def test_explain_of_a_graph_whose_router_s_op_left_the_dispatcher_says_the_call_
     assert results["call"].startswith("raised"), results  # what explain must foresee
     assert results["kernel"] == "raises", results
     assert results["verdicts"] == "not reached,not reached", results
+    details = results["details"].split(" | ")
+    assert len(details) == 2 and all("dispatcher" in d for d in details), results  # why not reached
     assert "not asked" in results["coverage"], results
     assert results["after install"] == "impl returned [7.0, 7.0]", results
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import threading
 
 import pytest
@@ -269,6 +270,20 @@ def test_a_call_whose_impl_raised_is_still_one_its_graph_decided(impl):
         "the router chose the override for each call; its impl's error does not unmake the choice")
 
 
+@behaviour("stats.impl-error-fallback-counted")
+def test_an_impl_error_that_fell_back_counts_as_raised_and_as_a_fallback(impl):
+    if "impl-error-fallback" not in impl.features:
+        pytest.skip(f"{impl.name} lacks feature impl-error-fallback")
+    node = install_failing_impl(impl)
+    with impl.impl_error_policy("fallback"), impl.collect_stats(True):
+        impl.reset_stats()
+        for _ in range(2):
+            assert torch.equal(mul(), torch.tensor([8.0, 15.0]))  # A * B, the op's own result
+    assert impl.node_stats(node) == {"taken": 2, "declined": 0, "runtime_unavailable": 0, "raised": 2}, (
+        "taken by the override, whose impl raised each time")
+    assert impl.graph_stats(*KEY) == {"calls": 2, "fallbacks": 2}, "each call ran the op's own kernel"
+
+
 @behaviour("stats.unrouted-graph-counts-zero")
 def test_a_graph_no_router_served_counts_zero(impl):
     impl.register("choosy", *KEY, always, returning(SEVENS))  # registered, never installed
@@ -482,6 +497,9 @@ def test_a_burst_of_calls_logs_fewer_records_than_calls_and_says_how_many_it_dro
     messages = [r.getMessage() for r in _routing_records(caplog)]
     assert 1 <= len(messages) < 300, len(messages)
     assert "not logged" in messages[-1], messages[-1]
+    # Every decision is logged or counted once: the last one, a second later, carries the rest.
+    counted = [int(found.group(1)) for m in messages if (found := re.search(r"(\d+)\D*not logged", m))]
+    assert len(messages) + sum(counted) == 301, (len(messages), counted)
 
 
 @behaviour("observe.routing-log")
@@ -517,6 +535,7 @@ def test_explain_on_this_thread_reports_a_per_thread_disable(impl):
     with impl.disabled_in_thread(dsl_names=["dsl_a"]):
         report = impl.explain(torch.ops.aten.mul.Tensor, A, B)
     assert [entry.verdict for entry in report.nodes] == ["disabled", "accepted"], str(report)
+    assert "thread" in report.nodes[0].detail, str(report)  # what disabled it: this thread's scope
 
 
 @behaviour("stats.setting-must-be-bool")

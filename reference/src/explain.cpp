@@ -54,12 +54,26 @@ const char* to_string(ExplainKernel kernel) {
   return "?";
 }
 
+namespace {
+
+// Writes `text` as lines none of which ends in a blank, also where a cell
+// does or holds lines of its own (a cond's message, a Python traceback).
+void put_lines(std::ostringstream& out, const std::string& text) {
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    out << line << "\n";
+  }
+}
+
+}  // namespace
+
 std::string Explanation::to_string() const {
   std::ostringstream out;
-  out << "explain " << op_name << " at " << graph.dispatch_key << "\n";
-  out << "  key:      " << why_key << "\n";
-  out << "  router:   " << router << "\n";
-  out << "  coverage: " << coverage << "\n";
+  put_lines(out, "explain " + op_name + " at " + graph.dispatch_key);
+  put_lines(out, "  key:      " + why_key);
+  put_lines(out, "  router:   " + router);
+  put_lines(out, "  coverage: " + coverage);
   const std::vector<std::string> head{"#", "node_id", "dsl", "verdict", "detail"};
   std::vector<std::vector<std::string>> rows;
   for (size_t i = 0; i < nodes.size(); ++i) {
@@ -78,8 +92,7 @@ std::string Explanation::to_string() const {
       text += cells[c];
       if (c + 1 < cells.size()) text += std::string(width[c] - cells[c].size() + 2, ' ');
     }
-    while (!text.empty() && text.back() == ' ') text.pop_back();
-    out << text << "\n";
+    put_lines(out, text);
   };
   if (rows.empty()) {
     out << "  (no nodes)\n";
@@ -87,9 +100,11 @@ std::string Explanation::to_string() const {
     line(head);
     for (const auto& row : rows) line(row);
   }
-  out << "  kernel:   " << native_registry::to_string(kernel);
-  if (kernel == ExplainKernel::kNodeImpl) out << " of " << kernel_node_id << " (dsl " << kernel_dsl_name << ")";
-  out << ": " << kernel_detail << "\n";
+  std::string kernel_line = "  kernel:   " + std::string(native_registry::to_string(kernel));
+  if (kernel == ExplainKernel::kNodeImpl) {
+    kernel_line += " of " + kernel_node_id + " (dsl " + kernel_dsl_name + ")";
+  }
+  put_lines(out, kernel_line + ": " + kernel_detail);
   return out.str();
 }
 

@@ -12,7 +12,9 @@
 #include <ATen/ops/randn.h>
 #include <ATen/ops/sum.h>
 
+#include <chrono>
 #include <thread>
+#include <vector>
 
 namespace native_registry::testing {
 namespace {
@@ -27,6 +29,43 @@ TEST_F(RoutingTest, CondTrueRoutesToImpl) {
   registry().install_graph(mul_cpu());
   EXPECT_EQ(registry().router_state(mul_cpu()), RouterState::kActive);
   EXPECT_TRUE(same(call_mul(tensor({2, 3}), tensor({4, 5})), tensor({42, 42})));
+}
+
+// The routing log's rate limit (call_hooks.h): at most ten decisions a second
+// per router are passed on, each carrying the count of those dropped since the
+// last one passed. The log is process-wide: a plain function recording here.
+std::vector<uint64_t> g_logged_not_logged;
+void record_decision(const RoutingDecision& decision) {
+  g_logged_not_logged.push_back(decision.not_logged);
+}
+
+int64_t steady_second() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+TEST_F(RoutingTest, TheRoutingLogPassesTenDecisionsASecondAndCountsTheRest) {
+  register_override(mul_cpu(), constant_cond(true), fill_impl(42));
+  registry().install_graph(mul_cpu());
+  g_logged_not_logged.clear();
+  set_routing_log(&record_decision);
+  struct LogOff {
+    ~LogOff() { set_routing_log(nullptr); }
+  } log_off;
+  // A burst of 15 calls just after a second of the steady clock began: ten
+  // passed, five dropped.
+  const int64_t before = steady_second();
+  while (steady_second() == before) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  const int64_t began = steady_second();
+  for (int i = 0; i < 15; ++i) call_mul(tensor({2}), tensor({3}));
+  ASSERT_EQ(steady_second(), began) << "15 calls took the better part of a second";
+  EXPECT_EQ(g_logged_not_logged, std::vector<uint64_t>(10, 0)) << "each passed with none dropped before it";
+  // The first decision of the next second carries the five dropped.
+  while (steady_second() == began) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  call_mul(tensor({2}), tensor({3}));
+  ASSERT_EQ(g_logged_not_logged.size(), 11u);
+  EXPECT_EQ(g_logged_not_logged.back(), 5u);
 }
 
 TEST_F(RoutingTest, CondFalseFallsThroughToTheCapturedKernel) {
