@@ -165,5 +165,28 @@ TEST_F(NativeOpTest, ARegistrysDestructionUndefinesAKeptOpLetGo) {
   EXPECT_FALSE(native_op(*node)) << "let go, but kept past a registry's destruction";
 }
 
+// A registry's destruction retires its ops as restore does: one held past it
+// is kept, raising the teardown's error, until let go.
+TEST_F(NativeOpTest, AnOpHeldPastItsRegistrysDestructionIsKeptRaising) {
+  auto doomed = std::make_unique<Registry>();
+  const NodePtr node = doomed->register_op_override("d", "aten", "mul.Tensor", "CPU",
+                                                    constant_cond(false), fill_impl(3));
+  doomed->install_graph(mul_cpu());
+  auto held = hold_native_op(node->node_id);
+  ASSERT_TRUE(held);
+  doomed.reset();
+  ASSERT_TRUE(native_op(*node)) << "undefined under its holder";
+  Stack stack{tensor({2}), tensor({4})};
+  try {
+    held->callBoxed(&stack);
+    ADD_FAILURE() << "the op held past its registry's destruction still ran";
+  } catch (const c10::Error& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("the registry's teardown"));
+  }
+  held.reset();
+  { Registry sweeper; }
+  EXPECT_FALSE(native_op(*node)) << "let go, but kept past a registry's destruction";
+}
+
 }  // namespace
 }  // namespace native_registry::testing
