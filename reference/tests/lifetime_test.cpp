@@ -174,6 +174,23 @@ TEST_F(RetiredStoreTest, TheCheckCatchesAStoreOverItsBound) {
       ::testing::ExitedWithCode(0), "");
 }
 
+// The table's check catches an op it keeps as active that is not (released
+// behind its back: ops() hands out the ops themselves), naming it
+// (std::logic_error, as every invariant).
+using NativeOpTableTest = RegistryTest;
+
+TEST_F(NativeOpTableTest, TheCheckCatchesAnOpKeptAsActiveThatIsNot) {
+  const NodePtr node = register_override(mul_cpu(), constant_cond(false), fill_impl(1));
+  detail::NativeOpTable table;
+  detail::Released released;
+  table.activate({node}, nullptr, released);
+  table.check();
+  released.push_back(table.ops().at(node->node_id)->release());
+  EXPECT_THAT([&] { table.check(); },
+              ::testing::ThrowsMessage<std::logic_error>(
+                  ::testing::HasSubstr("_native::" + node->node_id + " is retired but kept as active")));
+}
+
 INSTANTIATE_TEST_SUITE_P(Policies, LifetimeTest,
                          ::testing::Values(EmptyChainPolicy::kKeepDormantRouter,
                                            EmptyChainPolicy::kRemoveRouter),
