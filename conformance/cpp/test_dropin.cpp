@@ -232,5 +232,34 @@ TEST_P(Conformance, ARestoreUnderALiftedMaskActivatesTheNativeOpOfTheNodeItPubli
   EXPECT_TRUE(same(stack.at(0).toTensor(), unconditional));
 }
 
+// A snapshot taken before the mask and restored inside it masks the disabled
+// unconditional override it had routing; and a graph the mask does not
+// change comes back with the chain it had, not with an override registered
+// since its install.
+TEST_P(Conformance, ASnapshotTakenBeforeTheMaskAndRestoredInsideItMasks) {
+  BEHAVIOUR("unconditional.restore-inside-the-mask");
+  REQUIRE_FEATURE("unconditional-hatch");
+  REQUIRE_FEATURE("unconditional-survives-disable");
+  REQUIRE_FEATURE("namespaces");
+  // Two ops apart from mul.Tensor, which both compute with.
+  const Key masked = twice_key(ns2().ns()), unmasked = twice_key(ns1().ns());
+  const at::Tensor x = tensor({1, 2});
+  add(masked, {}, fill_impl(9), "u", {}, /*unconditional=*/true);
+  adapter().install(masked);
+  adapter().disable({{"u"}, {}, {}});
+  add(unmasked, constant_cond(false), fill_impl(7), "d");
+  adapter().install(unmasked);
+  add(unmasked, constant_cond(true), fill_impl(8), "late");  // no call reaches it until an install
+  auto outer = adapter().scope();  // a snapshot taken before the mask
+  auto mask = adapter().unconditional_masked();
+  adapter().disable({{"d"}, {}, {}});  // a change for the restore to undo
+  outer.reset();  // restored with the mask on
+  EXPECT_TRUE(same(ns2().twice(x), tensor({3, 6}))) << "the restore brought a masked override back";
+  EXPECT_TRUE(same(ns1().twice(x), tensor({2, 4}))) << "the restore published the late override";
+  mask.reset();
+  EXPECT_TRUE(same(ns2().twice(x), tensor({9, 9})));
+  EXPECT_TRUE(same(ns1().twice(x), tensor({2, 4})));
+}
+
 }  // namespace
 }  // namespace conformance

@@ -28,6 +28,18 @@ TryInitializeRuntimeFn scripted_runtime(std::shared_ptr<std::atomic<int>> asks,
   };
 }
 
+// Enters and leaves the unconditional mask twice: the disabled unconditional
+// override of mul.Tensor (answering 5s) is masked inside, back outside.
+void expect_the_mask_masks_mul(RegistryAdapter& adapter) {
+  for (int round = 0; round < 2; ++round) {
+    {
+      auto mask = adapter.unconditional_masked();
+      EXPECT_TRUE(same(edge_mul_2_3_by_4_5(), kEdgeStockProduct)) << "the mask left the override in round " << round;
+    }
+    EXPECT_TRUE(same(edge_mul_2_3_by_4_5(), tensor({5, 5}))) << "the override did not come back in round " << round;
+  }
+}
+
 TEST_P(Conformance, AnAvailableRuntimeTakesTheCall) {
   BEHAVIOUR("routing.runtime-available-takes-the-call");
   REQUIRE_FEATURE("runtime-init");
@@ -176,6 +188,103 @@ TEST_P(Conformance, AnInstallAllThatFailsPartWayInstallsNothing) {
   EXPECT_FALSE(adapter().router_installed(routed)) << "install_all installed a graph before failing";
   EXPECT_TRUE(same(ns1().twice(tensor({1, 2})), tensor({2, 4})));
   EXPECT_EQ(fingerprint().difference(tables), "");
+}
+
+// A namespace that sorts before aten and the test namespaces, so that an
+// implementation going graph by graph in key order meets its graph first.
+constexpr const char* kEarlyDoomedNamespace = "_native_registry_a_doomed";  // unloaded mid-test
+
+// A change that names a graph never installed checks nothing of it: its op
+// may not be defined yet (the graph gets its router when installed).
+TEST_P(Conformance, AFilterChangeNamingAGraphOfAnUndefinedOpNeverInstalledRaisesNothing) {
+  BEHAVIOUR("filters.change-checks-installed-graphs-only");
+  REQUIRE_FEATURE("namespaces");
+  const Key never = twice_key(kNeverNamespace);
+  add(never, constant_cond(true), fill_impl(7), "d");
+  add(never, constant_cond(true), fill_impl(8), "e");
+  const auto tables = fingerprint();
+  EXPECT_NO_THROW(adapter().disable({{"d"}, {}, {}})) << "the graph of e still routes: its op was looked up";
+  EXPECT_NO_THROW(adapter().enable({{"d"}, {}, {}})) << "re-enabling d: its op was looked up";
+  EXPECT_NO_THROW(adapter().disable({{}, {"twice"}, {}}));
+  EXPECT_NO_THROW(adapter().enable({{}, {"twice"}, {}}));
+  EXPECT_FALSE(adapter().router_installed(never));
+  EXPECT_EQ(fingerprint().difference(tables), "");
+}
+
+TEST_P(Conformance, TheMaskPassesOverAnInstalledGraphWhoseOpIsGone) {
+  BEHAVIOUR("unconditional.mask-passes-over-graphs-it-cannot-change");
+  REQUIRE_FEATURE("unconditional-hatch");
+  REQUIRE_FEATURE("namespaces");
+  const Key doomed = twice_key(kEarlyDoomedNamespace);
+  add(mul_key(), CondFn{}, fill_impl(5), "u", {}, true);
+  adapter().install(mul_key());
+  {
+    ScopedTwiceNamespace library(kEarlyDoomedNamespace, 5.0);
+    add(doomed, CondFn{}, fill_impl(7), "u", {}, true);
+    add(doomed, constant_cond(true), fill_impl(8), "e");
+    adapter().install(doomed);
+    adapter().disable({{"u"}, {}, {}});
+  }
+  // The doomed graph's chain would change too, but its router cannot be rebuilt.
+  expect_the_mask_masks_mul(adapter());
+}
+
+TEST_P(Conformance, TheMaskPassesOverAGraphInstalledWithNoOverride) {
+  BEHAVIOUR("unconditional.mask-passes-over-graphs-it-cannot-change");
+  REQUIRE_FEATURE("unconditional-hatch");
+  REQUIRE_FEATURE("namespaces");
+  adapter().install(bmm_key());  // nothing registered for it: nothing to route
+  add(mul_key(), CondFn{}, fill_impl(5), "u", {}, true);
+  adapter().install(mul_key());
+  adapter().disable({{"u"}, {}, {}});
+  expect_the_mask_masks_mul(adapter());
+  EXPECT_FALSE(adapter().router_installed(bmm_key()));
+}
+
+TEST_P(Conformance, TheMaskLeavesAGraphItDoesNotMaskAsPublished) {
+  BEHAVIOUR("unconditional.mask-republishes-masked-graphs-only");
+  REQUIRE_FEATURE("unconditional-hatch");
+  add(mul_key(), constant_cond(false), fill_impl(7), "d");
+  adapter().install(mul_key());
+  // Registered after the install: no call reaches it until the graph is installed again.
+  add(mul_key(), constant_cond(true), fill_impl(8), "e");
+  add(bmm_key(), CondFn{}, fill_impl(5), "u", {}, true);
+  adapter().install(bmm_key());
+  adapter().disable({{"u"}, {}, {}});  // a graph the mask does change
+  for (int round = 0; round < 2; ++round) {
+    {
+      auto mask = adapter().unconditional_masked();
+      EXPECT_TRUE(same(edge_mul_2_3_by_4_5(), kEdgeStockProduct)) << "entering the mask published e";
+    }
+    EXPECT_TRUE(same(edge_mul_2_3_by_4_5(), kEdgeStockProduct)) << "leaving the mask published e";
+  }
+  adapter().install(mul_key());
+  EXPECT_TRUE(same(edge_mul_2_3_by_4_5(), tensor({8, 8})));
+}
+
+// ---- a scope over several graphs ------------------------------------------------
+
+TEST_P(Conformance, LeavingAScopeRestoresEveryGraphItChanged) {
+  BEHAVIOUR("teardown.scope-restores-every-graph");
+  REQUIRE_FEATURE("namespaces");
+  // ns1's twice and ns2's twice (mul.Tensor is what both compute with): each
+  // with an override that takes the call and one that declines.
+  const Key first = twice_key(ns1().ns()), second = twice_key(ns2().ns());
+  add(first, constant_cond(true), fill_impl(7), "d");
+  add(first, constant_cond(false), fill_impl(70), "e");
+  add(second, constant_cond(true), fill_impl(8), "d");
+  add(second, constant_cond(false), fill_impl(80), "e");
+  adapter().install(first);
+  adapter().install(second);
+  const at::Tensor x = tensor({1, 2});
+  {
+    auto scope = adapter().scope();
+    adapter().disable({{"d"}, {}, {}});  // each router stays, routing through e alone
+    EXPECT_TRUE(same(ns1().twice(x), tensor({2, 4})));
+    EXPECT_TRUE(same(ns2().twice(x), tensor({3, 6})));
+  }
+  EXPECT_TRUE(same(ns1().twice(x), tensor({7, 7}))) << "leaving the scope left the first graph changed";
+  EXPECT_TRUE(same(ns2().twice(x), tensor({8, 8}))) << "leaving the scope left the second graph changed";
 }
 
 TEST_P(Conformance, TheNativeNamespaceCanNeverBeAllowed) {

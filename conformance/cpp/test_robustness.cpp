@@ -36,14 +36,16 @@ void foo_kernel(const c10::OperatorHandle&, c10::DispatchKeySet, Stack* stack) {
 }
 
 // The schemas foo is defined with: the override's, and those it is defined
-// again with (another argument list; the same argument made keyword-only).
-enum class Foo { kOne, kThree, kKeywordOnly };
+// again with (another argument list; the same argument made keyword-only;
+// three arguments, the last two keyword-only).
+enum class Foo { kOne, kThree, kKeywordOnly, kTwoKeywordOnly };
 
 std::unique_ptr<torch::Library> define_foo(Foo schema) {
   auto lib = std::make_unique<torch::Library>(torch::Library::DEF, kRedefNs, std::nullopt,
                                               __FILE__, __LINE__);
-  if (schema == Foo::kThree) {
-    lib->def("foo(Tensor x, Tensor y, Tensor z) -> Tensor");
+  if (schema == Foo::kThree || schema == Foo::kTwoKeywordOnly) {
+    lib->def(schema == Foo::kThree ? "foo(Tensor x, Tensor y, Tensor z) -> Tensor"
+                                   : "foo(Tensor x, *, Tensor y, Tensor z) -> Tensor");
     lib->impl("foo", torch::dispatch(c10::DispatchKey::CPU,
                                      torch::CppFunction::makeFromBoxedFunction<&foo_kernel<3, false>>()));
     lib->impl("foo", torch::dispatch(c10::DispatchKey::Meta,
@@ -191,8 +193,9 @@ void add_redef_override(RegistryAdapter& registry, const Key& key) {
   inner.reset();  // would re-activate the op on the new schema
   int bad = 0;
   const std::vector<std::string> warnings = registry.warnings();
-  const std::string now = schema == Foo::kThree ? "(Tensor x, Tensor y, Tensor z) -> Tensor"
-                                                : "(*, Tensor x) -> Tensor";
+  const std::string now = schema == Foo::kThree          ? "(Tensor x, Tensor y, Tensor z) -> Tensor"
+                          : schema == Foo::kTwoKeywordOnly ? "(Tensor x, *, Tensor y, Tensor z) -> Tensor"
+                                                           : "(*, Tensor x) -> Tensor";
   bool named = false;
   for (size_t i = warned_before; i < warnings.size(); ++i) {
     named |= warnings[i].find(node.node_id) != std::string::npos &&
@@ -214,7 +217,7 @@ void add_redef_override(RegistryAdapter& registry, const Key& key) {
     std::fputs("the _native op held past the restore is gone\n", stderr);
     ++bad;
   }
-  const size_t arguments = schema == Foo::kThree ? 3 : 1;
+  const size_t arguments = schema == Foo::kThree || schema == Foo::kTwoKeywordOnly ? 3 : 1;
   Stack stack(arguments, tensor({1, 1}));
   foo_op().callBoxed(&stack);
   if (!same(stack.at(0).toTensor(), tensor({1.f + arguments, 1.f + arguments}))) {
@@ -274,6 +277,54 @@ std::unique_ptr<torch::Library> install_then_redefine_foo(RegistryAdapter& regis
   registry.install(key);
   lib.reset();
   return define_foo(Foo::kOne);
+}
+
+// A namespace that sorts before kRedefNs, so that an implementation going
+// graph by graph in key order reaches its graph before foo's.
+constexpr const char* kEarlyNs = "_native_registry_a_early";
+
+// Runs in a death-test child: an override of foo disabled since its install
+// (its `_native` op still defined for foo), foo defined again with another
+// schema and its graph installed again for a second override (a router in
+// place on the new foo); then a re-enable of the first override's dsl, which
+// also names an override of a graph that sorts before foo's. Exits 0 if the
+// re-enable raised and changed nothing (the stale op is found before anything
+// is published): the earlier graph's override takes no call, and says so.
+[[noreturn]] void reenable_beside_a_stale_native_op(RegistryAdapter& registry) {
+  alarm(60);
+  const Key key{kRedefNs, "foo", "CPU"};
+  ScopedTwiceNamespace early(kEarlyNs, 2.0);
+  const Key early_key{kEarlyNs, "twice", "CPU"};
+  registry.allow_namespace(kEarlyNs);
+  registry.register_override({"redef_dsl", kEarlyNs, "twice", "CPU", constant_cond(true), fill_impl(9), {},
+                              false});
+  auto lib = define_foo(Foo::kOne);
+  add_redef_override(registry, key);
+  registry.install(early_key);
+  registry.install(key);
+  registry.disable({{"redef_dsl"}, {}, {}});
+  lib.reset();
+  lib = define_foo(Foo::kThree);
+  registry.register_override({"second_dsl", key.lib_symbol, key.op_symbol, key.dispatch_key,
+                              constant_cond(true), fill_impl(8), {}, false});
+  registry.install(key);
+  int bad = 0;
+  try {
+    registry.enable({{"redef_dsl"}, {}, {}});
+    std::fputs("re-enabling the override whose _native op is stale raised nothing\n", stderr);
+    ++bad;
+  } catch (const std::exception&) {
+  }
+  if (!same(early.twice(tensor({1, 2})), tensor({2, 4}))) {
+    std::fputs("the failed re-enable gave the earlier graph its route back\n", stderr);
+    ++bad;
+  }
+  if (registry.graph(early_key).at(0).active) {
+    std::fputs("the failed re-enable changed the filters\n", stderr);
+    ++bad;
+  }
+  std::fflush(stderr);
+  std::_Exit(bad == 0 ? 0 : 1);
 }
 
 // Runs in a death-test child: the target defined again with the same schema
@@ -474,13 +525,16 @@ TEST_P(Conformance, ARestoreAfterTheTargetWasRedefinedDoesNotDefineAnOpNothingHe
   EXPECT_EXIT(restore_after_redefinition(adapter(), Foo::kThree, false), ::testing::ExitedWithCode(0), "");
 }
 
-// The same argument, keyword-only now: another schema too.
+// The same argument, keyword-only now: another schema too. The warning
+// writes a schema as the schema language does: one `*` before the first
+// keyword-only argument, however many follow.
 TEST_P(Conformance, ARestoreAfterTheTargetsArgumentBecameKeywordOnlyWarns) {
   BEHAVIOUR("robustness.native-op-target-redefined");
   REQUIRE_FEATURE("native-op-meta");
   REQUIRE_FEATURE("namespaces");
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_EXIT(restore_after_redefinition(adapter(), Foo::kKeywordOnly, true), ::testing::ExitedWithCode(0), "");
+  EXPECT_EXIT(restore_after_redefinition(adapter(), Foo::kTwoKeywordOnly, true), ::testing::ExitedWithCode(0), "");
 }
 
 TEST_P(Conformance, AnInstallThatMeetsAStaleNativeOpDefinesNoneOfItsChain) {
@@ -490,6 +544,14 @@ TEST_P(Conformance, AnInstallThatMeetsAStaleNativeOpDefinesNoneOfItsChain) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_EXIT(install_before_a_stale_native_op(adapter(), false), ::testing::ExitedWithCode(0), "");
   EXPECT_EXIT(install_before_a_stale_native_op(adapter(), true), ::testing::ExitedWithCode(0), "");
+}
+
+TEST_P(Conformance, AReenableThatMeetsAStaleNativeOpChangesNothing) {
+  BEHAVIOUR("validation.change-refused-by-a-stale-native-op-changes-nothing");
+  REQUIRE_FEATURE("native-op-meta");
+  REQUIRE_FEATURE("namespaces");
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(reenable_beside_a_stale_native_op(adapter()), ::testing::ExitedWithCode(0), "");
 }
 
 TEST_P(Conformance, AGraphInstalledAgainAfterItsTargetWasRedefinedRoutesTheNewOp) {

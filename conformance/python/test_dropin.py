@@ -12,7 +12,7 @@ import torch
 from functorch.compile import make_boxed_func
 from torch._dynamo.backends.common import aot_autograd
 
-from conftest import behaviour, kernel_receives, run_in_fresh_interpreter
+from conftest import NS, NS2, behaviour, kernel_receives, run_in_fresh_interpreter
 
 from fixtures.python.torch_fixtures import A, B, STOCK, mul
 from fixtures.python.torch_fixtures import MUL_CPU as KEY
@@ -346,6 +346,30 @@ def test_a_restore_under_a_lifted_mask_activates_the_native_op_of_the_node_it_pu
     node = impl.graph(*KEY)[1]
     assert torch.equal(impl.native_op(node)(torch.tensor([2.0, 3.0]), torch.tensor([4.0, 5.0])),
                        unconditional), "the override the restored router routes to has no working _native op"
+
+
+@behaviour("unconditional.restore-inside-the-mask")
+def test_a_snapshot_taken_before_the_mask_and_restored_inside_it_masks(impl, namespaces):
+    """The masked override and the late one on two ops apart from mul.Tensor,
+    which both compute with."""
+    ns_twice, ns2_twice = namespaces
+    masked, unmasked = (NS2, "twice", "CPU"), (NS, "twice", "CPU")
+    x = torch.tensor([1.0, 2.0])
+    impl.register("u", *masked, None, lambda x: torch.full_like(x, 9.0), unconditional_override=True)
+    impl.install(*masked)
+    impl.disable(dsl_names=["u"])
+    impl.register("d", *unmasked, lambda *a: False, lambda x: torch.full_like(x, 7.0))
+    impl.install(*unmasked)
+    impl.register("late", *unmasked, lambda *a: True, lambda x: torch.full_like(x, 8.0))  # not routed until an install
+    outer = impl.scope()
+    outer.__enter__()  # a snapshot taken before the mask
+    with impl.unconditional_masked():
+        impl.disable(dsl_names=["d"])  # a change for the restore to undo
+        outer.__exit__(None, None, None)  # restored with the mask on
+        assert torch.equal(ns2_twice(x), x * 3), "the restore brought a masked override back"
+        assert torch.equal(ns_twice(x), x * 2), "the restore published the late override"
+    assert torch.equal(ns2_twice(x), torch.full_like(x, 9.0))
+    assert torch.equal(ns_twice(x), x * 2)
 
 
 # ---- torch's front ends and torch 2.13's forms ------------------------------------------

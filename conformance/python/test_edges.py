@@ -188,6 +188,103 @@ def test_an_install_all_that_fails_part_way_installs_nothing(impl, namespaces):
     assert dispatcher_state() == before
 
 
+@behaviour("filters.change-checks-installed-graphs-only")
+def test_a_filter_change_naming_a_graph_of_an_undefined_op_never_installed_raises_nothing(impl):
+    """A change checks nothing of a graph never installed: its op may not be
+    defined yet (the graph gets its router when installed)."""
+    never = (NEVER_NS, "twice", "CPU")
+    impl.allow_namespace(NEVER_NS)
+    impl.register("d", *never, accept, fill(7.0))
+    impl.register("e", *never, accept, fill(8.0))
+    before = dispatcher_state()
+    impl.disable(dsl_names=["d"])      # the graph of e still routes: its op must not be looked up
+    impl.enable(dsl_names=["d"])
+    impl.disable(op_symbols=["twice"])
+    impl.enable(op_symbols=["twice"])
+    assert not impl.router_installed(*never)
+    assert dispatcher_state() == before
+
+
+# ---- graphs the unconditional mask passes over or leaves ----------------------------
+
+# A namespace that sorts before aten and NS, so that an implementation going
+# graph by graph in key order meets its graph first.
+EARLY_DOOMED_NS = "_native_registry_a_doomed"   # defined, then unloaded mid-test
+BMM = ("aten", "bmm", "CPU")
+
+
+def expect_the_mask_masks_mul(impl):
+    """Enters and leaves the mask twice: the disabled unconditional override of
+    mul.Tensor (answering 5s) is masked inside, back outside."""
+    for round in range(2):
+        with impl.unconditional_masked():
+            assert torch.equal(mul(), STOCK), f"the mask left the override in round {round}"
+        assert torch.equal(mul(), torch.full_like(STOCK, 5.0)), f"the override did not come back in round {round}"
+
+
+@behaviour("unconditional.mask-passes-over-graphs-it-cannot-change")
+def test_the_mask_passes_over_a_graph_installed_with_no_override(impl):
+    impl.install(*BMM)   # nothing registered for it: nothing to route
+    impl.register("u", *KEY, None, fill(5.0), unconditional_override=True)
+    impl.install(*KEY)
+    impl.disable(dsl_names=["u"])
+    expect_the_mask_masks_mul(impl)
+    assert not impl.router_installed(*BMM)
+
+
+@behaviour("unconditional.mask-passes-over-graphs-it-cannot-change")
+def test_the_mask_passes_over_an_installed_graph_whose_op_is_gone(impl):
+    doomed = (EARLY_DOOMED_NS, "twice", "CPU")
+    impl.allow_namespace(EARLY_DOOMED_NS)
+    impl.register("u", *KEY, None, fill(5.0), unconditional_override=True)
+    impl.install(*KEY)
+    with torch.library._scoped_library(EARLY_DOOMED_NS, "DEF") as lib:
+        lib.define("twice(Tensor self) -> Tensor")
+        lib.impl("twice", lambda x: x * 5, "CompositeExplicitAutograd")
+        impl.register("u", *doomed, None, fill(7.0), unconditional_override=True)
+        impl.register("e", *doomed, accept, fill(8.0))
+        impl.install(*doomed)
+        impl.disable(dsl_names=["u"])
+    # The doomed graph's chain would change too, but its router cannot be rebuilt.
+    expect_the_mask_masks_mul(impl)
+
+
+@behaviour("unconditional.mask-republishes-masked-graphs-only")
+def test_the_mask_leaves_a_graph_it_does_not_mask_as_published(impl):
+    impl.register("d", *KEY, lambda *a: False, fill(7.0))
+    impl.install(*KEY)
+    # Registered after the install: no call reaches it until the graph is installed again.
+    impl.register("e", *KEY, accept, fill(8.0))
+    impl.register("u", *BMM, None, fill(5.0), unconditional_override=True)
+    impl.install(*BMM)
+    impl.disable(dsl_names=["u"])   # a graph the mask does change
+    for _ in range(2):
+        with impl.unconditional_masked():
+            assert torch.equal(mul(), STOCK), "entering the mask published e"
+        assert torch.equal(mul(), STOCK), "leaving the mask published e"
+    impl.install(*KEY)
+    assert torch.equal(mul(), torch.full_like(STOCK, 8.0))
+
+
+# ---- a scope over several graphs --------------------------------------------------
+
+@behaviour("teardown.scope-restores-every-graph")
+def test_leaving_a_scope_restores_every_graph_it_changed(impl, namespaces):
+    ns_twice, ns2_twice = namespaces
+    first, second = (NS, "twice", "CPU"), (NS2, "twice", "CPU")
+    # Each with an override that takes the call and one that declines.
+    for key, value in ((first, 7.0), (second, 8.0)):
+        impl.register("d", *key, accept, fill(value))
+        impl.register("e", *key, lambda *a: False, fill(value * 10))
+        impl.install(*key)
+    with impl.scope():
+        impl.disable(dsl_names=["d"])   # each router stays, routing through e alone
+        assert torch.equal(ns_twice(X), X * 2)
+        assert torch.equal(ns2_twice(X), X * 3)
+    assert torch.equal(ns_twice(X), torch.full_like(X, 7.0)), "leaving the scope left the first graph changed"
+    assert torch.equal(ns2_twice(X), torch.full_like(X, 8.0)), "leaving the scope left the second graph changed"
+
+
 # ---- allow_namespace -----------------------------------------------------------
 
 @behaviour("validation.native-namespace-never-allowed")

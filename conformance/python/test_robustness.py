@@ -96,6 +96,17 @@ REDEFINE_KEYWORD_ONLY = """
 """
 
 
+# Three arguments, the last two keyword-only: the schema language writes one
+# `*` before the first of them.
+REDEFINE_TWO_KEYWORD_ONLY = """
+    lib._destroy()
+    lib = torch.library.Library(NS, "DEF")
+    lib.define("foo(Tensor x, *, Tensor y, Tensor z) -> Tensor")
+    lib.impl("foo", lambda x, *, y, z: x + y + z, "CPU")
+    lib.impl("foo", lambda x, *, y, z: torch.empty_like(x), "Meta")
+"""
+
+
 @behaviour("robustness.native-op-target-redefined")
 @pytest.mark.parametrize("redefinition,new_op,computes,schema_now", [
     (REDEFINE, "getattr(torch.ops, NS).foo(x, x, x).tolist()", "[3.0, 3.0]",
@@ -104,7 +115,9 @@ REDEFINE_KEYWORD_ONLY = """
      "(Tensor x) -> (Tensor, Tensor)"),
     (REDEFINE_KEYWORD_ONLY, "getattr(torch.ops, NS).foo(x=x).tolist()", "[2.0, 2.0]",
      "(*, Tensor x) -> Tensor"),
-], ids=["other-arguments", "other-results", "keyword-only"])
+    (REDEFINE_TWO_KEYWORD_ONLY, "getattr(torch.ops, NS).foo(x, y=x, z=x).tolist()", "[3.0, 3.0]",
+     "(Tensor x, *, Tensor y, Tensor z) -> Tensor"),
+], ids=["other-arguments", "other-results", "keyword-only", "two-keyword-only"])
 def test_a_restore_after_the_target_was_redefined_does_not_revive_the_old_op(impl, redefinition, new_op,
                                                                              computes, schema_now):
     module = impl.module
@@ -194,6 +207,37 @@ def test_a_restore_holding_a_router_whose_op_is_gone_brings_the_others_back(impl
     assert results["between"] == "returned [1.0, 1.0]", results["between"]
     assert results["restored"] == "returned [5.0, 5.0]", (
         f"mul's router was not brought back: {results['restored']}")
+
+
+@behaviour("validation.change-refused-by-a-stale-native-op-changes-nothing")
+def test_a_reenable_that_meets_a_stale_native_op_changes_nothing(impl):
+    """foo's override disabled (its `_native` op still defined for foo), foo
+    defined again with another schema and installed again for a second
+    override (a router in place on the new foo); re-enabling the first
+    override's dsl, which also names an override of a graph that sorts before
+    foo's, must raise and change nothing: the stale op is found before
+    anything is published."""
+    lines = run_in_fresh_interpreter(impl, script(REDEF_SETUP, """
+        EARLY = "_native_registry_a_early"   # sorts before NS
+        early_lib = torch.library.Library(EARLY, "DEF")
+        early_lib.define("twice(Tensor x) -> Tensor")
+        early_lib.impl("twice", lambda x: x * 2, "CPU")
+        impl.allow_namespace(EARLY)
+        impl.register("redef_dsl", EARLY, "twice", "CPU", lambda *a: True, lambda x: x * 9)
+        impl.install(EARLY, "twice", "CPU")
+        impl.disable(dsl_names=["redef_dsl"])
+    """, REDEFINE, """
+        impl.register("second_dsl", NS, "foo", "CPU", lambda *a: True, lambda x, y, z: x * 8)
+        impl.install(NS, "foo", "CPU")
+        print("enable: " + outcome(lambda: impl.enable(dsl_names=["redef_dsl"]) or x))
+        print("early: " + outcome(getattr(torch.ops, EARLY).twice, x))
+        print("active: " + str(impl.graph(EARLY, "twice", "CPU")[0].active))
+    """), timeout=120)
+    results = check_named_error(lines)
+    assert results["enable"].startswith("raised"), "re-enabling the override whose _native op is stale raised nothing"
+    assert results["early"] == "returned [2.0, 2.0]", (
+        f"the failed re-enable gave the earlier graph its route back: {results['early']}")
+    assert results["active"] == "False", "the failed re-enable changed the filters"
 
 
 @behaviour("robustness.reinstall-after-target-redefined")

@@ -195,6 +195,23 @@ TEST_F(RetiredStoreTest, TheCheckCatchesAStoreOverItsBound) {
       ::testing::ExitedWithCode(0), "");
 }
 
+// The table's check catches an op it keeps as active that is not (released
+// behind its back: ops() hands out the ops themselves), naming it
+// (std::logic_error, as every invariant).
+using NativeOpTableTest = RegistryTest;
+
+TEST_F(NativeOpTableTest, TheCheckCatchesAnOpKeptAsActiveThatIsNot) {
+  const NodePtr node = register_override(mul_cpu(), constant_cond(false), fill_impl(1));
+  detail::NativeOpTable table;
+  detail::Released released;
+  table.activate({node}, nullptr, released);
+  table.check();
+  released.push_back(table.ops().at(node->node_id)->release());
+  EXPECT_THAT([&] { table.check(); },
+              ::testing::ThrowsMessage<std::logic_error>(
+                  ::testing::HasSubstr("_native::" + node->node_id + " is retired but kept as active")));
+}
+
 INSTANTIATE_TEST_SUITE_P(Policies, LifetimeTest,
                          ::testing::Values(EmptyChainPolicy::kKeepDormantRouter,
                                            EmptyChainPolicy::kRemoveRouter),
@@ -203,6 +220,34 @@ INSTANTIATE_TEST_SUITE_P(Policies, LifetimeTest,
                                       ? std::string("Remove")
                                       : std::string("KeepDormant");
                          });
+
+// What erase_graph lets go of, and what a registry's destruction does (its
+// graphs: the nodes and the callables they hold), goes to the release sink,
+// not freed on the spot: the Python binding's sink frees it under the GIL.
+TEST(ReleaseSinkTest, ErasedGraphsAndTheGraphsOfADestroyedRegistryGoToTheSink) {
+  auto sunk = std::make_shared<std::vector<std::shared_ptr<const void>>>();
+  auto registry = std::make_unique<Registry>();
+  registry->set_release_sink([sunk](std::vector<std::shared_ptr<const void>>&& released) {
+    for (auto& object : released) sunk->push_back(std::move(object));
+  });
+  // A cond holding a witness: alive for as long as its node is.
+  auto held_by = [](std::weak_ptr<int>& witness) {
+    auto held = std::make_shared<int>(0);
+    witness = held;
+    return [held](const c10::OperatorHandle&, c10::DispatchKeySet, const Stack&) { return false; };
+  };
+  std::weak_ptr<int> erased, destroyed;
+  registry->register_op_override("d", "aten", "mul.Tensor", "CPU", held_by(erased), fill_impl(1));
+  registry->register_op_override("d", "aten", "bmm", "CPU", held_by(destroyed), fill_impl(1));
+  registry->erase_graph(mul_cpu());
+  EXPECT_FALSE(erased.expired()) << "erase_graph freed the graph itself";
+  sunk->clear();
+  EXPECT_TRUE(erased.expired());
+  registry.reset();
+  EXPECT_FALSE(destroyed.expired()) << "the registry's destruction freed its graphs itself";
+  sunk->clear();
+  EXPECT_TRUE(destroyed.expired());
+}
 
 // With the registry's lock held while these run, each would deadlock (the
 // lock is a plain mutex): the test would hang and meson's timeout fail it.

@@ -131,6 +131,67 @@ TEST_F(NativeOpTest, RestoreUndefinesRetiredOpsNothingHolds) {
   EXPECT_FALSE(native_op(*node));
 }
 
+// A registry's destruction retires its ops as restore does: one held past it
+// is kept, raising the teardown's error, until let go.
+TEST_F(NativeOpTest, AnOpHeldPastItsRegistrysDestructionIsKeptRaising) {
+  auto doomed = std::make_unique<Registry>();
+  const NodePtr node = doomed->register_op_override("d", "aten", "mul.Tensor", "CPU",
+                                                    constant_cond(false), fill_impl(3));
+  doomed->install_graph(mul_cpu());
+  auto held = hold_native_op(node->node_id);
+  ASSERT_TRUE(held);
+  doomed.reset();
+  ASSERT_TRUE(native_op(*node)) << "undefined under its holder";
+  Stack stack{tensor({2}), tensor({4})};
+  try {
+    held->callBoxed(&stack);
+    ADD_FAILURE() << "the op held past its registry's destruction still ran";
+  } catch (const c10::Error& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("the registry's teardown"));
+  }
+  held.reset();
+  { Registry sweeper; }
+  EXPECT_FALSE(native_op(*node)) << "let go, but kept past a registry's destruction";
+}
+
+// Tells whether a `_native` op still had its raising kernel when the
+// dispatcher told its listeners the op was leaving.
+class KernelAtDeregistration : public c10::OpRegistrationListener {
+ public:
+  KernelAtDeregistration(std::string name, std::shared_ptr<std::vector<bool>> seen)
+      : name_(std::move(name)), seen_(std::move(seen)) {}
+  void onOperatorRegistered(const c10::OperatorHandle&) override {}
+  void onOperatorDeregistered(const c10::OperatorHandle& op) override {
+    if (op.operator_name().name == name_) {
+      seen_->push_back(op.hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd));
+    }
+  }
+
+ private:
+  std::string name_;
+  std::shared_ptr<std::vector<bool>> seen_;
+};
+
+// A kept op leaves the dispatcher whole: its raising kernel goes before its
+// definition, so a registration listener told of its leaving finds no kernel.
+TEST_F(NativeOpTest, AKeptOpLeavesTheDispatcherKernelFirst) {
+  const Snapshot empty = registry().snapshot();
+  auto node = register_override(mul_cpu(), constant_cond(false), fill_impl(3));
+  registry().install_graph(mul_cpu());
+  auto held = hold_native_op(node->node_id);
+  ASSERT_TRUE(held);
+  registry().restore(empty);  // kept, raising
+  auto seen = std::make_shared<std::vector<bool>>();
+  {
+    auto listening = c10::Dispatcher::singleton().addRegistrationListener(
+        std::make_unique<KernelAtDeregistration>("_native::" + node->node_id, seen));
+    held.reset();
+    registry().restore(empty);  // the teardown's sweep undefines it
+  }
+  ASSERT_EQ(seen->size(), 1u) << "the op's leaving was not told";
+  EXPECT_FALSE(seen->at(0)) << "the op's definition went before its raising kernel";
+}
+
 // Held past its teardown, an op is kept (raising) until the holder lets go;
 // the next teardown then undefines it.
 TEST_F(NativeOpTest, AHeldRetiredOpIsUndefinedOnceReleased) {

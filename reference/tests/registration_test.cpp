@@ -285,5 +285,44 @@ TEST_F(RegistrationTest, NewCallablesAreCheckedAsRegistrationChecksThem) {
   EXPECT_TRUE(replaced->cond(bmm, c10::DispatchKeySet(c10::DispatchKey::CPU), Stack{}));
 }
 
+// Only a node its graph holds can take new callables: one reordered out of
+// a graph that still has others, one whose graph was erased, and one of
+// another registry under the same key are refused, the graph unchanged.
+TEST_F(RegistrationTest, NewCallablesAreRefusedForANodeTheGraphNoLongerHolds) {
+  const NodePtr out = register_override(mul_cpu(), constant_cond(false), fill_impl(1));
+  const NodePtr kept = register_override(mul_cpu(), constant_cond(false), fill_impl(2));
+  const NodePtr erased = register_override(bmm_cpu(), constant_cond(false), fill_impl(3));
+  Registry other;
+  const NodePtr foreign = other.register_op_override("test_dsl", "aten", "mul.Tensor", "CPU",
+                                                     constant_cond(false), fill_impl(4));
+  registry().replace_graph(mul_cpu(), {kept});
+  registry().erase_graph(bmm_cpu());
+  for (const NodePtr& node : {out, erased, foreign}) {
+    EXPECT_THAT([&] { registry().replace_node_callables(*node, constant_cond(true), fill_impl(5), {}); },
+                ::testing::ThrowsMessage<InvalidArgumentError>(HasSubstr("is not in the graph")))
+        << node->node_id;
+  }
+  EXPECT_THAT(registry().graph(mul_cpu()), ElementsAre(kept));
+  EXPECT_TRUE(registry().graph(bmm_cpu()).empty());
+  registry().check_invariants();
+}
+
+// A node's `_native` op name comes from a serial and its op and dsl, and is
+// one no op in the dispatcher has yet: a name taken by someone else (here the
+// one the next registration would mint) is passed over.
+TEST_F(RegistrationTest, ANodeIdPassesOverANativeOpNameAlreadyDefined) {
+  const NodePtr first = register_override(mul_cpu(), constant_cond(false), fill_impl(1));
+  const std::string prefix = "nr";
+  ASSERT_EQ(first->node_id.rfind(prefix, 0), 0u) << first->node_id;
+  const size_t end = first->node_id.find('_');
+  const uint64_t serial = std::stoull(first->node_id.substr(prefix.size(), end - prefix.size()));
+  const std::string taken = prefix + std::to_string(serial + 1) + first->node_id.substr(end);
+  torch::Library squatter(torch::Library::FRAGMENT, "_native", std::nullopt, __FILE__, __LINE__);
+  squatter.def((taken + "(Tensor self, Tensor other) -> Tensor").c_str());
+  const NodePtr second = register_override(mul_cpu(), constant_cond(false), fill_impl(2));
+  EXPECT_NE(second->node_id, taken);
+  EXPECT_FALSE(c10::Dispatcher::singleton().findOp({"_native::" + second->node_id, ""}).has_value());
+}
+
 }  // namespace
 }  // namespace native_registry::testing

@@ -212,6 +212,19 @@ TEST_F(ImplErrorPolicyTest, AnOpThatWritesItsArgumentsStillRaises) {
   EXPECT_THROW(target.mul_(tensor({4})), std::runtime_error);
 }
 
+// The invariant holds whichever policy was set, before the router's install
+// or after it: each router follows the registry's policy.
+TEST_F(ImplErrorPolicyTest, EveryRouterFollowsThePolicySetBeforeOrAfterItsInstall) {
+  registry().set_impl_error_policy(ImplErrorPolicy::kFallback);
+  register_override(mul_cpu(), constant_cond(true), fill_impl(7));
+  registry().install_graph(mul_cpu());
+  registry().check_invariants();
+  registry().set_impl_error_policy(ImplErrorPolicy::kRaise);
+  registry().check_invariants();
+  registry().set_impl_error_policy(ImplErrorPolicy::kFallback);
+  registry().check_invariants();
+}
+
 // ---- routing stats --------------------------------------------------------------
 
 using StatsSettingTest = RegistryTest;
