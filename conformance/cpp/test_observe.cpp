@@ -34,6 +34,13 @@ void on_threads(int count, const std::function<void()>& work) {
 
 float first_value() { return call_mul(tensor({2, 3}), tensor({4, 5}))[0].item<float>(); }
 
+// An impl that raises whatever it is given.
+ImplFn failing_impl() {
+  return [](const c10::OperatorHandle&, c10::DispatchKeySet, Stack*) {
+    throw std::runtime_error("impl failed");
+  };
+}
+
 // A cond that takes two-element calls only.
 CondFn takes_pairs() {
   return [](const c10::OperatorHandle&, c10::DispatchKeySet, const Stack& stack) {
@@ -204,11 +211,7 @@ TEST_P(Conformance, ACallWhoseImplRaisedIsStillOneItsGraphDecided) {
   BEHAVIOUR("stats.counts-each-outcome");
   REQUIRE_FEATURE("routing-stats");
   REQUIRE_FEATURE("runtime-init");
-  add(mul_key(), constant_cond(true),
-      [](const c10::OperatorHandle&, c10::DispatchKeySet, Stack*) {
-        throw std::runtime_error("impl failed");
-      },
-      "failing");
+  add(mul_key(), constant_cond(true), failing_impl(), "failing");
   adapter().install(mul_key());
   const NodeInfo node = adapter().graph(mul_key()).at(0);
   auto counting = adapter().collect_stats(true);
@@ -242,11 +245,7 @@ TEST_P(Conformance, AnImplErrorThatFellBackCountsAsRaisedAndAsAFallback) {
   BEHAVIOUR("stats.impl-error-fallback-counted");
   REQUIRE_FEATURE("routing-stats");
   REQUIRE_FEATURE("impl-error-fallback");
-  add(mul_key(), constant_cond(true),
-      [](const c10::OperatorHandle&, c10::DispatchKeySet, Stack*) {
-        throw std::runtime_error("impl failed");
-      },
-      "failing");
+  add(mul_key(), constant_cond(true), failing_impl(), "failing");
   adapter().install(mul_key());
   const NodeInfo node = adapter().graph(mul_key()).at(0);
   auto fallback = adapter().impl_error_policy("fallback");

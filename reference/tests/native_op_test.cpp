@@ -9,7 +9,23 @@
 namespace native_registry::testing {
 namespace {
 
-using NativeOpTest = RegistryTest;
+class NativeOpTest : public RegistryTest {
+ protected:
+  // An override's `_native` op held (as a torch.ops object holds it) past a
+  // teardown to `empty_`, a snapshot of before it: kept, raising.
+  NodePtr kept_past_a_teardown() {
+    empty_ = registry().snapshot();
+    auto node = register_override(mul_cpu(), constant_cond(false), fill_impl(3));
+    registry().install_graph(mul_cpu());
+    held_ = hold_native_op(node->node_id);
+    EXPECT_TRUE(held_);
+    registry().restore(empty_);
+    return node;
+  }
+
+  Snapshot empty_;
+  std::shared_ptr<const c10::OperatorHandle> held_;
+};
 
 std::optional<c10::OperatorHandle> native_op(const OverrideNode& node) {
   return c10::Dispatcher::singleton().findSchema({"_native::" + node.node_id, ""});
@@ -175,18 +191,13 @@ class KernelAtDeregistration : public c10::OpRegistrationListener {
 // A kept op leaves the dispatcher whole: its raising kernel goes before its
 // definition, so a registration listener told of its leaving finds no kernel.
 TEST_F(NativeOpTest, AKeptOpLeavesTheDispatcherKernelFirst) {
-  const Snapshot empty = registry().snapshot();
-  auto node = register_override(mul_cpu(), constant_cond(false), fill_impl(3));
-  registry().install_graph(mul_cpu());
-  auto held = hold_native_op(node->node_id);
-  ASSERT_TRUE(held);
-  registry().restore(empty);  // kept, raising
+  auto node = kept_past_a_teardown();  // kept, raising
   auto seen = std::make_shared<std::vector<bool>>();
   {
     auto listening = c10::Dispatcher::singleton().addRegistrationListener(
         std::make_unique<KernelAtDeregistration>("_native::" + node->node_id, seen));
-    held.reset();
-    registry().restore(empty);  // the teardown's sweep undefines it
+    held_.reset();
+    registry().restore(empty_);  // the teardown's sweep undefines it
   }
   ASSERT_EQ(seen->size(), 1u) << "the op's leaving was not told";
   EXPECT_FALSE(seen->at(0)) << "the op's definition went before its raising kernel";
@@ -195,18 +206,13 @@ TEST_F(NativeOpTest, AKeptOpLeavesTheDispatcherKernelFirst) {
 // Held past its teardown, an op is kept (raising) until the holder lets go;
 // the next teardown then undefines it.
 TEST_F(NativeOpTest, AHeldRetiredOpIsUndefinedOnceReleased) {
-  const Snapshot empty = registry().snapshot();
-  auto node = register_override(mul_cpu(), constant_cond(false), fill_impl(3));
-  registry().install_graph(mul_cpu());
-  auto held = hold_native_op(node->node_id);
-  ASSERT_TRUE(held);
-  registry().restore(empty);
+  auto node = kept_past_a_teardown();
   ASSERT_TRUE(native_op(*node));
   Stack stack{tensor({2}), tensor({4})};
-  EXPECT_THROW(held->callBoxed(&stack), c10::Error);
+  EXPECT_THROW(held_->callBoxed(&stack), c10::Error);
   registry().check_invariants();
-  held.reset();
-  registry().restore(empty);
+  held_.reset();
+  registry().restore(empty_);
   EXPECT_FALSE(native_op(*node)) << "released, but kept past the next teardown";
   EXPECT_FALSE(hold_native_op(node->node_id));
 }
@@ -214,13 +220,8 @@ TEST_F(NativeOpTest, AHeldRetiredOpIsUndefinedOnceReleased) {
 // A registry's destruction is a teardown too: it undefines the kept ops let
 // go since, another registry's included.
 TEST_F(NativeOpTest, ARegistrysDestructionUndefinesAKeptOpLetGo) {
-  const Snapshot empty = registry().snapshot();
-  auto node = register_override(mul_cpu(), constant_cond(false), fill_impl(3));
-  registry().install_graph(mul_cpu());
-  auto held = hold_native_op(node->node_id);
-  ASSERT_TRUE(held);
-  registry().restore(empty);
-  held.reset();
+  auto node = kept_past_a_teardown();
+  held_.reset();
   ASSERT_TRUE(native_op(*node)) << "kept while held";
   { Registry other; }
   EXPECT_FALSE(native_op(*node)) << "let go, but kept past a registry's destruction";

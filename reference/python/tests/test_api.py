@@ -69,6 +69,13 @@ def test_importable_from_repository_root_and_elsewhere(cwd, tmp_path):
     assert out.stdout.strip() == "['aten']"
 
 
+def run_fresh(script: str) -> subprocess.CompletedProcess:
+    """Runs `script` in a new interpreter, which must succeed."""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    return out
+
+
 def test_a_routed_program_writes_nothing_to_stderr():
     """The registry speaks through warnings, logging and exceptions; its own
     set-up (the fork handlers, the router's first install) prints nothing."""
@@ -77,8 +84,7 @@ def test_a_routed_program_writes_nothing_to_stderr():
               "                       lambda a, b: torch.full_like(a, 7.0))\n"
               "r.register_all_overrides()\n"
               "assert (torch.ones(2) * torch.ones(2) == 7).all()\n")
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr
+    out = run_fresh(script)
     assert "[native_registry]" not in out.stderr, out.stderr
 
 
@@ -96,8 +102,7 @@ def test_the_first_routers_of_a_process_have_ids_of_their_own():
               "    _C.install_graph(key, True)\n"
               "    ids.append(_C.router_id(key))\n"
               "print(ids)\n")
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr
+    out = run_fresh(script)
     ids = ast.literal_eval(out.stdout.strip().splitlines()[-1])
     assert 0 not in ids and len(set(ids)) == 3, ids
 
