@@ -192,21 +192,41 @@ def test_a_restore_holding_a_router_whose_op_is_gone_brings_the_others_back(impl
     if not hasattr(module, "snapshot") or not hasattr(module, "restore"):
         pytest.skip(f"unsupported: {impl.name} has no snapshot() and restore()")
     lines = run_in_fresh_interpreter(impl, script(REDEF_SETUP, """
+        import logging
+        warned = []
+        class Keep(logging.Handler):
+            def emit(self, record):
+                warned.append(" ".join(record.getMessage().split()))
+        logging.getLogger(impl.log_name).addHandler(Keep(level=logging.WARNING))
+        def warnings_since():
+            said = list(warned)
+            warned.clear()
+            return str(said)
         impl.register("mul_dsl", "aten", "mul.Tensor", "CPU", lambda *a: True,
                       lambda a, b: torch.full_like(a, 5.0))
         early = impl.module.snapshot()   # the foo router; no mul router
         impl.install("aten", "mul.Tensor", "CPU")
         lib._destroy()                   # foo leaves the dispatcher
         saved = impl.module.snapshot()   # foo's router (its op gone) and mul's
-        impl.module.restore(early)
+        impl.module.restore(early)       # foo's router cannot be rebuilt: its op is gone
         print("between: " + outcome(torch.mul, x, x))
-        impl.module.restore(saved)
+        print("warned between: " + warnings_since())
+        lib = define("foo(Tensor x) -> Tensor", lambda x: x + 2)   # the same schema, anew
+        impl.module.restore(saved)       # foo's record: a router whose op had gone
         print("restored: " + outcome(torch.mul, x, x))
+        print("new foo: " + outcome(getattr(torch.ops, NS).foo, x))
+        print("warned restored: " + warnings_since())
     """), timeout=120)
     results = check_named_error(lines)
     assert results["between"] == "returned [1.0, 1.0]", results["between"]
     assert results["restored"] == "returned [5.0, 5.0]", (
         f"mul's router was not brought back: {results['restored']}")
+    # No router is built on the op defined since from the chain of the one that went.
+    assert results["new foo"] == "returned [3.0, 3.0]", f"the new op after the restore: {results['new foo']}"
+    # Each restore that could not put foo's router back says so, naming the op.
+    for when in ("between", "restored"):
+        assert "_native_registry_redef::foo" in results[f"warned {when}"], (
+            f"the restore {when} did not warn about foo's router: {results[f'warned {when}']}")
 
 
 @behaviour("validation.change-refused-by-a-stale-native-op-changes-nothing")
