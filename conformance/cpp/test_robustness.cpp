@@ -409,6 +409,51 @@ constexpr const char* kEarlyNs = "_native_registry_a_early";
   std::_Exit(bad == 0 ? 0 : 1);
 }
 
+// Runs in a death-test child: a scope entered with foo's router in place, foo's
+// library destroyed, a second scope entered (its snapshot holds foo's router,
+// its op gone); the first scope left (foo's router cannot be put back: its op
+// is gone), foo defined again with the same schema, the second scope left.
+// Exits 0 if the new foo computes its own result (no router was built on it
+// from the old chain) and leaving each scope warned naming foo.
+[[noreturn]] void scopes_around_a_gone_router(RegistryAdapter& registry) {
+  alarm(60);
+  const Key key{kRedefNs, "foo", "CPU"};
+  auto lib = define_foo(Foo::kOne);
+  add_redef_override(registry, key);
+  registry.install(key);
+  int bad = 0;
+  const std::string foo_name = std::string(kRedefNs) + "::foo";
+  auto leave_warning_of_foo = [&](std::unique_ptr<Scope>& scope, const char* which) {
+    const size_t since = registry.warnings().size();
+    scope.reset();
+    const std::vector<std::string> warnings = registry.warnings();
+    for (size_t i = since; i < warnings.size(); ++i) {
+      if (warnings[i].find(foo_name) != std::string::npos) return;
+    }
+    std::fprintf(stderr, "leaving the %s scope did not warn about foo's router\n", which);
+    ++bad;
+  };
+  std::unique_ptr<Scope> first = registry.scope();
+  lib.reset();
+  std::unique_ptr<Scope> second = registry.scope();
+  leave_warning_of_foo(first, "first");
+  lib = define_foo(Foo::kOne);
+  leave_warning_of_foo(second, "second");
+  Stack stack{tensor({1, 1})};
+  try {
+    foo_op().callBoxed(&stack);
+    if (!same(stack.at(0).toTensor(), tensor({2, 2}))) {
+      std::fputs("the new foo did not compute its own result: a router was built on it\n", stderr);
+      ++bad;
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "the new foo raised: %s\n", e.what());
+    ++bad;
+  }
+  std::fflush(stderr);
+  std::_Exit(bad == 0 ? 0 : 1);
+}
+
 // The background work of the fork test: each kind of control-plane change in
 // turn, until stopped.
 void control_plane_load(RegistryAdapter& registry, const std::function<void()>& add_background,
@@ -571,6 +616,13 @@ TEST_P(Conformance, AScopeLeftWhileTheRoutedOpIsGoneBuildsNoRouterOnItsSuccessor
   REQUIRE_FEATURE("namespaces");
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_EXIT(scope_after_redefinition(adapter()), ::testing::ExitedWithCode(0), "");
+}
+
+TEST_P(Conformance, ScopesLeftAroundARouterWhoseOpWentBuildNoneOnItsSuccessorAndWarn) {
+  BEHAVIOUR("robustness.scope-after-target-redefined");
+  REQUIRE_FEATURE("namespaces");
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(scopes_around_a_gone_router(adapter()), ::testing::ExitedWithCode(0), "");
 }
 
 TEST_P(Conformance, AnotherOverloadLeavingTheDispatcherLeavesThisOneRouted) {
