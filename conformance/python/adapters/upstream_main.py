@@ -120,6 +120,19 @@ class UpstreamMainAdapter(UpstreamAdapter):
                             "with Python mask and AOT flags and an aot_manifest whose coverage "
                             "is the adapter's check")
 
+    @contextlib.contextmanager
+    def scope(self):
+        # The mask's flag is process state, and main's _unconditional_masked()
+        # leaves it set where entering raised (its rebuild raises after the
+        # flag is set): each scope puts it back, so that a mask that failed
+        # fails its own test, not every later one's.
+        masked = torch._C._get_native_aot_unconditional_masked()
+        try:
+            with super().scope():
+                yield
+        finally:
+            torch._C._set_native_aot_unconditional_masked(masked)
+
     def _hatch(self):
         module = self.module
 
