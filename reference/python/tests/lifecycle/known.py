@@ -7,7 +7,7 @@ would show those classes."""
 
 from __future__ import annotations
 
-from .program import (CallProgram, Coverage, Filter, Header, Install, JitScope, Policy, Program,
+from .program import (CallProgram, Coverage, Filter, Header, Install, JitScope, Mask, Policy, Program,
                       Redefine, Reg, Reorder, Restore, Snapshot, Stats, Takeover, ThreadScope,
                       Threads, Trace)
 
@@ -173,4 +173,18 @@ KNOWN = {
     "stats-count-a-call-whose-impl-raised": Program(Header(), (
         Reg("ref", "mul", "triton", "impl_raises"), Install("ref"), Stats(True, reset=True),
         Stats(True))),
+    # found by a helper reading snapshot.cpp (session 28): under the "remove"
+    # policy, a snapshot taken inside the mask (the disabled unconditional
+    # node masked, so no router) and restored once the mask was lifted left
+    # the node, active again, routing nothing
+    "restore-after-the-mask-is-lifted-remove-policy": Program(Header(empty_chain="remove"), (
+        Reg("ref", "mul", "triton", "uncond"), Install("ref"), Filter("ref", "triton", True),
+        Mask(True), Snapshot(), Mask(False), Restore(0))),
+    # the same, the mask's two ends around scopes and filters under the
+    # default policy (a dormant router kept), and a mask left twice
+    "mask-around-snapshots-and-filters": Program(Header(), (
+        Reg("ref", "mul", "triton", "uncond"), Reg("ref", "mul", "user", "always"),
+        Reg("ref", "add", "triton", "uncond"), Install("ref"), Snapshot(),
+        Filter("ref", "triton", True), Mask(True), Mask(True), Snapshot(), Filter("ref", "user", True),
+        Mask(False), Restore(1), Mask(False), Mask(False), Restore(0))),
 }

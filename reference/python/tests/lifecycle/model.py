@@ -149,6 +149,10 @@ class Model:
         self.raised_calls: dict = {}    # key -> of its calls, those an impl's error ended
         self.stats_unpinned: set = set()  # keys whose counts calls the model cannot see touched
         self.must_warn: set = set()     # values whose impl error fell back in a call seen
+        # the reference's _unconditional_masked() held open (a count: it
+        # nests), and its empty-chain policy (a setting, as the header sets it)
+        self.mask_depth = 0
+        self.remove_empty = header.empty_chain == "remove"
 
     # ---- the dispatcher ----
 
@@ -179,8 +183,9 @@ class Model:
         return self.nodes[nid].dsl not in self.stock_filters
 
     def ref_enabled(self, nid) -> bool:
+        """Filters disable an unconditional node only while the mask is up."""
         node = self.nodes[nid]
-        return node.uncond or node.dsl not in self.ref_filters
+        return node.dsl not in self.ref_filters or (node.uncond and self.mask_depth == 0)
 
     def ref_chain(self, key) -> list:
         return [n for n in self.ref_graphs.get(key, []) if self.ref_enabled(n)]
@@ -271,7 +276,7 @@ class Model:
         chain = self.ref_chain(key)
         if not chain:
             if router is not None:
-                if stale or reinstall:
+                if stale or reinstall or self.remove_empty:
                     self.remove_router(key, router)
                     del self.ref_routers[key]
                 else:
@@ -518,13 +523,27 @@ class Model:
         self.snaps.append(copy.deepcopy({
             "graphs": self.ref_graphs, "filters": self.ref_filters,
             "installed": self.ref_installed, "f_gen": self.f_gen, "f_defined": self.f_defined,
-            "base_ref": self.base_ref,
+            "base_ref": self.base_ref, "mask_depth": self.mask_depth,
             "routers": {k: (r.uid, list(r.chain), r.stale) for k, r in self.ref_routers.items()}}))
 
     def restore(self, which: int) -> None:
         if not self.snaps:
             return
         saved = self.snaps[-1 - which % len(self.snaps)]
+        self.ref_graphs = copy.deepcopy(saved["graphs"])
+        self.ref_filters = set(saved["filters"])
+        self.ref_installed = set(saved["installed"])
+        mask_changed = saved["mask_depth"] != self.mask_depth
+
+        def chain_now(routed: list, key) -> list:
+            """The chain a router routed then, by the mask of now: the
+            unconditional nodes the filters name come in or go."""
+            if not mask_changed:
+                return list(routed)
+            return [n for n in self.ref_graphs.get(key, [])
+                    if (n in routed or (self.nodes[n].uncond and self.nodes[n].dsl in self.ref_filters))
+                    and self.ref_enabled(n)]
+
         for key in P.KEYS:
             current, old = self.ref_routers.get(key), saved["routers"].get(key)
             if key == "f" and (saved["f_gen"] != self.f_gen or not self.f_defined
@@ -535,18 +554,38 @@ class Model:
                 if current is not None:
                     self.remove_router(key, current)
                     del self.ref_routers[key]
+                # installed with no router then (an empty chain): a router
+                # where the mask of now lets a node in
+                chain = chain_now([], key) if key in self.ref_installed else []
+                if chain:
+                    router = self.ref_routers[key] = Router("ref", chain)
+                    self.add_router(key, router)
             elif current is not None and current.uid == old[0]:
-                current.chain = list(old[1])
+                current.chain = chain_now(old[1], key)
             else:
                 if current is not None:
                     self.remove_router(key, current)
-                router = self.ref_routers[key] = Router("ref", list(old[1]))
+                router = self.ref_routers[key] = Router("ref", chain_now(old[1], key))
                 self.add_router(key, router)
-        self.ref_graphs = copy.deepcopy(saved["graphs"])
-        self.ref_filters = set(saved["filters"])
-        self.ref_installed = set(saved["installed"])
         # torch's own overrides merged by a takeover after the snapshot go too
         self.base_ref = saved["base_ref"]
+
+    def mask(self, enter: bool) -> None:
+        """_unconditional_masked() entered or left: the installed graphs whose
+        chain the mask changes are published again (a router whose op left
+        the dispatcher is left as it is: no call reaches it)."""
+        if not enter and self.mask_depth == 0:
+            return  # nothing held open: the step does nothing
+        before = {k: self.ref_chain(k) for k in self.ref_installed}
+        self.mask_depth += 1 if enter else -1
+        for key in sorted(self.ref_installed, key=P.KEYS.index):
+            router = self.ref_routers.get(key)
+            if self.ref_chain(key) == before[key] or (router is not None and router.stale):
+                continue
+            try:
+                self.publish(key, False)
+            except ModelError:
+                self.uncertain.add(key)  # lc::f gone with no router: put back as it can, warned
 
     # ---- programs ----
 

@@ -49,6 +49,9 @@ COVERAGE = ("small", "mul", "raises", None)
 class Header:
     early: str = "off"          # "off", "torch_first", "nr_first" (NATIVE_REGISTRY_AS_TORCH_NATIVE=1)
     daemon_exit: bool = False   # daemon threads churn the control plane as the interpreter exits
+    # the reference's empty-chain policy: "keep_dormant" (its default) or
+    # "remove" (upstream's: a router whose chain empties is taken out)
+    empty_chain: str = "keep_dormant"
 
 
 # ---- steps ------------------------------------------------------------------------
@@ -98,6 +101,14 @@ class Snapshot:
 @dataclass(frozen=True)
 class Restore:
     which: int = 0
+
+
+@dataclass(frozen=True)
+class Mask:
+    """The reference's _unconditional_masked() entered and held open (enter),
+    or the innermost one held open left, whatever scopes or snapshots came
+    between."""
+    enter: bool = True
 
 
 @dataclass(frozen=True)
@@ -222,6 +233,7 @@ STEP = st.one_of(
     st.builds(Reorder, st.sampled_from(("ref", "stock")),
               st.sampled_from(("reverse", "copies_never", "copies_reverse"))),
     st.just(Snapshot()), st.builds(Restore, st.integers(0, 3)),
+    st.builds(Mask, st.booleans()),
     st.builds(Trace, st.sampled_from(("ref", "stock")), st.sampled_from(("mul", "add")),
               st.sampled_from(("make_fx", "make_fx", "export", "compile"))),
     st.builds(JitScope, st.sampled_from(("mul", "add"))),
@@ -236,7 +248,8 @@ STEP = st.one_of(
 )
 
 HEADER = st.builds(Header, st.sampled_from(("off", "off", "off", "torch_first", "nr_first")),
-                   st.sampled_from((False, False, True)))
+                   st.sampled_from((False, False, True)),
+                   st.sampled_from(("keep_dormant", "keep_dormant", "remove")))
 
 PROGRAMS = st.builds(Program, HEADER, st.lists(STEP, min_size=1, max_size=12).map(tuple))
 
@@ -401,6 +414,7 @@ def impl_of(kind, v):
 POISONED = [False]
 PROGS = []
 SNAPS = []
+MASKS = []
 def stock_install():
     if POISONED[0]:
         for k in list(S._graphs):
@@ -468,6 +482,10 @@ def _step_code(i: int, step, value_of: dict) -> list[str]:
         return ["SNAPS.append(nr.snapshot())"]
     if isinstance(step, Restore):
         return ["if SNAPS:", f"    nr.restore(SNAPS[-1 - {step.which} % len(SNAPS)])"]
+    if isinstance(step, Mask):
+        if step.enter:
+            return ["MASKS.append(nr._unconditional_masked())", "MASKS[-1].__enter__()"]
+        return ["if MASKS:", "    MASKS.pop().__exit__(None, None, None)"]
     if isinstance(step, Trace):
         lib, op = OP[step.key]
         table = "nr.native_decomp_table" if step.api == "ref" else "S.native_decomp_table"
@@ -609,6 +627,8 @@ def render(program: Program, universe: dict) -> str:
     if program.header.early == "nr_first":
         lines.append("import native_registry")
     lines.append(BODY_START)
+    if program.header.empty_chain != "keep_dormant":
+        lines.append(f"nr.set_empty_chain_policy({program.header.empty_chain!r})")
     numbered = numbering(program)
     pos = 0
     while pos < len(numbered):

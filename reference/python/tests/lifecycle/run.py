@@ -31,7 +31,7 @@ from collections import defaultdict
 
 from . import model as M
 from . import program as P
-from .program import (CallProgram, Coverage, Filter, Fork, Header, Install, JitScope, Policy,
+from .program import (CallProgram, Coverage, Filter, Fork, Header, Install, JitScope, Mask, Policy,
                       Program, Redefine, Reg, Reorder, Restore, Snapshot, Stats, Takeover,
                       ThreadScope, Threads, Trace)
 
@@ -523,6 +523,10 @@ def _judge(program: Program, result: dict) -> None:
             if err is not None:
                 unexpected(step, err)
             m.restore(step.which)
+        elif isinstance(step, Mask):
+            if err is not None:
+                unexpected(step, err)
+            m.mask(step.enter)
         elif isinstance(step, Trace):
             m.unpin_stats()  # tracing may route calls the model does not count
             predicted = m.traced(step.api, step.key)
