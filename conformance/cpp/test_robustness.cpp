@@ -620,6 +620,7 @@ TEST_P(Conformance, AScopeLeftWhileTheRoutedOpIsGoneBuildsNoRouterOnItsSuccessor
 
 TEST_P(Conformance, ScopesLeftAroundARouterWhoseOpWentBuildNoneOnItsSuccessorAndWarn) {
   BEHAVIOUR("robustness.scope-after-target-redefined");
+  REQUIRE_FEATURE("native-op-meta");
   REQUIRE_FEATURE("namespaces");
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_EXIT(scopes_around_a_gone_router(adapter()), ::testing::ExitedWithCode(0), "");
