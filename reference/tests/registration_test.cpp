@@ -324,5 +324,34 @@ TEST_F(RegistrationTest, ANodeIdPassesOverANativeOpNameAlreadyDefined) {
   EXPECT_FALSE(c10::Dispatcher::singleton().findOp({"_native::" + second->node_id, ""}).has_value());
 }
 
+// A node made by hand carries registry_serial 0, which no registry has:
+// each of the first registries a fresh process makes refuses it as
+// another's. (Serials that counted down would give the process's second
+// registry 0, and it would take the stranger for its own.) In a death test's
+// child: a fresh process, where no test made registries before.
+TEST(RegistrySerialTest, NoRegistryOfAFreshProcessTakesAHandMadeNodeForItsOwn) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        for (int i = 0; i < 3; ++i) {
+          Registry registry;
+          auto node = std::make_shared<OverrideNode>();
+          node->dsl_name = "hand";
+          node->key = mul_cpu();
+          node->cond = constant_cond(true);
+          node->impl = fill_impl(1);
+          node->node_id = "hand_made_" + std::to_string(i);
+          node->counters = std::make_shared<NodeCounters>();
+          try {
+            registry.replace_graph(mul_cpu(), {node});
+            std::_Exit(1 + i);  // registry i took it for its own
+          } catch (const InvalidArgumentError&) {
+          }
+        }
+        std::_Exit(0);
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+
 }  // namespace
 }  // namespace native_registry::testing
