@@ -372,6 +372,20 @@ constexpr const char* kEarlyNs = "_native_registry_a_early";
   std::_Exit(bad == 0 ? 0 : 1);
 }
 
+// Whether foo, defined anew, computes its own result (x + 1): no router
+// built on it routes the call; says what happened otherwise.
+bool foo_computes_its_own_result(const char* when) {
+  Stack stack{tensor({1, 1})};
+  try {
+    foo_op().callBoxed(&stack);
+    if (same(stack.at(0).toTensor(), tensor({2, 2}))) return true;
+    std::fprintf(stderr, "the new op %s did not compute its own result\n", when);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "the new op %s raised: %s\n", when, e.what());
+  }
+  return false;
+}
+
 // Runs in a death-test child: the target defined again with the same schema
 // and not installed again, then a scope entered and left. Exits 0 if the new
 // op computes its own result before and after the scope (no router was built
@@ -382,15 +396,7 @@ constexpr const char* kEarlyNs = "_native_registry_a_early";
   auto lib = install_then_redefine_foo(registry, key);
   int bad = 0;
   auto own_result = [&bad](const char* when) {
-    Stack stack{tensor({1, 1})};
-    try {
-      foo_op().callBoxed(&stack);
-      if (same(stack.at(0).toTensor(), tensor({2, 2}))) return;
-      std::fprintf(stderr, "the new op %s the scope did not compute its own result\n", when);
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "the new op %s the scope raised: %s\n", when, e.what());
-    }
-    ++bad;
+    if (!foo_computes_its_own_result((std::string(when) + " the scope").c_str())) ++bad;
   };
   own_result("before");
   const size_t warned_before = registry.warnings().size();
@@ -439,17 +445,7 @@ constexpr const char* kEarlyNs = "_native_registry_a_early";
   leave_warning_of_foo(first, "first");
   lib = define_foo(Foo::kOne);
   leave_warning_of_foo(second, "second");
-  Stack stack{tensor({1, 1})};
-  try {
-    foo_op().callBoxed(&stack);
-    if (!same(stack.at(0).toTensor(), tensor({2, 2}))) {
-      std::fputs("the new foo did not compute its own result: a router was built on it\n", stderr);
-      ++bad;
-    }
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "the new foo raised: %s\n", e.what());
-    ++bad;
-  }
+  if (!foo_computes_its_own_result("after both scopes (a router was built on it?)")) ++bad;
   std::fflush(stderr);
   std::_Exit(bad == 0 ? 0 : 1);
 }
