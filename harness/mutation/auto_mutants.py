@@ -285,6 +285,10 @@ def run(args) -> int:
 
     if schemata and not schemata_build.switch(targets, spaces, chosen, jobs_each):
         return 1
+    if schemata:
+        links = own_links_checked(targets[0], spaces[0], out)
+        for t in targets:
+            t.own_links = links
     coverage = None
     if args.baseline_from is not None:
         baseline = mutant_runner.baseline_from_results(args.baseline_from, args.implementations[0].file_stem)
@@ -386,6 +390,41 @@ def run(args) -> int:
         mutant_runner.build_all(built_spaces, jobs_each)
     rate = stats["kill_rate_without_equivalents"]
     return 0 if rate is not None and rate >= TARGET_KILL_RATE else 1
+
+
+def own_links_checked(target: Target, ws: Workspace, out: pathlib.Path) -> dict[str, object]:
+    """The schemata build's sources whose mutants that are not switched are
+    built on their own (schemata_build.own_links), once it is seen that the
+    C++ suite's binary and the Python suite's interpreter load a library so
+    built in place of the build's (one of the smallest such sources, as it
+    is); none where they do not, saying why (those mutants are then rebuilt
+    one by one at the end)."""
+    links = schemata_build.own_links(ws.build, [rel for rel, s in target.switched.items() if s.left_out])
+    if not links:
+        return {}
+    began = time.monotonic()
+    rel, link = min(links.items(), key=lambda item: len(target.switched[item[0]].original))
+    into = out / "own-link-check"
+    built, output = link.built(target.switched[rel].original, into, 900)
+    library = str((into / "lib").resolve())
+    loaded = {}
+    if built:
+        gtest = subprocess.run([str(ws.build / mutants.GTEST["conformance"])], capture_output=True, text=True,
+                               env={**os.environ, **link.environment(into), "LD_TRACE_LOADED_OBJECTS": "1"})
+        loaded["the C++ suite"] = library in gtest.stdout
+        maps = subprocess.run([sys.executable, "-c", "import native_registry; print(open('/proc/self/maps').read())"],
+                              capture_output=True, text=True, cwd=target.suites_from or ws.src,
+                              env={**mutant_runner.pristine_env(target, ws, into), **link.environment(into)})
+        loaded["the Python suite"] = library in maps.stdout
+    if not built or not all(loaded.values()):
+        why = (f"{rel} as it is does not build so:\n{output[-2000:]}" if not built else
+               f"{' and '.join(k for k, v in loaded.items() if not v)} would not load the library built so")
+        print(f"  the mutants that are not switched are rebuilt one by one at the end: {why}", flush=True)
+        return {}
+    print(f"  the mutants of {len(links)} files that are not switched: each built on its own by the worker that "
+          f"takes it, side by side (its library loaded first; checked on {rel}, "
+          f"{time.monotonic() - began:.0f} s)", flush=True)
+    return links
 
 
 def check_imports_staged(target: Target) -> None:

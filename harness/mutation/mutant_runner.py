@@ -116,6 +116,9 @@ class Target:
     # The schemata ids whose switch a warm suite's own import and collection
     # evaluated (seeded_faults.import_time_ids): their tests run in a fresh process.
     cold_ids: set[int] = field(default_factory=set)
+    # A schemata build's sources whose mutants that are not switched any
+    # worker builds on its own (schemata_build.OwnLink), by file.
+    own_links: dict[str, object] = field(default_factory=dict)
 
     @property
     def own_tests_reach_uncovered(self) -> bool:
@@ -153,6 +156,13 @@ def reaches_cpp_suite(target: Target, file: str) -> bool:
                                                                                    "reference/include/"))
 
 
+def new_outcome(mutant: mutagen.Mutant, target: Target, commit: tuple[str, str]) -> Outcome:
+    """A mutant's outcome before any verdict."""
+    return Outcome(mutant.key, mutant.where, mutant.kind, mutant.change, mutant.original.strip(),
+                   mutant.mutated.strip(), commit=commit[0], source=commit[1],
+                   beyond_contract=target.beyond_contract.get(mutant.key, ""))
+
+
 def evaluate(mutant: mutagen.Mutant, target: Target, ws: Workspace, out: pathlib.Path,
              timeouts: dict[str, float], baseline: dict[str, list[str]], commit: tuple[str, str] = ("", ""),
              own_tests: bool = False, earlier: Outcome | None = None) -> Outcome:
@@ -160,9 +170,7 @@ def evaluate(mutant: mutagen.Mutant, target: Target, ws: Workspace, out: pathlib
     rewritten). `earlier`: its conformance verdict at this tree's source,
     recorded without the own tests' verdict that --own-tests now owes it:
     only the own tests run."""
-    outcome = Outcome(mutant.key, mutant.where, mutant.kind, mutant.change, mutant.original.strip(),
-                      mutant.mutated.strip(), commit=commit[0], source=commit[1],
-                      beyond_contract=target.beyond_contract.get(mutant.key, ""))
+    outcome = new_outcome(mutant, target, commit)
     path = target.place[mutant.file]
     start = time.monotonic()
     if target.needs_build and mutant.file.endswith((".cpp", ".h")):
@@ -596,6 +604,7 @@ def run_all(chosen: list, equivalents: dict[str, str], records: pathlib.Path, ba
     runner.digests = digests or {}
     runner.check_switch = check_switch
     runner.switched_keys = {key for s in places[0][1].switched.values() for key in s.keys}
+    runner.own_links = places[0][1].own_links
     runner.keep_to_files = places[0][1].needs_build
     if shared_build:  # the places share one schemata build (a C++ layer's --switch)
         runner.rebuilder = places[0][2]
@@ -652,6 +661,12 @@ class Runner:
     # and the switched mutants' keys. None: each worker has a build of its own.
     rebuilder: pathlib.Path | None = None
     switched_keys: set[str] = set()
+    own_links: dict[str, object] = {}  # file -> schemata_build.OwnLink
+
+    def any_worker_runs(self, m: mutagen.Mutant) -> bool:
+        """Whether a worker sharing the schemata build runs `m` side by side
+        with the others: switched, or built on its own (own_links)."""
+        return m.key in self.switched_keys or m.file in self.own_links
     # Whether a rewritten mutant costs a compile (a C++ layer's), which a
     # worker saves by keeping to the file of its last one.
     keep_to_files: bool = True
@@ -682,12 +697,13 @@ class Runner:
         file's; with the mutants in file order and each workspace keeping to
         its files, that happens once per file rather than at almost every
         mutant. Workers sharing a schemata build (self.rebuilder) take the
-        switched mutants; the rebuilder then takes the rest once the others
-        are idle ("wait" until then)."""
+        switched mutants and those built on their own (own_links), in order;
+        the rebuilder then takes the rest once the others are idle ("wait"
+        until then)."""
         if self.rebuilder is not None:
-            switched = [k for k, (_, m) in enumerate(self.pending) if m.key in self.switched_keys]
-            if switched:
-                return self.pending.pop(switched[0])
+            side_by_side = next((k for k, (_, m) in enumerate(self.pending) if self.any_worker_runs(m)), None)
+            if side_by_side is not None:
+                return self.pending.pop(side_by_side)
             if out != self.rebuilder or not self.pending:
                 return None
             if self.busy:
@@ -762,6 +778,8 @@ class Runner:
                                self.baseline, self.commit, self.own_tests, self.owed.get(mutant.key))
             if self.check_switch and not self.stop.is_set():
                 self.compare(mutant, outcome, self.rewritten(mutant, target, switched, ws, out))
+        elif self.rebuilder is not None and mutant.file in self.own_links:
+            outcome = self.built_on_its_own(mutant, target, switched, ws, out)
         else:
             outcome = self.rewritten(mutant, target, switched, ws, out)
         if self.stop.is_set():
@@ -789,6 +807,26 @@ class Runner:
                             self.owed.get(mutant.key))
         finally:
             path.write_text(pristine)
+
+    def built_on_its_own(self, mutant: mutagen.Mutant, target: Target, switched: object, ws: Workspace,
+                         out: pathlib.Path) -> Outcome:
+        """The outcome of a mutant that is not switched, its library built
+        into the worker's folder (schemata_build.OwnLink) and loaded in place
+        of the shared build's; stillborn where it does not compile or link."""
+        link, into = self.own_links[mutant.file], out / "own-build"
+        began = time.monotonic()
+        built, output = link.built(switched.rewrite(mutant, ""), into, self.timeouts["build"])
+        spent = time.monotonic() - began
+        if not built:
+            outcome = new_outcome(mutant, target, self.commit)
+            outcome.verdict, outcome.output_tail = "stillborn", tail(output)
+        else:
+            outcome = evaluate(mutant, dataclasses.replace(target, mutant_env=link.environment(into)), ws, out,
+                               self.timeouts, self.baseline, self.commit, self.own_tests,
+                               self.owed.get(mutant.key))
+        outcome.seconds["build"] = spent
+        outcome.seconds["total"] = outcome.seconds.get("total", 0.0) + spent
+        return outcome
 
     def compare(self, mutant: mutagen.Mutant, switched: Outcome, rebuilt: Outcome) -> None:
         def verdict(o: Outcome) -> dict:

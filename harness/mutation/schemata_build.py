@@ -9,10 +9,17 @@ header; schemata-build/ is the build of the workspace's copy of the tree
 with -Dmutant_schemata=<schemata/> (meson_options.txt), which compiles
 those files from their copies. With NR_MUTANT_ID unset it is the pristine
 implementation: the baseline runs there. A mutant that is not switched (no
-form fits its line, or its form does not compile) is written into the file
-the build compiles, as without --switch, rebuilt, and run with no mutant
-chosen; its file's copy is written back afterwards (and rebuilt by the next
-mutant's build, ninja deciding).
+form fits its line, or its form does not compile) in a source of a shared
+library (every core source: libnative_registry.so) is built on its own by
+whichever worker takes it (OwnLink): its file rewritten with it is compiled
+into the worker's folder, the library linked again there from the shared
+build's other objects, and the suites run with that folder first on
+$LD_LIBRARY_PATH, which the build's RUNPATHs yield to; one that does not
+compile is stillborn. Any other (a header's, whose includers would all
+compile again) is written into the file the build compiles, as without
+--switch, rebuilt, and run with no mutant chosen, by one worker once the
+others are done; its file's copy is written back afterwards (and rebuilt by
+the next mutant's build, ninja deciding).
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ import hashlib
 import json
 import os
 import pathlib
+import shlex
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -61,6 +69,96 @@ class CppSwitched:
     def choosing(self, target, m: Mutant):
         """`target` as the suites see it running the switched mutant `m`."""
         return dataclasses.replace(target, mutant_env={SWITCH: str(self.ids[m.key])})
+
+
+@dataclass(frozen=True)
+class OwnLink:
+    """How a mutant of one source of a shared library is built without
+    touching the shared build: the source's compile command and the
+    library's link command as the build runs them (in its folder), where
+    the mutated text's object and a library of the worker's own take the
+    places of the build's."""
+    build: pathlib.Path
+    compile: tuple[str, ...]
+    source: str      # the source as the compile command names it
+    obj: str         # its object, as both commands name it
+    library: str     # the library's path in the build
+    link: tuple[str, ...]
+
+    def built(self, text: str, into: pathlib.Path, timeout: float | None) -> tuple[bool, str]:
+        """`text` (the source with a mutant) compiled, and the library
+        linked with it, into `into`/lib: (whether both succeeded, the
+        compiler's or the linker's output)."""
+        source = into / "src" / pathlib.PurePosixPath(self.source).name
+        obj, library = into / "mutant.o", into / "lib" / pathlib.PurePosixPath(self.library).name
+        source.parent.mkdir(parents=True, exist_ok=True)
+        library.parent.mkdir(parents=True, exist_ok=True)
+        source.write_text(text)
+        obj.unlink(missing_ok=True)
+        library.unlink(missing_ok=True)
+        # The copy finds its own folder's headers where the build's source does.
+        here = str((self.build / self.source).resolve().parent)
+        compile_words = [str(source) if w == self.source else str(obj) if w == self.obj
+                         else "-fdiagnostics-color=never" if w.startswith("-fdiagnostics-color") else w
+                         for w in without_depfiles(self.compile)]
+        status, output = mutants.run_killable([compile_words[0], "-iquote", here, *compile_words[1:]], timeout,
+                                              cwd=self.build)
+        if status != 0:
+            return False, output
+        link_words = [str(obj) if w == self.obj else str(library) if w == self.library else w for w in self.link]
+        status, linked = mutants.run_killable(link_words, timeout, cwd=self.build)
+        return status == 0, output + linked
+
+    def environment(self, into: pathlib.Path) -> dict[str, str]:
+        """What the suites' processes are given so that they load the library
+        built into `into` in place of the build's."""
+        before = os.environ.get("LD_LIBRARY_PATH", "")
+        return {LIBRARY_PATH: str(into / "lib") + (":" + before if before else "")}
+
+
+LIBRARY_PATH = "LD_LIBRARY_PATH"
+
+
+def without_depfiles(words: tuple[str, ...]) -> list[str]:
+    """A compile command without its dependency file's options (-MD, -MQ X,
+    -MF X) and -Werror (a mutant that warns is still one that compiles)."""
+    kept, skip = [], False
+    for w in words:
+        if skip:
+            skip = False
+        elif w in ("-MQ", "-MF", "-MT"):
+            skip = True
+        elif not w.startswith(("-MD", "-MMD")) and w != "-Werror":
+            kept.append(w)
+    return kept
+
+
+def own_links(build: pathlib.Path, files: list[str]) -> dict[str, OwnLink]:
+    """Per mutated source compiled into a shared library of `build` (Meson
+    names an object <library>.p/...), how a mutant of it is built on its own
+    (OwnLink); a source that is not (a header), or whose commands are not
+    found, has none."""
+    entries = json.loads((build / "compile_commands.json").read_text())
+    links: dict[str, OwnLink] = {}
+    commands: dict[str, list[str]] = {}
+    for rel in files:
+        entry = next((e for e in entries if rel.endswith(".cpp") and ("/" + e["file"]).endswith("/" + rel)), None)
+        if entry is None or ".so.p/" not in entry.get("output", ""):
+            continue
+        library = entry["output"].split(".so.p/")[0] + ".so"
+        if not pathlib.PurePosixPath(library).name.startswith("lib"):
+            continue  # a Python extension module: imported by its path, not found by the dynamic linker
+        if library not in commands:
+            listed = subprocess.run(["ninja", "-C", str(build), "-t", "commands", library], capture_output=True,
+                                    text=True)
+            commands[library] = listed.stdout.strip().splitlines() if listed.returncode == 0 else []
+        link = next((shlex.split(line) for line in reversed(commands[library])
+                     if f" -o {library} " in f" {line} "), None)
+        words = shlex.split(entry["command"])
+        if link is None or entry["output"] not in link or entry["file"] not in words:
+            continue
+        links[rel] = OwnLink(build, tuple(words), entry["file"], entry["output"], library, tuple(link))
+    return links
 
 
 def precompiled_headers(ws: Workspace) -> list[str]:

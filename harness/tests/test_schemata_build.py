@@ -8,16 +8,19 @@ file rewritten with it and no switch."""
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import shlex
 import shutil
 import subprocess
+import sys
 
 import pytest
 
 from harness.mutation import cpp_schemata, mutagen, mutant_runner, mutants, schemata_build
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
+BUILD = (ROOT / os.environ.get("BUILD_DIR", "build")).resolve()  # ci/setup's
 COPIED = ("reference/src/names.cpp", "reference/python/src/gil.cpp")
 
 
@@ -177,6 +180,103 @@ def test_workers_sharing_one_schemata_build_run_the_switched_mutants_first_and_r
     runner.busy = 0
     assert runner.take(ws, first)[1].key == off.key
     assert runner.take(ws, first) is None
+
+
+def test_a_mutant_of_a_core_source_is_built_on_its_own_and_loaded_in_place_of_the_build(tmp_path):
+    """OwnLink with the checkout's build (ci/setup's, as it is; nothing in
+    it changes): a core source rewritten with a mutant compiles into the
+    worker's folder and the core library links there again; the C++
+    suite's binary and a Python interpreter given its environment load
+    that library, and the mutated code runs there; a mutant that does not
+    compile is told by the compiler's output, and no library is left."""
+    rel = "reference/src/names.cpp"
+    links = schemata_build.own_links(BUILD, [rel, "reference/src/types.h", "reference/python/src/gil.cpp"])
+    # The core's source only: a header has no object, the binding's is a module Python imports by its path.
+    assert list(links) == [rel] and links[rel].library == "reference/libnative_registry.so"
+    before = {p: p.stat().st_mtime_ns for p in (BUILD / "reference").glob("libnative_registry.so*") if p.is_file()}
+    text = (ROOT / rel).read_text()
+    marker = 'throw InvalidArgumentError(std::string(what) + " must be a non-empty name, got "'
+    assert marker in text
+    mutated = text.replace(marker, 'throw InvalidArgumentError(std::string(what) + " OWN-LINKED MUTANT, got "', 1)
+    into = tmp_path / "worker"
+    built, output = links[rel].built(mutated, into, 600)
+    assert built, output[-3000:]
+    env = {**os.environ, **links[rel].environment(into)}
+    traced = subprocess.run([str(BUILD / mutants.GTEST["conformance"])], capture_output=True, text=True,
+                            env={**env, "LD_TRACE_LOADED_OBJECTS": "1"})
+    assert f"{into / 'lib' / 'libnative_registry.so'}" in traced.stdout
+    probe = "import native_registry as nr\ntry:\n    nr.allow_namespace(' ')\nexcept ValueError as e:\n    print(e)\n"
+    ran = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert "OWN-LINKED MUTANT" in ran.stdout, ran.stdout + ran.stderr[-3000:]
+    pristine = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=tmp_path)
+    assert "must be a non-empty name" in pristine.stdout and "OWN-LINKED" not in pristine.stdout
+    broken, output = links[rel].built(text.replace(marker, "throw InvalidArgumentError(undeclared_name +", 1),
+                                      into, 600)
+    assert not broken and "undeclared_name" in output
+    assert not (into / "lib" / "libnative_registry.so").exists()
+    assert before == {p: p.stat().st_mtime_ns for p in (BUILD / "reference").glob("libnative_registry.so*")
+                      if p.is_file()}
+
+
+def test_a_mutant_built_on_its_own_meets_the_suites_with_its_library_first_or_is_stillborn(tmp_path, monkeypatch):
+    """Runner.run_one with an OwnLink for the mutant's file: the file
+    rewritten with the mutant (no switch) is what is built, into the
+    worker's folder; the suites get the link's environment and no switch;
+    the shared copy is never written; one that does not build is stillborn
+    with the compiler's output, and no suite runs."""
+    rel = "reference/src/toy.cpp"
+    switched, found = toy_switched()
+    live, dead = found[:2]  # as if neither were switched
+    switched.ids.pop(live.key, None)
+    switched.ids.pop(dead.key, None)
+    place = tmp_path / "toy.cpp"
+    place.write_text(switched.text)
+    target = mutant_runner.Target("cpp", [rel], {rel: place}, switched={rel: switched}, pristine={rel: TOY})
+    built_texts, seen = [], []
+
+    class Link:
+        def built(self, text, into, timeout):
+            built_texts.append((text, into))
+            return (text == live.apply(TOY)), "toy.cpp:3: error: no such thing"
+
+        def environment(self, into):
+            return {"LD_LIBRARY_PATH": str(into / "lib")}
+
+    monkeypatch.setattr(mutants, "build", lambda *args, **kwargs: True)
+
+    def cpp_suite(out, timeout, fail_fast, ws, env):
+        seen.append(dict(env))
+        return ["T.fails"], ""
+
+    monkeypatch.setattr(mutants, "cpp_suite", cpp_suite)
+    runner = mutant_runner.Runner([live, dead], {}, tmp_path / "r.jsonl", {"c++": 60.0, "python": 60.0, "build": 1.0},
+                                  {}, {})
+    runner.rebuilder, runner.own_links = tmp_path / "out", {rel: Link()}
+    runner.run([(mutants.FIRST, target, tmp_path / "out")])
+    outcomes = [o for _, o in sorted(runner.outcomes, key=lambda p: p[0])]
+    assert [o.verdict for o in outcomes] == ["killed", "stillborn"]
+    assert "no such thing" in outcomes[1].output_tail and outcomes[1].seconds["build"] >= 0
+    assert built_texts == [(live.apply(TOY), tmp_path / "out" / "own-build"), (dead.apply(TOY), tmp_path / "out" / "own-build")]
+    assert seen == [{"LD_LIBRARY_PATH": str(tmp_path / "out" / "own-build" / "lib")}]
+    assert place.read_text() == switched.text
+
+
+def test_workers_sharing_a_schemata_build_take_mutants_built_on_their_own_in_order(tmp_path):
+    """Runner.take: a mutant of a file with an OwnLink is any worker's, in
+    the order given among the switched ones; a header's (none) waits for
+    the first worker alone once the others are done."""
+    switched, found = toy_switched()
+    on = next(m for m in found if m.key in switched.keys)
+    own = [m for m in found if m.key != on.key][:2]
+    header = mutagen.Mutant("reference/src/toy.h", 1, "constant", "1 -> 0", "int x = 1;", "int x = 0;", "h|1")
+    runner = mutant_runner.Runner([own[0], header, on, own[1]], {}, tmp_path / "r.jsonl", {}, {}, {})
+    first, second = tmp_path / "out", tmp_path / "out" / "worker-1"
+    runner.rebuilder, runner.switched_keys = first, {on.key}
+    runner.own_links = {"reference/src/toy.cpp": object()}
+    ws = mutants.FIRST
+    assert [runner.take(ws, second)[1].key for _ in range(3)] == [own[0].key, on.key, own[1].key]
+    assert runner.take(ws, second) is None
+    assert runner.take(ws, first)[1].key == header.key
 
 
 def test_a_switched_mutant_meets_only_the_tests_that_reach_it(tmp_path, monkeypatch):
