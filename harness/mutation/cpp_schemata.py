@@ -213,9 +213,9 @@ def expression_region(masked: str, start: int, end: int) -> tuple[int, int] | No
     covering = [(o, c) for o, c in groups(masked) if o < start and end <= c]
     if covering:
         o, c = max(covering)
-        commas = top_level_commas(masked, o + 1, c)
         if ";" in masked[o + 1:c]:
-            return None  # a for header
+            return for_header_part(masked, o, c, start, end)
+        commas = top_level_commas(masked, o + 1, c)
         if not commas:
             return o + 1, c
         bounds = [o] + commas + [c]
@@ -231,6 +231,28 @@ def expression_region(masked: str, start: int, end: int) -> tuple[int, int] | No
     if eq and eq.end() <= start and end <= len(code_end) and masked.rstrip().endswith(";") \
             and masked.count("(") == masked.count(")"):
         return eq.end(), len(code_end)
+    return None
+
+
+def for_header_part(masked: str, o: int, c: int, start: int, end: int) -> tuple[int, int] | None:
+    """In a for header (its parentheses at o and c), the part of its three
+    around [start, end) that is an expression: its condition or its step,
+    or its declaration's initializer; None when none is (a change of the
+    declared type or name, or across parts)."""
+    semis = [i for i in range(o + 1, c) if masked[i] == ";"
+             and masked[o + 1:i].count("(") == masked[o + 1:i].count(")")]
+    bounds = [o] + semis + [c]
+    for k, (a, b) in enumerate(zip(bounds, bounds[1:])):
+        if a < start and end <= b:
+            part = masked[a + 1:b]
+            if not part.strip():
+                return None
+            if k > 0:
+                return a + 1, b  # the condition or the step
+            eq = re.search(r"(?<![=!<>])=(?!=)", part)
+            if eq is None or a + 1 + eq.end() > start or "," in part:
+                return None
+            return a + 1 + eq.end(), b  # the initializer of its one declaration
     return None
 
 

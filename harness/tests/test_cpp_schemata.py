@@ -111,6 +111,14 @@ def test_every_switch_stays_on_its_line():
     ("  work(i);", "  ;  // mutant: statement deleted", "  if (!nr_mutant_is(0)) { work(i); }"),
     ("  auto y = g(a, n + 1);", "  auto y = g(a, n - 1);", "  auto y = g(a, (nr_mutant_is(0) ? (n - 1) : (n + 1)));"),
     ("  auto y = g(a,", "  auto y = g(a", None),  # no expression covers it
+    # A for header: its condition, its step, its declaration's initializer; not its declared type.
+    ("  for (size_t i = 0; i < n.size(); ++i) {", "  for (size_t i = 0; i <= n.size(); ++i) {",
+     "  for (size_t i = 0; (nr_mutant_is(0) ? (i <= n.size()) : (i < n.size())); ++i) {"),
+    ("  for (size_t i = 0; i < n.size(); ++i) {", "  for (size_t i = 0; i < n.size(); --i) {",
+     "  for (size_t i = 0; i < n.size(); (nr_mutant_is(0) ? (--i) : (++i))) {"),
+    ("  for (size_t i = 0; i < n.size(); ++i) {", "  for (size_t i = 1; i < n.size(); ++i) {",
+     "  for (size_t i = (nr_mutant_is(0) ? (1) : (0)); i < n.size(); ++i) {"),
+    ("  for (size_t i = 0; i < n; ++i) {", "  for (int i = 0; i < n; ++i) {", None),
 ])
 def test_the_switched_forms(line, mutated, expected):
     masked = cpp_schemata._mask_cpp(line)[0]
@@ -136,14 +144,14 @@ int always(int a) {
 }
 int looped(int n) {
   int total = 0;
-  for (int i = 0; i < n; ++i) {
+  for (int i = 0, j = n; i < j; ++i) {
     total += i;
   }
   return total;
 }
 int never_looped(int n) {
   int total = 1;
-  for (int i = 0; i < n; ++i) {
+  for (int i = 0, j = n; i < j; ++i) {
     total *= i;
   }
   return total;
@@ -192,8 +200,9 @@ def test_a_trace_file_marks_each_mutant_a_run_reaches_its_forked_children_includ
 
 
 def test_a_mutant_no_switch_fits_is_probed_at_its_statement_and_the_trace_marks_the_probe(tmp_path):
-    """A `for` header takes no switch: a probe in front of its statement
-    marks whether a run reaches it (the mutant itself is rebuilt)."""
+    """A `for` header declaring two names takes no switch on their
+    initializers: a probe in front of its statement marks whether a run
+    reaches them (the mutants themselves are rebuilt)."""
     (tmp_path / cpp_schemata.HEADER_NAME).write_text(cpp_schemata.HEADER)
     found = mutagen.cpp_mutants("reach.cpp", REACH)
     switched = cpp_schemata.compile_check("reach.cpp", REACH, found, syntax_check(tmp_path), "<stdin>")
