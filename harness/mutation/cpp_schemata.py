@@ -902,7 +902,9 @@ def compile_check(rel: str, text: str, mutants: list[Mutant], command: list[str]
         found, bad, stderr = errors(chosen)
         left.update(found.left_out)
         if not bad:
-            found.left_out = left
+            # A region left out in an earlier round (a line it spans was
+            # switched then) may fit once that line's mutants are taken out.
+            found.left_out = {key: why for key, why in left.items() if key not in found.ids}
             return with_probes(rel, text, chosen, found, mutants, first_id, command, source_name, cwd, rounds,
                                frozenset(on_statements))
         # An error shows at the switched line or after it (a dangling
