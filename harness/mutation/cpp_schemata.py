@@ -17,8 +17,10 @@ changes, one argument of a call where the parentheses hold several:
 
     if ((nr_mutant_is(4) ? (a != b) : (a == b))) {
 
-and a declaration on its initializer. A mutant none of these fit is left out
-(it is rebuilt as without schemata). Every switch stays on its line, so
+and a declaration on its initializer. A mutant none of these fit is switched
+on a region of several lines, as a seeded fault is (below: a `throw X(`
+whose arguments go on below, a condition of two lines), where one fits;
+else it is left out (built as without schemata). Every switch stays on its line, so
 __LINE__ and the line numbers in messages are the file's.
 
 Whether each switched form compiles is found by compiling (compile_check):
@@ -141,6 +143,10 @@ class Schemata:
     # A mutant left out whose statement has a probe: key -> the probe's id
     # (marked in a trace as a switch is, never chosen: see probe_line).
     probes: dict[str, int] = field(default_factory=dict)
+    # A line mutant switched on a region of several lines (no form of its
+    # own line fits): key -> the line its switch starts at, where the
+    # compiler reports an error of that switch.
+    anchors: dict[str, int] = field(default_factory=dict)
 
     def told(self, rel: str, mutants: int, seconds: float, left_out_as: str = "left out", indent: str = "") -> str:
         """A line on the file's check: how many switched, left out (and
@@ -352,16 +358,23 @@ def schemata(rel: str, text: str, mutants: list[Mutant], first_id: int = 0,
             by_line.setdefault(m.line, []).append(m)
     out = list(lines)
     left_out: dict[str, str] = {}
+    # A line mutant no form of its line fits (a change inside a statement or
+    # a condition of several lines: `throw X(` with its arguments below) is
+    # switched on a region, as a seeded fault is, where one fits.
+    beyond_its_line: list[Mutant] = []
     for number, found in sorted(by_line.items()):
         if lines[number - 1] != found[0].original:
             raise ValueError(f"{rel}:{number} is no longer {found[0].original.strip()!r}")
         switched, dropped = switch_line(lines[number - 1], masked[number - 1],
                                         [(ids[m.key], m.mutated) for m in found])
         out[number - 1] = switched
-        for m in found:
-            if ids[m.key] in dropped:
-                left_out[m.key] = "no expression or whole statement of its line covers its change"
-    left_out.update(switch_spans(text, out, [(ids[m.key], m) for m in spans], as_statements))
+        beyond_its_line += [m for m in found if ids[m.key] in dropped]
+    starts: dict[str, int] = {}
+    left_out.update(switch_spans(text, out, [(ids[m.key], m) for m in spans + beyond_its_line], as_statements,
+                                 starts))
+    for m in beyond_its_line:
+        if m.key in left_out:
+            left_out[m.key] = "no expression or whole statement of its line covers its change"
     for key in left_out:
         del ids[key]
     for number, probe_id in (probes or {}).items():
@@ -369,7 +382,8 @@ def schemata(rel: str, text: str, mutants: list[Mutant], first_id: int = 0,
         indent = line[:len(line) - len(line.lstrip())]
         out[number - 1] = f"{indent}(void)nr_mutant_is({probe_id}); {line.lstrip()}"
     include = f'#include "{HEADER_NAME}"  // mutant schemata'
-    return Schemata(_header_line(include, out), ids, left_out)
+    anchors = {m.key: starts[m.key] for m in beyond_its_line if m.key in ids and m.key in starts}
+    return Schemata(_header_line(include, out), ids, left_out, anchors=anchors)
 
 
 # ---- mutants of several lines (seeded faults), switched on a region --------------
@@ -708,11 +722,13 @@ def switched_on_a_region(m: Mutant) -> bool:
 
 
 def switch_spans(text: str, out: list[str], spans: list[tuple[int, Mutant]],
-                 as_statements: frozenset[str] = frozenset()) -> dict[str, str]:
+                 as_statements: frozenset[str] = frozenset(), starts_at: dict[str, int] | None = None
+                 ) -> dict[str, str]:
     """Writes into `out` (the file's lines, some switched already) the
     switches of region mutants (id, mutant), chained where they change one
     region; regions that overlap are joined into the whole statements
-    around both. The keys left out, with why."""
+    around both. The keys left out, with why; `starts_at` gets each switched
+    key's first line (1-based)."""
     lines = text.split("\n")
     mt = _masked_text(text)
     starts = [0]
@@ -773,6 +789,8 @@ def switch_spans(text: str, out: list[str], spans: list[tuple[int, Mutant]],
                 left_out[key] = "no expression or whole statements around its change that it alone switches"
             else:
                 alternatives.append((mutant_id, new))
+                if starts_at is not None:
+                    starts_at[key] = text.count("\n", 0, start) + 1
         if not alternatives:
             continue
         region = text[start:end]
@@ -843,6 +861,13 @@ def compile_check(rel: str, text: str, mutants: list[Mutant], command: list[str]
     # Region mutants whose expression form did not compile (a ternary of two
     # types): tried once more on whole statements before they are left out.
     on_statements: set[str] = set()
+    # The line each mutant's switch starts at: its own, or for one switched
+    # on a region of several lines that region's first (Schemata.anchors),
+    # as the last copy checked had it.
+    anchors: dict[str, int] = {}
+
+    def at(m: Mutant) -> int:
+        return anchors.get(m.key, m.line)
 
     def take_out(dropped: set[str]) -> list[Mutant]:
         retried = {m.key for m in chosen if m.key in dropped and switched_on_a_region(m)} - on_statements
@@ -855,7 +880,7 @@ def compile_check(rel: str, text: str, mutants: list[Mutant], command: list[str]
         """The keys taken out of a line that does not compile: the mutants
         of the next kind of SUSPECTS it holds, if the line holds others
         too; else all of them."""
-        mine = [m for m in chosen if m.line == line]
+        mine = [m for m in chosen if at(m) == line]
         while suspected.get(line, 0) < len(SUSPECTS):
             kind = SUSPECTS[suspected.get(line, 0)]
             suspected[line] = suspected.get(line, 0) + 1
@@ -869,24 +894,25 @@ def compile_check(rel: str, text: str, mutants: list[Mutant], command: list[str]
         file's, after the include and the #line directive) with their
         messages ({0: []} for errors at no line of it), the compiler's output."""
         found = schemata(rel, text, kept, first_id, as_statements=frozenset(on_statements))
+        anchors.update(found.anchors)
         done = subprocess.run(command, input=found.text, capture_output=True, text=True, cwd=cwd)
         lines = error_lines(done.stderr, source_name)
         return found, (lines or {0: []}) if done.returncode else {}, done.stderr
 
     def clears(line: int, removed: list[int]) -> bool:
-        return line not in errors([m for m in chosen if m.line not in removed])[1]
+        return line not in errors([m for m in chosen if at(m) not in removed])[1]
 
     def culprit_of(first: int) -> int | None:
         """The switched line whose switch makes line `first` fail: of those
         at most NEAR lines before it, nearest first (then the line after it),
         the first whose removal clears it; else, of those at most WIDE lines before, found by
         bisection (the fewest, nearest first, whose removal clears it)."""
-        near = sorted({m.line for m in chosen if first - NEAR <= m.line <= first}, reverse=True) + \
-            [first + 1] * any(m.line == first + 1 for m in chosen)  # `x ? a` before a switched `: b;`
+        near = sorted({at(m) for m in chosen if first - NEAR <= at(m) <= first}, reverse=True) + \
+            [first + 1] * any(at(m) == first + 1 for m in chosen)  # `x ? a` before a switched `: b;`
         found = next((line for line in near if clears(first, [line])), None)
         if found is not None:
             return found
-        wide = sorted({m.line for m in chosen if first - WIDE <= m.line <= first}, reverse=True)
+        wide = sorted({at(m) for m in chosen if first - WIDE <= at(m) <= first}, reverse=True)
         if not wide or not clears(first, wide):
             return None
         low, high = 1, len(wide)  # removing wide[:high] clears it
@@ -913,7 +939,7 @@ def compile_check(rel: str, text: str, mutants: list[Mutant], command: list[str]
         # the compiler reports every such error it finds, and all those
         # lines are taken out at once. Else culprit_of finds the switched
         # line before the first error that causes it.
-        lines_switched = {m.line for m in chosen}
+        lines_switched = {at(m) for m in chosen}
         at_switch = {line for line, messages in bad.items() if line in lines_switched
                      and not any("without a previous" in message for message in messages)}
         if at_switch:

@@ -129,6 +129,63 @@ def test_the_switched_forms(line, mutated, expected):
         assert (switched, left_out) == (expected, [])
 
 
+SPREAD = """\
+#include <cstdio>
+#include <stdexcept>
+#include <string>
+struct Wide : std::runtime_error { using std::runtime_error::runtime_error; };
+struct Narrow : std::runtime_error { using std::runtime_error::runtime_error; };
+int check(int x) {
+  if (x > 2 &&
+      x < 10) {
+    throw Wide(std::string("too big: ") +
+               std::to_string(x));
+  }
+  return x;
+}
+int main() {
+  try {
+    check(5);
+    std::printf("none\\n");
+  } catch (const Wide& e) {
+    std::printf("wide %s\\n", e.what());
+  } catch (const Narrow& e) {
+    std::printf("narrow %s\\n", e.what());
+  }
+  return 0;
+}
+"""
+
+
+def test_a_line_mutant_inside_a_statement_of_several_lines_is_switched_on_the_statement(tmp_path):
+    """No form of its own line fits a change of `throw Wide(` whose
+    arguments go on below, nor one inside a condition of two lines: each is
+    switched on its statement or expression as a seeded fault is, every
+    line keeping its number, and runs as its rewritten program."""
+    (tmp_path / cpp_schemata.HEADER_NAME).write_text(cpp_schemata.HEADER)
+    lines = SPREAD.split("\n")
+    throw = next(i for i, text in enumerate(lines, 1) if "throw Wide(" in text)
+    condition = next(i for i, text in enumerate(lines, 1) if "x < 10" in text)
+    found = mutagen.with_keys([
+        mutagen.Mutant("spread.cpp", throw, "exception-type", "Wide -> Narrow", lines[throw - 1],
+                       lines[throw - 1].replace("Wide", "Narrow")),
+        mutagen.Mutant("spread.cpp", condition, "relational", "< -> >", lines[condition - 1],
+                       lines[condition - 1].replace("<", ">")),
+    ])
+    for m in found:
+        assert cpp_schemata.switch_line(m.original, cpp_schemata._mask_cpp(m.original)[0], [(0, m.mutated)])[1] == [0]
+    switched = cpp_schemata.compile_check("spread.cpp", SPREAD, found, syntax_check(tmp_path), "<stdin>")
+    assert set(switched.ids) == {m.key for m in found} and not switched.left_out
+    assert switched.anchors[found[0].key] == throw and switched.anchors[found[1].key] == condition - 1
+    assert len(switched.text.split("\n")) == len(lines) + 2  # the include and a #line directive only
+    binary = build(tmp_path, "spread", switched.text)
+    assert output(binary) == output(build(tmp_path, "pristine", SPREAD)) == "wide too big: 5"
+    for m in found:
+        assert output(binary, switched.ids[m.key]) == output(build(tmp_path, f"m{switched.ids[m.key]}", m.apply(SPREAD)))
+    assert output(binary, switched.ids[found[0].key]) == "narrow too big: 5"
+    assert output(binary, switched.ids[found[1].key]) == "none"
+
+
 REACH = """\\
 #include <cstdio>
 #include <sys/wait.h>
