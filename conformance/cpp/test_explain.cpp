@@ -452,7 +452,13 @@ TEST_P(Conformance, ExplainPicksTheHighestKeyOfTheCallWithAGraph) {
   BEHAVIOUR("explain.chooses-the-call-key");
   REQUIRE_FEATURE("explain");
   add(mul_key(), constant_cond(true), forbidden_impl(), "backend");
-  EXPECT_EQ(adapter().explain(explain_mul_op(), explain_args(), "").dispatch_key, "CPU");
+  const ExplainInfo at_backend = adapter().explain(explain_mul_op(), explain_args(), "");
+  EXPECT_EQ(at_backend.dispatch_key, "CPU");
+  // Why that key: the call's keys passed over on the way to it are named.
+  EXPECT_THAT(at_backend.why_key,
+              ::testing::AllOf(::testing::ContainsRegex("(^|[^A-Za-z])AutogradCPU($|[^A-Za-z])"),
+                               ::testing::ContainsRegex("(^|[^A-Za-z])CPU($|[^A-Za-z])")))
+      << at_backend.table;
   add({"aten", "mul.Tensor", "AutogradCPU"}, constant_cond(true), forbidden_impl(), "autograd");
   EXPECT_EQ(adapter().explain(explain_mul_op(), explain_args(), "").dispatch_key, "AutogradCPU")
       << "AutogradCPU is reached before CPU";
