@@ -309,6 +309,28 @@ TEST_P(Conformance, ANodeBehindARuntimeCheckThatAloneAcceptsIsTheKernel) {
   EXPECT_EQ(checks->load(), 0);
 }
 
+TEST_P(Conformance, ExplainSaysWhetherTheRouterIsAbsentDormantOrActive) {
+  BEHAVIOUR("explain.router-state");
+  REQUIRE_FEATURE("explain");
+  add(mul_key(), constant_cond(false), forbidden_impl(), "stateful");
+  const ExplainInfo never_installed = adapter().explain(explain_mul_op(), explain_args(), "");
+  EXPECT_EQ(never_installed.router.rfind("absent", 0), 0u) << never_installed.table;
+  EXPECT_THAT(never_installed.kernel_detail, HasSubstr("own kernel")) << never_installed.table;
+  adapter().install(mul_key());
+  ExplainInfo e = adapter().explain(explain_mul_op(), explain_args(), "");
+  EXPECT_EQ(e.router, "active") << e.table;
+  adapter().disable({{"stateful"}, {}, {}});
+  e = adapter().explain(explain_mul_op(), explain_args(), "");
+  EXPECT_EQ(e.router.rfind("dormant", 0), 0u) << e.table;
+  // Installed again with its chain empty, the graph has no router: absent
+  // still, in words other than those of a graph never installed.
+  adapter().install(mul_key());
+  ASSERT_FALSE(adapter().router_installed(mul_key()));
+  e = adapter().explain(explain_mul_op(), explain_args(), "");
+  EXPECT_EQ(e.router.rfind("absent", 0), 0u) << e.table;
+  EXPECT_NE(e.router, never_installed.router) << e.table;
+}
+
 TEST_P(Conformance, ExplainWithoutARouterSaysWhatRunsOnceInstalledIfTheRuntimeIsUnavailable) {
   BEHAVIOUR("explain.no-router", "explain.runtime-check-not-asked");
   REQUIRE_FEATURE("explain");
