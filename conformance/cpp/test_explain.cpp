@@ -309,6 +309,28 @@ TEST_P(Conformance, ANodeBehindARuntimeCheckThatAloneAcceptsIsTheKernel) {
   EXPECT_EQ(checks->load(), 0);
 }
 
+TEST_P(Conformance, ExplainSaysWhetherTheRouterIsAbsentDormantOrActive) {
+  BEHAVIOUR("explain.router-state");
+  REQUIRE_FEATURE("explain");
+  add(mul_key(), constant_cond(false), forbidden_impl(), "stateful");
+  const ExplainInfo never_installed = adapter().explain(explain_mul_op(), explain_args(), "");
+  EXPECT_EQ(never_installed.router.rfind("absent", 0), 0u) << never_installed.table;
+  EXPECT_THAT(never_installed.kernel_detail, HasSubstr("own kernel")) << never_installed.table;
+  adapter().install(mul_key());
+  ExplainInfo e = adapter().explain(explain_mul_op(), explain_args(), "");
+  EXPECT_EQ(e.router, "active") << e.table;
+  adapter().disable({{"stateful"}, {}, {}});
+  e = adapter().explain(explain_mul_op(), explain_args(), "");
+  EXPECT_EQ(e.router.rfind("dormant", 0), 0u) << e.table;
+  // Installed again with its chain empty, the graph has no router: absent
+  // still, in words other than those of a graph never installed.
+  adapter().install(mul_key());
+  ASSERT_FALSE(adapter().router_installed(mul_key()));
+  e = adapter().explain(explain_mul_op(), explain_args(), "");
+  EXPECT_EQ(e.router.rfind("absent", 0), 0u) << e.table;
+  EXPECT_NE(e.router, never_installed.router) << e.table;
+}
+
 TEST_P(Conformance, ExplainWithoutARouterSaysWhatRunsOnceInstalledIfTheRuntimeIsUnavailable) {
   BEHAVIOUR("explain.no-router", "explain.runtime-check-not-asked");
   REQUIRE_FEATURE("explain");
@@ -452,7 +474,13 @@ TEST_P(Conformance, ExplainPicksTheHighestKeyOfTheCallWithAGraph) {
   BEHAVIOUR("explain.chooses-the-call-key");
   REQUIRE_FEATURE("explain");
   add(mul_key(), constant_cond(true), forbidden_impl(), "backend");
-  EXPECT_EQ(adapter().explain(explain_mul_op(), explain_args(), "").dispatch_key, "CPU");
+  const ExplainInfo at_backend = adapter().explain(explain_mul_op(), explain_args(), "");
+  EXPECT_EQ(at_backend.dispatch_key, "CPU");
+  // Why that key: the call's keys passed over on the way to it are named.
+  EXPECT_THAT(at_backend.why_key,
+              ::testing::AllOf(::testing::ContainsRegex("(^|[^A-Za-z])AutogradCPU($|[^A-Za-z])"),
+                               ::testing::ContainsRegex("(^|[^A-Za-z])CPU($|[^A-Za-z])")))
+      << at_backend.table;
   add({"aten", "mul.Tensor", "AutogradCPU"}, constant_cond(true), forbidden_impl(), "autograd");
   EXPECT_EQ(adapter().explain(explain_mul_op(), explain_args(), "").dispatch_key, "AutogradCPU")
       << "AutogradCPU is reached before CPU";

@@ -358,7 +358,7 @@ def test_explain_of_a_graph_without_a_router_says_that_once_installed_the_call_w
 @behaviour("explain.router-state")
 def test_explain_says_whether_the_router_is_absent_dormant_or_active(impl):
     impl.register("stateful", *KEY, lambda a, b: False, forbidden())
-    explained = impl.explain(MUL, A, B)
+    never_installed = explained = impl.explain(MUL, A, B)
     assert explained.router.startswith("absent"), str(explained)
     assert "own kernel" in explained.kernel.detail, str(explained)
     impl.install(*KEY)
@@ -367,6 +367,13 @@ def test_explain_says_whether_the_router_is_absent_dormant_or_active(impl):
     impl.disable(dsl_names=["stateful"])
     explained = impl.explain(MUL, A, B)
     assert explained.router.startswith("dormant"), str(explained)
+    # Installed again with its chain empty, the graph has no router: absent
+    # still, in words other than those of a graph never installed.
+    impl.install(*KEY)
+    assert not impl.router_installed(*KEY)
+    explained = impl.explain(MUL, A, B)
+    assert explained.router.startswith("absent"), str(explained)
+    assert explained.router != never_installed.router, str(explained)
 
 
 @behaviour("explain.coverage-check")
@@ -415,7 +422,11 @@ def test_explain_reports_the_coverage_check(impl):
 @behaviour("explain.chooses-the-call-key")
 def test_explain_picks_the_highest_key_of_the_call_with_a_graph(impl):
     impl.register("backend", *KEY, lambda a, b: True, forbidden())
-    assert impl.explain(MUL, A, B).dispatch_key == "CPU"
+    at_backend = impl.explain(MUL, A, B)
+    assert at_backend.dispatch_key == "CPU"
+    # Why that key: the call's keys passed over on the way to it are named.
+    words = re.findall(r"[A-Za-z]+", at_backend.why_key)
+    assert "AutogradCPU" in words and "CPU" in words, at_backend.why_key
     impl.register("autograd", "aten", "mul.Tensor", "AutogradCPU", lambda a, b: True, forbidden())
     assert impl.explain(MUL, A, B).dispatch_key == "AutogradCPU"
     at_cpu = impl.explain(MUL, A, B, dispatch_key="CPU")

@@ -125,7 +125,9 @@ NodePtr Registry::replace_node_callables(const OverrideNode& node, CondFn cond, 
                    ? Graph::const_iterator{}
                    : std::find_if(graph->begin(), graph->end(),
                                   [&](const NodePtr& n) { return n->node_id == node.node_id; });
-  if (graph == nullptr || found == graph->end() || (*found)->registry_serial != r.serial_) {
+  // Node ids are unique in the process (minted from one serial), so a node
+  // of another registry, or one reordered out or erased, is not found.
+  if (graph == nullptr || found == graph->end()) {
     r.defer_release(std::move(replacement));  // it holds the new callables
     throw InvalidArgumentError("node " + node.node_id + " is not in the graph of " +
                                node.key.to_string() + " (reordered out or erased): there is "

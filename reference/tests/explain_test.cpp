@@ -218,6 +218,16 @@ TEST_F(ExplainTest, ADormantRouterSendsTheCallToTheFallback) {
   EXPECT_THAT(e.router, HasSubstr("dormant"));
   EXPECT_EQ(e.kernel, ExplainKernel::kFallback);
   EXPECT_THAT(e.nodes.at(0).detail, HasSubstr("dsl name 'gone_dsl'"));
+  // Its chain is empty: no node was there to decline the call.
+  EXPECT_THAT(e.kernel_detail, Not(HasSubstr("no node took the call"))) << e.to_string();
+  // Re-enabled, its node declines: the detail says no node took the call.
+  registry().reenable_op_overrides({{"gone_dsl"}, {}, {}});
+  registry().replace_node_callables(*registry().graph(mul_cpu()).at(0), constant_cond(false),
+                                    forbidden_impl(), {});
+  registry().install_all();
+  const Explanation declined = registry().explain("aten::mul.Tensor", explain_mul_args());
+  EXPECT_EQ(declined.kernel, ExplainKernel::kFallback) << declined.to_string();
+  EXPECT_THAT(declined.kernel_detail, HasSubstr("(no node took the call)")) << declined.to_string();
 }
 
 TEST_F(ExplainTest, AFallthroughKeySaysTheNextKeysKernelRuns) {
