@@ -1,6 +1,7 @@
 // Issue 27, items 4 and 5, on the C++ side: an op that leaves or changes
-// while one of its calls runs (user code the call runs destroys its library,
-// or defines it again with other arguments or returns) gives the router's
+// while one of its calls runs (user code the call runs, the coverage check
+// included, destroys its library, or defines it again with other arguments or
+// returns) gives the router's
 // named error or the impl's result, never a crash; and a thread ended by a
 // forced unwind (pthread_exit, what CPython does to a daemon thread at exit)
 // inside a callback the registry runs ends quietly, the process and the
@@ -25,7 +26,7 @@ using namespace native_registry::fixtures;
 
 constexpr const char* kMidcallNs = "_native_registry_midcall_cpp";
 
-enum class Where { kCond, kRuntimeCheck, kImpl };
+enum class Where { kCond, kRuntimeCheck, kImpl, kCoverageCheck };
 enum class How { kRemoved, kRedefinedArguments, kRedefinedReturns };
 
 // Boxed kernels, as in test_robustness.cpp (the typed router would make
@@ -86,6 +87,15 @@ std::unique_ptr<torch::Library> define_changed(How how) {
     stack->pop_back();
     stack->emplace_back(at::full_like(x, 7));
   };
+  // The coverage check is user code too: it covers the call after changing the op.
+  std::unique_ptr<Scope> covering;
+  if (where == Where::kCoverageCheck) {
+    covering = registry.coverage_check(
+        [change](const Key&, const c10::OperatorHandle&, c10::DispatchKeySet, const Stack&) {
+          change();
+          return true;
+        });
+  }
   registry.register_override(o);
   registry.install({kMidcallNs, "foo", "CPU"});
   const c10::OperatorHandle op =
@@ -113,8 +123,10 @@ TEST_P(Conformance, AnOpChangedDuringItsCallGivesANamedErrorOrTheResult) {
   BEHAVIOUR("robustness.op-changed-during-call");
   REQUIRE_FEATURE("namespaces");
   GTEST_FLAG_SET(death_test_style, "threadsafe");
-  for (const Where where : {Where::kCond, Where::kRuntimeCheck, Where::kImpl}) {
+  for (const Where where :
+       {Where::kCond, Where::kRuntimeCheck, Where::kImpl, Where::kCoverageCheck}) {
     if (where == Where::kRuntimeCheck && !adapter().supports("runtime-init")) continue;
+    if (where == Where::kCoverageCheck && !adapter().supports("aot-coverage")) continue;
     for (const How how : {How::kRemoved, How::kRedefinedArguments, How::kRedefinedReturns}) {
       SCOPED_TRACE("where " + std::to_string(static_cast<int>(where)) + ", how " +
                    std::to_string(static_cast<int>(how)));
