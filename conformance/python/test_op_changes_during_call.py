@@ -173,3 +173,44 @@ def test_a_torchscript_function_holding_a_native_op_outlives_its_scope(impl):
         assert "override " + results["id"] in after and "is gone" in after, (
             f"call {i}'s error does not name the override that is gone: {after}")
 
+
+# ---- the kernel a router captured, deregistered ------------------------------------
+
+CAPTURED = """
+    import torch
+    NS = "_native_registry_captured"
+    impl.allow_namespace(NS)
+    x = torch.ones(2)
+    definition = torch.library.Library(NS, "DEF")
+    definition.define("foo(Tensor x) -> Tensor")
+    kernel = torch.library.Library(NS, "IMPL")
+    kernel.impl("foo", lambda x: x + 1, "CPU")
+    accept = [False]
+    impl.register("captured_dsl", NS, "foo", "CPU", lambda *args: accept[0],
+                  lambda x: torch.full_like(x, 7.0))
+    impl.install(NS, "foo", "CPU")
+
+    def outcome():
+        try:
+            result = getattr(torch.ops, NS).foo.default(x)
+        except Exception as e:
+            return "raised " + type(e).__name__ + ": " + " ".join(str(e).split())
+        return "returned " + str(result.tolist())
+
+    print("before: " + outcome())
+    kernel._destroy()
+    print("declined: " + outcome())
+    accept[0] = True
+    print("accepted: " + outcome())
+"""
+
+
+@behaviour("robustness.captured-kernel-deregistered")
+def test_a_declined_call_after_the_captured_kernel_is_deregistered_raises_runtime_error(impl):
+    results = run(impl, CAPTURED)
+    assert results["before"] == "returned [2.0, 2.0]", results["before"]
+    declined = results["declined"]
+    assert declined.startswith("raised RuntimeError: "), (
+        f"a declined call after the op's kernel at the key was deregistered: {declined}")
+    assert "INTERNAL ASSERT" not in declined, declined
+    assert results["accepted"] == "returned [7.0, 7.0]", results["accepted"]
