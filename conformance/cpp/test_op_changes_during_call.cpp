@@ -1,6 +1,7 @@
 // Issue 27, items 4 and 5, on the C++ side: an op that leaves or changes
-// while one of its calls runs (user code the call runs destroys its library,
-// or defines it again with other arguments or returns) gives the router's
+// while one of its calls runs (user code the call runs, the coverage check
+// included, destroys its library, or defines it again with other arguments or
+// returns) gives the router's
 // named error or the impl's result, never a crash; and a thread ended by a
 // forced unwind (pthread_exit, what CPython does to a daemon thread at exit)
 // inside a callback the registry runs ends quietly, the process and the
@@ -25,7 +26,7 @@ using namespace native_registry::fixtures;
 
 constexpr const char* kMidcallNs = "_native_registry_midcall_cpp";
 
-enum class Where { kCond, kRuntimeCheck, kImpl };
+enum class Where { kCond, kRuntimeCheck, kImpl, kCoverageCheck };
 enum class How { kRemoved, kRedefinedArguments, kRedefinedReturns };
 
 // Boxed kernels, as in test_robustness.cpp (the typed router would make
@@ -86,6 +87,15 @@ std::unique_ptr<torch::Library> define_changed(How how) {
     stack->pop_back();
     stack->emplace_back(at::full_like(x, 7));
   };
+  // The coverage check is user code too: it covers the call after changing the op.
+  std::unique_ptr<Scope> covering;
+  if (where == Where::kCoverageCheck) {
+    covering = registry.coverage_check(
+        [change](const Key&, const c10::OperatorHandle&, c10::DispatchKeySet, const Stack&) {
+          change();
+          return true;
+        });
+  }
   registry.register_override(o);
   registry.install({kMidcallNs, "foo", "CPU"});
   const c10::OperatorHandle op =
@@ -113,8 +123,10 @@ TEST_P(Conformance, AnOpChangedDuringItsCallGivesANamedErrorOrTheResult) {
   BEHAVIOUR("robustness.op-changed-during-call");
   REQUIRE_FEATURE("namespaces");
   GTEST_FLAG_SET(death_test_style, "threadsafe");
-  for (const Where where : {Where::kCond, Where::kRuntimeCheck, Where::kImpl}) {
+  for (const Where where :
+       {Where::kCond, Where::kRuntimeCheck, Where::kImpl, Where::kCoverageCheck}) {
     if (where == Where::kRuntimeCheck && !adapter().supports("runtime-init")) continue;
+    if (where == Where::kCoverageCheck && !adapter().supports("aot-coverage")) continue;
     for (const How how : {How::kRemoved, How::kRedefinedArguments, How::kRedefinedReturns}) {
       SCOPED_TRACE("where " + std::to_string(static_cast<int>(where)) + ", how " +
                    std::to_string(static_cast<int>(how)));
@@ -129,6 +141,80 @@ TEST_P(Conformance, AnImplThatRedefinesItsOpWithOtherReturnsGetsANamedError) {
   REQUIRE_FEATURE("namespaces");
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_EXIT(call_while_the_op_changes(adapter(), Where::kImpl, How::kRedefinedReturns, true),
+              ::testing::ExitedWithCode(0), "");
+}
+
+// ---- the kernel a router captured, deregistered ------------------------------------
+
+constexpr const char* kCapturedNs = "_native_registry_captured_cpp";
+
+// An unboxed kernel with a C++ signature, as most ops' kernels are.
+at::Tensor plus_one(const at::Tensor& x) { return x + 1; }
+
+// "returned [..]" or "raised <message>"; "raised RuntimeError: <message>" for
+// a c10::Error of none of c10's typed kinds (what Python sees as RuntimeError).
+std::string captured_outcome(const c10::OperatorHandle& op) {
+  Stack stack{tensor({1, 1})};
+  try {
+    op.callBoxed(&stack);
+    if (stack.size() == 1 && stack[0].isTensor() && same(stack[0].toTensor(), tensor({7, 7}))) {
+      return "returned 7s";
+    }
+    if (stack.size() == 1 && stack[0].isTensor() && same(stack[0].toTensor(), tensor({2, 2}))) {
+      return "returned x + 1";
+    }
+    return "returned something else";
+  } catch (const c10::Error& e) {
+    const bool typed = dynamic_cast<const c10::ValueError*>(&e) || dynamic_cast<const c10::TypeError*>(&e) ||
+                       dynamic_cast<const c10::IndexError*>(&e) ||
+                       dynamic_cast<const c10::NotImplementedError*>(&e);
+    return std::string("raised ") + (typed ? "" : "RuntimeError: ") + e.what();
+  } catch (const std::exception& e) {
+    return std::string("raised ") + e.what();
+  }
+}
+
+// Runs in a death test's child: foo's CPU kernel comes from a library of its
+// own, which is destroyed after an override of foo is installed (foo stays
+// defined). Exits 0 if a declined call then raises a RuntimeError, and an
+// accepted one still returns the impl's 7s; else 1 with what happened.
+[[noreturn]] void call_after_the_captured_kernel_is_deregistered(RegistryAdapter& registry) {
+  alarm(60);
+  torch::Library def(torch::Library::DEF, kCapturedNs, std::nullopt, __FILE__, __LINE__);
+  def.def("foo(Tensor x) -> Tensor");
+  auto kernel = std::make_unique<torch::Library>(torch::Library::IMPL, kCapturedNs,
+                                                 c10::DispatchKey::CPU, __FILE__, __LINE__);
+  kernel->impl("foo", TORCH_FN(plus_one));
+  registry.allow_namespace(kCapturedNs);
+  auto accept = std::make_shared<bool>(false);
+  registry.register_override(
+      {"captured_dsl", kCapturedNs, "foo", "CPU",
+       [accept](const c10::OperatorHandle&, c10::DispatchKeySet, const Stack&) { return *accept; },
+       fill_impl(7), {}, false});
+  registry.install({kCapturedNs, "foo", "CPU"});
+  const c10::OperatorHandle op =
+      c10::Dispatcher::singleton().findSchemaOrThrow((std::string(kCapturedNs) + "::foo").c_str(), "");
+  const std::string before = captured_outcome(op);
+  kernel.reset();
+  const std::string declined = captured_outcome(op);
+  *accept = true;
+  const std::string accepted = captured_outcome(op);
+  const bool good = before == "returned x + 1" && declined.rfind("raised RuntimeError: ", 0) == 0 &&
+                    declined.find("INTERNAL ASSERT") == std::string::npos &&
+                    accepted == "returned 7s";
+  if (!good) {
+    std::fprintf(stderr, "before: %s\ndeclined: %s\naccepted: %s\n", before.c_str(),
+                 declined.c_str(), accepted.c_str());
+  }
+  std::fflush(stderr);
+  std::_Exit(good ? 0 : 1);
+}
+
+TEST_P(Conformance, ADeclinedCallAfterTheCapturedKernelIsDeregisteredRaisesRuntimeError) {
+  BEHAVIOUR("robustness.captured-kernel-deregistered");
+  REQUIRE_FEATURE("namespaces");
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(call_after_the_captured_kernel_is_deregistered(adapter()),
               ::testing::ExitedWithCode(0), "");
 }
 

@@ -1,7 +1,7 @@
 """An op that leaves or changes while one of its calls runs (issue 27, item 4):
-user code run by the call (a cond, a runtime check, an impl) destroys the op's
-library, or defines the op again with other arguments or other returns. The
-call gives the router's named error or the impl's correct result, never a
+user code run by the call (a cond, a runtime check, an impl, the coverage
+check) destroys the op's library, or defines the op again with other arguments
+or other returns. The call gives the router's named error or the impl's correct result, never a
 crash, an internal assert or a wrong value. And TorchScript, which keeps copies
 of an op's JIT Operation rather than the op, holds a `_native` op as any other
 holder does. Each case runs in a child interpreter with a time limit, so a
@@ -56,7 +56,7 @@ SETUP = """
     state["lib"] = define("foo(Tensor x) -> Tensor", lambda x: x + 1)
 """
 
-WHERE = ["cond", "runtime-check", "impl"]
+WHERE = ["cond", "runtime-check", "impl", "coverage-check"]
 
 
 def script(*parts: str) -> str:
@@ -78,10 +78,19 @@ def changing_call(where: str, how: str) -> str:
             if where == "impl":
                 change(how)
             return x * 7
+        def covers(*args):
+            if where == "coverage-check":
+                change(how)
+                return True
+            return False
         extra = {{"try_initialize_runtime": check}} if where == "runtime-check" else {{}}
-        impl.register("midcall_dsl", NS, "foo", "CPU", cond, body, **extra)
-        impl.install(NS, "foo", "CPU")
-        print("call: " + outcome(getattr(torch.ops, NS).foo.default, x))
+        import contextlib
+        covering = (impl.coverage_check(covers) if where == "coverage-check"
+                    else contextlib.nullcontext())
+        with covering:
+            impl.register("midcall_dsl", NS, "foo", "CPU", cond, body, **extra)
+            impl.install(NS, "foo", "CPU")
+            print("call: " + outcome(getattr(torch.ops, NS).foo.default, x))
     """)
 
 
@@ -93,6 +102,8 @@ def run(impl, body: str) -> dict[str, str]:
 def needs(impl, where):
     if where == "runtime-check" and "runtime-init" not in impl.features:
         pytest.skip(f"unsupported: {impl.name} has no try_initialize_runtime")
+    if where == "coverage-check" and "aot-coverage" not in impl.features:
+        pytest.skip(f"unsupported: {impl.name} has no coverage check")
 
 
 @behaviour("robustness.op-changed-during-call")
@@ -161,3 +172,45 @@ def test_a_torchscript_function_holding_a_native_op_outlives_its_scope(impl):
             f"call {i} of the TorchScript function after the override's scope: {after}")
         assert "override " + results["id"] in after and "is gone" in after, (
             f"call {i}'s error does not name the override that is gone: {after}")
+
+
+# ---- the kernel a router captured, deregistered ------------------------------------
+
+CAPTURED = """
+    import torch
+    NS = "_native_registry_captured"
+    impl.allow_namespace(NS)
+    x = torch.ones(2)
+    definition = torch.library.Library(NS, "DEF")
+    definition.define("foo(Tensor x) -> Tensor")
+    kernel = torch.library.Library(NS, "IMPL")
+    kernel.impl("foo", lambda x: x + 1, "CPU")
+    accept = [False]
+    impl.register("captured_dsl", NS, "foo", "CPU", lambda *args: accept[0],
+                  lambda x: torch.full_like(x, 7.0))
+    impl.install(NS, "foo", "CPU")
+
+    def outcome():
+        try:
+            result = getattr(torch.ops, NS).foo.default(x)
+        except Exception as e:
+            return "raised " + type(e).__name__ + ": " + " ".join(str(e).split())
+        return "returned " + str(result.tolist())
+
+    print("before: " + outcome())
+    kernel._destroy()
+    print("declined: " + outcome())
+    accept[0] = True
+    print("accepted: " + outcome())
+"""
+
+
+@behaviour("robustness.captured-kernel-deregistered")
+def test_a_declined_call_after_the_captured_kernel_is_deregistered_raises_runtime_error(impl):
+    results = run(impl, CAPTURED)
+    assert results["before"] == "returned [2.0, 2.0]", results["before"]
+    declined = results["declined"]
+    assert declined.startswith("raised RuntimeError: "), (
+        f"a declined call after the op's kernel at the key was deregistered: {declined}")
+    assert "INTERNAL ASSERT" not in declined, declined
+    assert results["accepted"] == "returned [7.0, 7.0]", results["accepted"]

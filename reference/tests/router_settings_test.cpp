@@ -13,6 +13,8 @@
 #include <native_registry/call_hooks.h>
 #include <native_registry/router_kind.h>
 
+#include <malloc.h>
+
 #include <atomic>
 #include <cstdlib>
 #include <stdexcept>
@@ -142,6 +144,31 @@ TEST_F(CoverageCheckTest, ARouterInstalledAfterwardsAsksTheCheckAndARestoreKeeps
   EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({8})));
   registry().restore(before);  // a setting, not state: the check stays
   EXPECT_TRUE(registry().has_coverage_check());
+  registry().check_invariants();
+}
+
+// Bytes the process has allocated, heap and mmapped chunks both.
+size_t allocated_bytes() {
+  const struct mallinfo2 info = mallinfo2();
+  return info.uordblks + info.hblkhd;
+}
+
+TEST_F(CoverageCheckTest, ApplyingTheSettingsAgainKeepsNothingMoreOfTheCheck) {
+  // Each settings change re-applies the check to every router, which keeps
+  // each check it was given once: 100,000 changes hold no more memory.
+  register_override(mul_cpu(), constant_cond(false), forbidden_impl());
+  registry().install_graph(mul_cpu());
+  registry().set_coverage_check(
+      [](const GraphKey&, const c10::OperatorHandle&, c10::DispatchKeySet, const Stack&) {
+        return false;
+      });
+  for (int i = 0; i < 1000; ++i) registry().set_collect_stats(i % 2 == 0);
+  const size_t before = allocated_bytes();
+  for (int i = 0; i < 100000; ++i) registry().set_collect_stats(i % 2 == 0);
+  const size_t after = allocated_bytes();
+  EXPECT_LT(after, before + 256 * 1024) << "the routers grew by " << (after - before)
+                                         << " bytes over 100,000 settings changes";
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({8})));
   registry().check_invariants();
 }
 

@@ -75,6 +75,20 @@ TEST_F(ShortcutTest, NoTracerMeansTheOrdinaryPath) {
   EXPECT_FALSE(guard_held_in_cond);
 }
 
+TEST_F(ShortcutTest, AskedOutsideAHostScopeTheShortcutIsToldSo) {
+  // No host scope is set and the chain needs none: the router asks from
+  // outside it, and a shortcut of the host's own must then enter the runtime.
+  register_observing_node(/*divert_when_tracing=*/true);
+  static std::vector<bool> told;
+  told.clear();
+  set_trace_shortcut(+[](bool in_host_scope) {
+    told.push_back(in_host_scope);
+    return false;
+  });
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({8})));
+  EXPECT_EQ(told, std::vector<bool>{false}) << "the shortcut was told it was asked inside the host scope";
+}
+
 TEST_F(ShortcutTest, ChainsThatDidNotOptInNeverConsultTheShortcut) {
   register_observing_node(false);
   set_trace_shortcut(&tracing);
@@ -276,6 +290,53 @@ TEST_F(HostScopeTest, TheShortcutIsAskedInsideTheScopeAndTheDiversionRunsOutside
   EXPECT_EQ(g_scopes_entered.load(), 2);
   EXPECT_EQ(g_scopes_entered_inside_a_scope.load(), 0) << "the diversion ran inside the scope";
   EXPECT_EQ(conds_in_scope, (std::vector<bool>{true}));
+}
+
+// A cond of the host's own, and the form set_host_cond_resolver resolves it
+// to (the same answer): each records which form ran, and where.
+std::vector<std::string> g_cond_forms;
+struct HostOwnCond {
+  bool operator()(const c10::OperatorHandle&, c10::DispatchKeySet, const Stack&) const {
+    g_cond_forms.push_back(t_in_host_scope ? "cond in scope" : "cond outside");
+    return false;
+  }
+};
+bool host_own_cond_resolved(const void*, const c10::OperatorHandle&, c10::DispatchKeySet,
+                            const Stack&) {
+  g_cond_forms.push_back(t_in_host_scope ? "resolved in scope" : "resolved outside");
+  return false;
+}
+HostCond resolve_host_own_conds(const CondFn& cond) {
+  if (cond.target<HostOwnCond>() != nullptr) return {&host_own_cond_resolved, nullptr};
+  return {};
+}
+
+class HostCondTest : public HostScopeTest {
+ protected:
+  void SetUp() override {
+    HostScopeTest::SetUp();
+    set_host_cond_resolver(&resolve_host_own_conds);
+    g_cond_forms.clear();
+  }
+  void TearDown() override {
+    set_host_cond_resolver(nullptr);
+    HostScopeTest::TearDown();
+  }
+};
+
+TEST_F(HostCondTest, InsideTheScopeAHostsOwnCondRunsInItsResolvedForm) {
+  register_override(mul_cpu(), HostOwnCond{}, forbidden_impl(), needing_scope());
+  registry().install_graph(mul_cpu());
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({8})));
+  EXPECT_EQ(g_cond_forms, std::vector<std::string>{"resolved in scope"});
+}
+
+TEST_F(HostCondTest, OutsideTheScopeAHostsOwnCondRunsAsItsCondFn) {
+  // The chain needs no scope: the router asks outside it, so the CondFn itself.
+  register_override(mul_cpu(), HostOwnCond{}, forbidden_impl());
+  registry().install_graph(mul_cpu());
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({8})));
+  EXPECT_EQ(g_cond_forms, std::vector<std::string>{"cond outside"});
 }
 
 TEST_F(HostScopeTest, ACondThatThrowsLeavesTheScopeAndReachesTheCaller) {
