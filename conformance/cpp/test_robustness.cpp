@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <thread>
 
@@ -115,6 +116,16 @@ void add_redef_override(RegistryAdapter& registry, const Key& key) {
       std::fprintf(stderr, "the _native op's call on %s: %s\n", x.device().str().c_str(),
                    what.c_str());
       ++bad;
+    }
+    // foo has no overload name: written as its schema writes it, with no dot
+    // after it (an overload name would follow one).
+    for (size_t at = what.find("::foo."); at != std::string::npos; at = what.find("::foo.", at + 1)) {
+      const size_t next = at + 6;
+      if (next >= what.size() || !(std::isalpha(static_cast<unsigned char>(what[next])) || what[next] == '_')) {
+        std::fprintf(stderr, "the op's name written with a dangling dot: %s\n", what.c_str());
+        ++bad;
+        break;
+      }
     }
   }
   std::fflush(stderr);

@@ -7,6 +7,7 @@ file: the behaviours are `recommended`."""
 
 from __future__ import annotations
 
+import re
 import textwrap
 import warnings
 
@@ -310,6 +311,10 @@ def test_a_native_op_whose_target_left_the_dispatcher_raises(impl):
             f"the _native op's {what} call after its target left: {results[what]}")
         assert results["id"] in results[what] and "foo" in results[what], (
             f"the error names neither the override nor the op: {results[what]}")
+        # foo has no overload name: written as its schema writes it, with no
+        # dot after it (an overload name would follow one).
+        assert not re.search(r"::foo\.(?![A-Za-z_])", results[what]), (
+            f"the error writes the op's name with a dangling dot: {results[what]}")
 
 
 @behaviour("robustness.other-overload-removed")

@@ -218,12 +218,9 @@ NativeOp::NativeOp(const NodePtr& node, const c10::OperatorHandle& target,
   // token now is LibTorch's own bookkeeping and this object.
   if (auto op = jit_operator(name_)) jit_holders_baseline_ = op.use_count() - 1;
   if (token_) token_holders_baseline_ = token_.use_count();
-  try {
-    activate(node, target, dispatch_key);
-  } catch (...) {
-    definition_.reset();
-    throw;
-  }
+  // If this throws, the members undo what it did: kernels_ is declared after
+  // definition_, so the op's kernels leave the dispatcher before its definition.
+  activate(node, target, dispatch_key);
 }
 
 NativeOp::~NativeOp() {
@@ -284,7 +281,6 @@ void NativeOp::activate(const NodePtr& node, const c10::OperatorHandle& target,
 
 NodePtr NativeOp::rebind(const NodePtr& node) {
   TORCH_INTERNAL_ASSERT(active() && node && node->node_id == node_->node_id);
-  if (node == node_) return nullptr;
   node_ = node;
   return binding_->current.exchange(node, std::memory_order_acq_rel);
 }

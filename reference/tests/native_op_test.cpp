@@ -5,6 +5,7 @@
 #include "support.h"
 
 #include <ATen/ops/empty.h>
+#include <native_registry/backend_select.h>
 
 namespace native_registry::testing {
 namespace {
@@ -258,6 +259,47 @@ TEST_F(NativeOpTest, ARestoreThatChangesNothingLeavesTheNativeOpsDefined) {
   Stack stack{tensor({2}), tensor({4})};
   native_op(*node)->callBoxed(&stack);
   EXPECT_TRUE(same(stack.at(0).toTensor(), tensor({3})));
+}
+
+// A teardown retires an op a program still holds (kept, raising), but the
+// retired op keeps nothing of its override: the node, and the callables it
+// holds, are let go at the teardown as if the op were undefined.
+TEST_F(NativeOpTest, ARetiredOpHeldPastItsTeardownKeepsNoneOfItsOverridesCallables) {
+  const Snapshot empty = registry().snapshot();
+  auto witness = std::make_shared<int>(0);
+  std::weak_ptr<int> alive = witness;
+  auto node = register_override(
+      mul_cpu(),
+      [witness](const c10::OperatorHandle&, c10::DispatchKeySet, const Stack&) { return false; },
+      fill_impl(3));
+  witness.reset();
+  registry().install_graph(mul_cpu());
+  auto held = hold_native_op(node->node_id);
+  ASSERT_TRUE(held);
+  node.reset();
+  registry().restore(empty);
+  EXPECT_TRUE(alive.expired()) << "the retired op still holds its override's node";
+  held.reset();
+  registry().check_invariants();
+}
+
+// tensorless_backend takes one value per argument of the schema; any other
+// count is its caller's mistake, a c10::Error naming both counts, not a
+// type error (no value was of a wrong type).
+TEST(TensorlessBackendTest, ACountOtherThanTheSchemasIsAnErrorNotATypeError) {
+  const c10::OperatorHandle ones = c10::Dispatcher::singleton().findSchemaOrThrow("aten::ones", "");
+  const std::vector<c10::IValue> all{c10::IValue(std::vector<int64_t>{2}), c10::IValue(),
+                                     c10::IValue(), c10::IValue(), c10::IValue()};
+  EXPECT_EQ(tensorless_backend(ones.schema(), all), c10::DispatchKey::CPU);
+  const std::vector<c10::IValue> one{c10::IValue(std::vector<int64_t>{2})};
+  try {
+    tensorless_backend(ones.schema(), one);
+    ADD_FAILURE() << "one value for five arguments was taken";
+  } catch (const c10::TypeError& e) {
+    ADD_FAILURE() << "a type error: " << e.what();
+  } catch (const c10::Error& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("tensorless_backend: 1 arguments for the 5 of aten::ones"));
+  }
 }
 
 }  // namespace
