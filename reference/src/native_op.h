@@ -97,9 +97,10 @@ class NativeOp {
   // the one this op was defined with.
   void activate(const NodePtr& node, const c10::OperatorHandle& target,
                 c10::DispatchKey dispatch_key);
-  // Points the active op at `node`, a node of the same node_id with other
-  // callables (see above), and hands back the node it replaces, for the
-  // caller to free once it holds no lock. The op must be active.
+  // Points the active op at `node`, another node of the same node_id with
+  // other callables (see above), and hands back the node it replaces, for
+  // the caller to free once it holds no lock. The op must be active; its
+  // one caller (NativeOpTable::activate) never passes the node it has.
   NodePtr rebind(const NodePtr& node);
   // Throws what activate() would for `target`.
   void check_target(const c10::OperatorHandle& target) const;
