@@ -92,4 +92,12 @@ fx::DispatcherFingerprint Conformance::fingerprint() const {
   return fx::DispatcherFingerprint::capture(fx::watched_ops());
 }
 
+std::string raised(const std::exception& e) {
+  const bool typed = dynamic_cast<const c10::Error*>(&e) == nullptr ||
+                     dynamic_cast<const c10::ValueError*>(&e) || dynamic_cast<const c10::TypeError*>(&e) ||
+                     dynamic_cast<const c10::IndexError*>(&e) ||
+                     dynamic_cast<const c10::NotImplementedError*>(&e);
+  return std::string("raised ") + (typed ? "" : "RuntimeError: ") + e.what();
+}
+
 }  // namespace conformance

@@ -42,6 +42,11 @@ inline std::string join_ids(std::initializer_list<const char*> ids) {
   return joined;
 }
 
+// What Python would see of an exception a call raised: "raised <message>",
+// with "RuntimeError: " before the message for a c10::Error of none of c10's
+// typed kinds (ValueError, TypeError, IndexError, NotImplementedError).
+std::string raised(const std::exception& e);
+
 class Conformance : public ::testing::TestWithParam<Implementation> {
  protected:
   void SetUp() override;
