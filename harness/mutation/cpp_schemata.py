@@ -1023,12 +1023,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("files", nargs="+", help="relative to the repository, e.g. reference/src/names.cpp")
     p.add_argument("--build", type=pathlib.Path, required=True, help="a build with compile_commands.json")
     p.add_argument("--out", type=pathlib.Path, required=True, help="where the copies and the header go")
+    p.add_argument("--root", type=pathlib.Path, default=ROOT, help="where the files are (the repository)")
+    p.add_argument("--plain", action="store_true",
+                   help="also compile each mutant left out as its plain rewritten file: how many of them "
+                        "compile (built on their own in a run) and how many are stillborn")
     args = p.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / HEADER_NAME).write_text(HEADER)
     first = 0
     for rel in args.files:
-        text = (ROOT / rel).read_text()
+        text = (args.root / rel).read_text()
         found = mutagen_cpp.cpp_mutants(rel, text)
         began = time.monotonic()
         result = compile_check(rel, text, found, compile_command(args.build, rel, args.out), "<stdin>", first,
@@ -1038,6 +1042,13 @@ def main(argv: list[str] | None = None) -> int:
         copy.write_text(result.text)
         first += ID_SPAN * len(found)
         print(result.told(rel, len(found), time.monotonic() - began))
+        if args.plain:
+            command = compile_command(args.build, rel, args.out)
+            left = [m for m in found if m.key in result.left_out]
+            compiles = sum(subprocess.run(command, input=m.apply(text), capture_output=True, text=True,
+                                          cwd=args.build).returncode == 0 for m in left)
+            print(f"  of the {len(left)} left out, as plain rewritten files: {compiles} compile, "
+                  f"{len(left) - compiles} do not (stillborn)")
     return 0
 
 

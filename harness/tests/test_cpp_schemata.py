@@ -6,6 +6,7 @@ compile is found by compiling and left out, the others kept."""
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import random
@@ -93,6 +94,26 @@ def test_a_line_whose_switched_form_does_not_compile_is_left_out_and_the_others_
     assert all("does not compile" in checked.left_out[k] for k in on_it)
     assert set(checked.ids) == set(plain.ids) - on_it
     build(tmp_path, "checked", checked.text)  # what is left compiles
+
+
+def test_the_command_line_writes_the_copy_and_counts_the_plain_forms_of_those_left_out(tmp_path, capsys):
+    """python -m harness.mutation.cpp_schemata FILE --build B --out O --plain:
+    the checked copy at O/FILE, and of the mutants left out (the `if` with an
+    `else` on the next line), how many compile as their plain rewritten file."""
+    (tmp_path / "toy.cpp").write_text(TOY)
+    build_dir = tmp_path / "build"
+    build_dir.mkdir()
+    (build_dir / "compile_commands.json").write_text(json.dumps([{
+        "directory": str(build_dir), "file": "../toy.cpp", "output": "toy.o",
+        "command": f"{CXX} -std=c++17 -o toy.o -c ../toy.cpp"}]))
+    found = mutagen.cpp_mutants("toy.cpp", TOY)
+    line = next(i for i, text in enumerate(TOY.split("\n"), 1) if "if (total > n)" in text)
+    left = [m for m in found if m.line == line]
+    assert cpp_schemata.main(["toy.cpp", "--root", str(tmp_path), "--build", str(build_dir),
+                              "--out", str(tmp_path / "out"), "--plain"]) == 0
+    said = capsys.readouterr().out
+    assert f"of the {len(left)} left out, as plain rewritten files: {len(left)} compile, 0 do not" in said
+    assert "nr_mutant_is" in (tmp_path / "out" / "toy.cpp").read_text()
 
 
 def test_every_switch_stays_on_its_line():
