@@ -382,7 +382,7 @@ def schemata(rel: str, text: str, mutants: list[Mutant], first_id: int = 0,
         indent = line[:len(line) - len(line.lstrip())]
         out[number - 1] = f"{indent}(void)nr_mutant_is({probe_id}); {line.lstrip()}"
     include = f'#include "{HEADER_NAME}"  // mutant schemata'
-    anchors = {m.key: starts[m.key] for m in beyond_its_line if m.key in ids and m.key in starts}
+    anchors = {m.key: starts[m.key] for m in beyond_its_line if m.key in starts}
     return Schemata(_header_line(include, out), ids, left_out, anchors=anchors)
 
 
@@ -989,29 +989,54 @@ def with_probes(rel: str, text: str, chosen: list[Mutant], found: Schemata, muta
     return found
 
 
-def compile_command(build: pathlib.Path, rel: str, header_dir: pathlib.Path) -> list[str]:
-    """The build's compile command of `rel` (its compile_commands.json; it
-    runs in the build folder), made to check a copy from stdin: -fsyntax-only, the switch's header and
-    the file's own directory on the include path, no output, no -Werror (a
-    schemata build is not an adopter's)."""
-    entries = json.loads((build / "compile_commands.json").read_text())
-    entry = next((e for e in entries if pathlib.Path(e["file"]).as_posix().endswith(rel)), None)
-    if entry is None:
-        raise ValueError(f"{build}/compile_commands.json has no command for {rel}")
-    words = shlex.split(entry["command"])
+def compile_entry(entries: list[dict], rel: str) -> dict | None:
+    """The entry of a build's compile_commands.json that compiles `rel` (the
+    tree's file, or its schemata copy at the same relative path); None: none."""
+    return next((e for e in entries if ("/" + pathlib.PurePosixPath(e["file"]).as_posix()).endswith("/" + rel)),
+                None)
+
+
+def mutant_compile_words(entry: dict) -> list[str]:
+    """An entry's compile command as a copy's compile runs it: without the
+    dependency file's options (-MD, -MMD, -MQ X, -MF X, -MT X), without
+    -Werror (a mutant that warns still compiles; a schemata build is not an
+    adopter's), its diagnostics without colour."""
     kept, skip = [], False
-    for w in words:
+    for w in shlex.split(entry["command"]):
         if skip:
             skip = False
-            continue
-        if w in ("-o", "-MF", "-MQ", "-MT", "-c"):
-            skip = w != "-c"
-            continue
-        if w == "-Werror" or w.startswith(("-MD", "-MMD")) or w.endswith(rel) or w == entry["file"]:
-            continue
-        kept.append(w)
-    source_dir = (pathlib.Path(entry["directory"]) / entry["file"]).resolve().parent
-    return [*kept, "-fdiagnostics-color=never", "-fsyntax-only", "-iquote", str(source_dir),
+        elif w in ("-MF", "-MQ", "-MT"):
+            skip = True
+        elif w.startswith("-fdiagnostics-color"):
+            kept.append("-fdiagnostics-color=never")
+        elif w != "-Werror" and not w.startswith(("-MD", "-MMD")):
+            kept.append(w)
+    return kept
+
+
+def source_folder(entry: dict) -> pathlib.Path:
+    """The folder of an entry's source: a copy compiled elsewhere finds that
+    folder's headers through -iquote."""
+    return (pathlib.Path(entry["directory"]) / entry["file"]).resolve().parent
+
+
+def compile_command(build: pathlib.Path, rel: str, header_dir: pathlib.Path) -> list[str]:
+    """The build's compile command of `rel` (its compile_commands.json; it
+    runs in the build folder), made to check a copy from stdin (mutant_compile_words):
+    -fsyntax-only, the switch's header and the file's own directory on the
+    include path, no output."""
+    entry = compile_entry(json.loads((build / "compile_commands.json").read_text()), rel)
+    if entry is None:
+        raise ValueError(f"{build}/compile_commands.json has no command for {rel}")
+    kept, skip = [], False
+    for w in mutant_compile_words(entry):
+        if skip:
+            skip = False
+        elif w in ("-o", "-c"):
+            skip = w == "-o"
+        elif not w.endswith(rel) and w != entry["file"]:
+            kept.append(w)
+    return [*kept, "-fsyntax-only", "-iquote", str(source_folder(entry)),
             "-I", str(header_dir.resolve()), "-x", "c++", "-"]
 
 
@@ -1035,15 +1060,14 @@ def main(argv: list[str] | None = None) -> int:
         text = (args.root / rel).read_text()
         found = mutagen_cpp.cpp_mutants(rel, text)
         began = time.monotonic()
-        result = compile_check(rel, text, found, compile_command(args.build, rel, args.out), "<stdin>", first,
-                               cwd=args.build)
+        command = compile_command(args.build, rel, args.out)
+        result = compile_check(rel, text, found, command, "<stdin>", first, cwd=args.build)
         copy = args.out / rel  # where -Dmutant_schemata=OUT looks for it
         copy.parent.mkdir(parents=True, exist_ok=True)
         copy.write_text(result.text)
         first += ID_SPAN * len(found)
         print(result.told(rel, len(found), time.monotonic() - began))
         if args.plain:
-            command = compile_command(args.build, rel, args.out)
             left = [m for m in found if m.key in result.left_out]
             compiles = sum(subprocess.run(command, input=m.apply(text), capture_output=True, text=True,
                                           cwd=args.build).returncode == 0 for m in left)

@@ -662,14 +662,14 @@ class Runner:
     rebuilder: pathlib.Path | None = None
     switched_keys: set[str] = set()
     own_links: dict[str, object] = {}  # file -> schemata_build.OwnLink
+    # Whether a rewritten mutant costs a compile (a C++ layer's), which a
+    # worker saves by keeping to the file of its last one.
+    keep_to_files: bool = True
 
     def any_worker_runs(self, m: mutagen.Mutant) -> bool:
         """Whether a worker sharing the schemata build runs `m` side by side
         with the others: switched, or built on its own (own_links)."""
         return m.key in self.switched_keys or m.file in self.own_links
-    # Whether a rewritten mutant costs a compile (a C++ layer's), which a
-    # worker saves by keeping to the file of its last one.
-    keep_to_files: bool = True
 
     def run(self, places: list[tuple[Workspace, Target, pathlib.Path]]) -> None:
         threads = [threading.Thread(target=self.work, args=place, daemon=True) for place in places]

@@ -79,8 +79,9 @@ class OwnLink:
     the mutated text's object and a library of the worker's own take the
     places of the build's."""
     build: pathlib.Path
-    compile: tuple[str, ...]
+    compile: tuple[str, ...]  # cpp_schemata.mutant_compile_words
     source: str      # the source as the compile command names it
+    here: str        # its folder, whose headers the copy finds through -iquote
     obj: str         # its object, as both commands name it
     library: str     # the library's path in the build
     link: tuple[str, ...]
@@ -96,13 +97,9 @@ class OwnLink:
         source.write_text(text)
         obj.unlink(missing_ok=True)
         library.unlink(missing_ok=True)
-        # The copy finds its own folder's headers where the build's source does.
-        here = str((self.build / self.source).resolve().parent)
-        compile_words = [str(source) if w == self.source else str(obj) if w == self.obj
-                         else "-fdiagnostics-color=never" if w.startswith("-fdiagnostics-color") else w
-                         for w in without_depfiles(self.compile)]
-        status, output = mutants.run_killable([compile_words[0], "-iquote", here, *compile_words[1:]], timeout,
-                                              cwd=self.build)
+        compile_words = [str(source) if w == self.source else str(obj) if w == self.obj else w for w in self.compile]
+        status, output = mutants.run_killable([compile_words[0], "-iquote", self.here, *compile_words[1:]],
+                                              timeout, cwd=self.build)
         if status != 0:
             return False, output
         link_words = [str(obj) if w == self.obj else str(library) if w == self.library else w for w in self.link]
@@ -119,20 +116,6 @@ class OwnLink:
 LIBRARY_PATH = "LD_LIBRARY_PATH"
 
 
-def without_depfiles(words: tuple[str, ...]) -> list[str]:
-    """A compile command without its dependency file's options (-MD, -MQ X,
-    -MF X) and -Werror (a mutant that warns is still one that compiles)."""
-    kept, skip = [], False
-    for w in words:
-        if skip:
-            skip = False
-        elif w in ("-MQ", "-MF", "-MT"):
-            skip = True
-        elif not w.startswith(("-MD", "-MMD")) and w != "-Werror":
-            kept.append(w)
-    return kept
-
-
 def own_links(build: pathlib.Path, files: list[str]) -> dict[str, OwnLink]:
     """Per mutated source compiled into a shared library of `build` (Meson
     names an object <library>.p/...), how a mutant of it is built on its own
@@ -142,7 +125,7 @@ def own_links(build: pathlib.Path, files: list[str]) -> dict[str, OwnLink]:
     links: dict[str, OwnLink] = {}
     commands: dict[str, list[str]] = {}
     for rel in files:
-        entry = next((e for e in entries if rel.endswith(".cpp") and ("/" + e["file"]).endswith("/" + rel)), None)
+        entry = cpp_schemata.compile_entry(entries, rel) if rel.endswith(".cpp") else None
         if entry is None or ".so.p/" not in entry.get("output", ""):
             continue
         library = entry["output"].split(".so.p/")[0] + ".so"
@@ -154,10 +137,11 @@ def own_links(build: pathlib.Path, files: list[str]) -> dict[str, OwnLink]:
             commands[library] = listed.stdout.strip().splitlines() if listed.returncode == 0 else []
         link = next((shlex.split(line) for line in reversed(commands[library])
                      if f" -o {library} " in f" {line} "), None)
-        words = shlex.split(entry["command"])
+        words = cpp_schemata.mutant_compile_words(entry)
         if link is None or entry["output"] not in link or entry["file"] not in words:
             continue
-        links[rel] = OwnLink(build, tuple(words), entry["file"], entry["output"], library, tuple(link))
+        links[rel] = OwnLink(build, tuple(words), entry["file"], str(cpp_schemata.source_folder(entry)),
+                             entry["output"], library, tuple(link))
     return links
 
 
