@@ -491,20 +491,9 @@ def digests_of(chosen: list[mutagen.Mutant], target: Target, coverage: coverage_
         if tests is not None and target.own_coverage is not None:  # the own tests' verdict too
             own = target.own_coverage.covering(m, target.pristine[m.file])
             tests = None if own is None else tests + own
-        digest = suites if tests is None else mutation_report.tests_digest(tests_sources(tests))
+        digest = suites if tests is None else mutation_report.tests_digest(reached_map.tests_sources(tests))
         found[m.key] = (mutation_report.digest(m.original), digest)
     return found
-
-
-def tests_sources(tests: list[str]) -> list[pathlib.Path]:
-    """The files a verdict from these tests depends on: each pytest test's
-    file; the C++ conformance suite's sources where a GoogleTest test is
-    among them (its names tell no file)."""
-    gtests, nodeids = reached_map.split(tests)
-    files = [ROOT / f for f in sorted({t.split("::", 1)[0] for t in nodeids})]
-    if gtests:
-        files += [ROOT / rel for rel in mutants.tree_files() if rel.startswith("conformance/cpp/")]
-    return files
 
 
 def baseline_of(coverage: coverage_map.CoverageMap) -> dict:
@@ -610,11 +599,20 @@ def reusable(earlier: list[Outcome], digests: dict[str, tuple[str, str]], own_te
     where --own-tests asks for it: awaits_own_verdict)."""
     kept = {}
     for o in earlier:
-        if (o.key in digests and (o.line_digest, o.tests_digest) == digests[o.key]
-                and o.verdict in ("killed", "survived", "stillborn", "nocoverage")
-                and not awaits_own_verdict(o, own_tests, uncovered_too)):
+        if (o.key in digests and o.verdict in ("killed", "survived", "stillborn", "nocoverage")
+                and not awaits_own_verdict(o, own_tests, uncovered_too)
+                and ((o.line_digest, o.tests_digest) == digests[o.key] or still_killed(o, digests[o.key][0]))):
             kept[o.key] = dataclasses.replace(o, reused=o.reused or o.commit)
     return kept
+
+
+def still_killed(o: Outcome, line_digest: str) -> bool:
+    """A kill stands while the mutant's line and the sources of the tests
+    that killed it are unchanged (Stryker's incremental mode keeps a kill
+    so), whatever the other tests that reach it became; the own tests'
+    verdict, where it has one, still needs the whole set unchanged."""
+    return (o.line_digest == line_digest and not o.own_tests and bool(o.failing_digest)
+            and o.failing_digest == mutant_runner.killing_digest(o))
 
 
 def carried_over(earlier: list[Outcome], digests: dict[str, tuple[str, str]], uncovered_too: bool

@@ -69,6 +69,11 @@ class Outcome:
     line_digest: str = ""
     tests_digest: str = ""
     reused: str = ""
+    # A killed mutant's: a digest of the sources of the tests that failed
+    # (reached_map.tests_sources). While they and its line are unchanged the
+    # kill stands, whatever other tests that reach it became; "" where a
+    # crash or a timeout killed it (no one test to name).
+    failing_digest: str = ""
 
 
 def load_equivalents(path: pathlib.Path = EQUIVALENTS) -> dict[str, str]:

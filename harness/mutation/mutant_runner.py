@@ -17,7 +17,7 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from . import mutagen  # noqa: F401 (annotations)
-from . import hang_watchdog, mutants, suite_server
+from . import hang_watchdog, mutants, mutation_report, reached_map, suite_server
 from .mutant_records import (Outcome, awaits_own_verdict, marked_anew, resumed, tail, tree_commit,
                              tree_source)
 from .mutants import FIRST, ROOT, Workspace
@@ -846,6 +846,8 @@ class Runner:
 
     def record(self, index: int, mutant: mutagen.Mutant, outcome: Outcome) -> None:
         outcome.line_digest, outcome.tests_digest = self.digests.get(mutant.key, ("", ""))
+        if self.digests:
+            outcome.failing_digest = killing_digest(outcome)
         with self.lock:
             self.outcomes.append((index, outcome))
             done = len(self.outcomes)
@@ -862,6 +864,17 @@ class Runner:
             print(f"  [{done}/{self.total}] {verdict:10s} {mutant.where} {mutant.kind}: {mutant.change} "
                   f"({spent}; elapsed {duration(elapsed)}, {left})",
                   flush=True)
+
+
+def killing_digest(outcome: Outcome) -> str:
+    """The digest of the sources of the tests that killed `outcome` (the
+    incremental mode keeps a kill while they are unchanged); "" where it
+    was not killed, or not by tests a file can be named for (a crash or a
+    timeout of the whole run, an upstream test)."""
+    if outcome.verdict != "killed" or not outcome.failing or any(
+            t.startswith(("<", "upstream ")) for t in outcome.failing):
+        return ""
+    return mutation_report.tests_digest(reached_map.tests_sources(outcome.failing))
 
 
 def interrupt(signum, frame) -> None:

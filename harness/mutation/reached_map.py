@@ -24,6 +24,7 @@ import functools
 import json
 import os
 import pathlib
+import re
 import shutil
 import sys
 import threading
@@ -90,6 +91,60 @@ def split(tests: list[str]) -> tuple[list[str], list[str]]:
     """(GoogleTest names for --gtest_filter, pytest node ids), order kept."""
     return ([t[len(GTEST_PREFIX):] for t in tests if t.startswith(GTEST_PREFIX)],
             [t for t in tests if not t.startswith(GTEST_PREFIX)])
+
+
+# What a test's verdict depends on besides its own file: the suite's
+# machinery (every file of the suite's folder not named test_*: conftest,
+# adapters, suite.h and suite.cpp, the build file) and the fixtures it uses.
+# The catalogue and the expectations are left out: in a mutant run any
+# failure kills, whatever a behaviour's level, and the reference has no
+# known failures, so neither changes a verdict.
+SUITE_FOLDERS = {"python": ("conformance/python/", "fixtures/python/"),
+                 "cpp": ("conformance/cpp/", "fixtures/cpp/")}
+# Loaded by no run of the reference: other implementations' adapters, the
+# catalogue's checker.
+NOT_MACHINERY = ("conformance/python/check.py", "conformance/python/adapters/upstream",
+                 "fixtures/cpp/minimal_registry/")
+_GTEST_DEFINITION = re.compile(r"\bTEST(?:_P|_F)?\(\s*\w+\s*,\s*(\w+)\s*\)")
+
+
+def _suite_files(side: str) -> tuple[list[str], dict[str, str]]:
+    """A suite's machinery (its files not named test_*), and its test files
+    by name: a pytest file by its path, a GoogleTest test by its name."""
+    machinery, tests = [], {}
+    for rel in mutants.tree_files():
+        if not rel.startswith(SUITE_FOLDERS[side]) or rel.startswith(NOT_MACHINERY):
+            continue
+        name = rel.rsplit("/", 1)[-1]
+        if not (rel.startswith("conformance/") and name.startswith("test_")):
+            machinery.append(rel)
+        elif side == "cpp" and name.endswith(".cpp"):
+            for test in _GTEST_DEFINITION.findall((ROOT / rel).read_text()):
+                tests[test] = rel
+    return machinery, tests
+
+
+def gtest_file(name: str, defined: dict[str, str]) -> str | None:
+    """The file that defines a GoogleTest test (as --gtest_filter names it:
+    Instance/Fixture.Test/param), None when no file does."""
+    test = name.split(".", 1)[-1].split("/", 1)[0]
+    return defined.get(test)
+
+
+def tests_sources(tests: list[str]) -> list[pathlib.Path]:
+    """The files a verdict from these tests depends on: each test's own file
+    (a pytest node id's; the file that defines a GoogleTest test, or the
+    whole C++ suite where none does) and its suite's machinery. A change
+    of one test file then re-runs only the mutants its tests reach."""
+    gtests, nodeids = split(tests)
+    files: set[str] = set()
+    if nodeids:
+        files.update(_suite_files("python")[0], (t.split("::", 1)[0] for t in nodeids))
+    if gtests:
+        machinery, defined = _suite_files("cpp")
+        found = [gtest_file(t, defined) for t in gtests]
+        files.update(machinery, defined.values() if None in found else found)
+    return [ROOT / rel for rel in sorted(files)]
 
 
 def marked(path: pathlib.Path) -> set[int]:

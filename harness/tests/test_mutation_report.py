@@ -204,6 +204,51 @@ def test_the_incremental_mode_keeps_a_verdict_only_while_line_and_tests_are_unch
     assert not any(o.verdict == "survived" for o in auto_mutants.reusable(earlier, digests, True).values())
 
 
+def test_a_verdict_depends_on_its_tests_files_and_their_suites_machinery_only():
+    from harness.mutation import reached_map
+    def sources(tests):
+        return {str(p.relative_to(ROOT)) for p in reached_map.tests_sources(tests)}
+    cpp_test = "TheCoverageCheckIsAskedOncePerCallBeforeEveryCond"
+    defining = next(p for p in sorted((ROOT / "conformance" / "cpp").glob("test_*.cpp"))
+                    if f", {cpp_test})" in p.read_text())
+    cpp = sources([f"gtest:Reference/Conformance.{cpp_test}/reference"])
+    assert str(defining.relative_to(ROOT)) in cpp and "conformance/cpp/suite.h" in cpp
+    assert not any(f.startswith("conformance/cpp/test_") and f != str(defining.relative_to(ROOT)) for f in cpp)
+    assert not any(f.startswith("conformance/python/") for f in cpp)
+    # A GoogleTest test no file defines: the whole C++ suite.
+    unknown = sources(["gtest:Reference/Conformance.NoSuchTest/reference"])
+    assert {f"conformance/cpp/{p.name}" for p in (ROOT / "conformance" / "cpp").glob("test_*.cpp")} <= unknown
+    python = sources(["conformance/python/test_observe.py::test_anything"])
+    assert {"conformance/python/test_observe.py", "conformance/python/conftest.py",
+            "conformance/python/adapters/reference.py", "fixtures/python/torch_fixtures.py"} <= python
+    assert not any(f.startswith("conformance/python/test_") and not f.endswith("test_observe.py") for f in python)
+    assert "conformance/python/adapters/upstream.py" not in python and not any(f.startswith("conformance/cpp/")
+                                                                               for f in python)
+
+
+def test_a_kill_is_kept_while_the_tests_that_killed_it_are_unchanged():
+    from harness.mutation import mutant_runner
+    chosen = mutagen.python_mutants(REL, SOURCE)
+    m = chosen[0]
+    killed = Outcome(m.key, m.where, m.kind, m.change, m.original, m.mutated, verdict="killed",
+                     killed_by="python conformance", failing=["conformance/python/test_observe.py::test_x"],
+                     commit="abc", line_digest=mutation_report.digest(m.original), tests_digest="t1")
+    killed.failing_digest = mutant_runner.killing_digest(killed)
+    assert killed.failing_digest
+    other_tests = {m.key: (killed.line_digest, "t2")}  # another test that reaches it changed
+    assert m.key in auto_mutants.reusable([killed], other_tests, False)
+    assert auto_mutants.reusable([dataclasses.replace(killed, failing_digest="stale")], other_tests, False) == {}
+    assert auto_mutants.reusable([killed], {m.key: ("another line", "t1")}, False) == {}
+    # A crash names no test: the kill is kept only while every test that reaches it is unchanged.
+    crashed = dataclasses.replace(killed, failing=["<crashed: exit -11>"])
+    assert mutant_runner.killing_digest(crashed) == ""
+    assert auto_mutants.reusable([dataclasses.replace(crashed, failing_digest="")], other_tests, False) == {}
+    # A survivor is kept only while every test that reaches it is unchanged.
+    survived = dataclasses.replace(killed, verdict="survived", failing=[], failing_digest="")
+    assert auto_mutants.reusable([survived], other_tests, False) == {}
+    assert m.key in auto_mutants.reusable([survived], {m.key: (killed.line_digest, "t1")}, False)
+
+
 def test_a_reviewed_equivalent_is_recorded_as_one_without_running_it():
     chosen = mutagen.python_mutants(REL, SOURCE)
     reviewed = chosen[0]
