@@ -5,6 +5,9 @@ summaries kept in doc/.
     python3 -m harness.mutation.mutant_figures --report R ...   per file and in all, of these records alone
                                                        (reports, shards merged, or older .jsonl)
     python3 -m harness.mutation.mutant_figures --samples        the samples of 2026-12-01, from their summary
+    python3 -m harness.mutation.mutant_figures --standing R MAP  which of R's verdicts --incremental R would
+                                                       keep at this tree, by MAP's reach (a C++ layer's
+                                                       reached-<layer>.json); nothing runs
     python3 -m harness.mutation.mutant_figures --record-killed  adds the Python-layer mutants the records
                                                        say were killed to fixtures/faults/killed_mutants.txt
 
@@ -235,6 +238,34 @@ def record_killed() -> int:
     return 0
 
 
+def standing(record: pathlib.Path, reach: pathlib.Path) -> int:
+    """What `--incremental record` would keep at this tree, given the reach
+    map a run would choose tests by (auto_mutants.digests_of, .reusable):
+    the verdicts that still stand, and per file how many must run again."""
+    import collections
+    import gzip
+    import json
+    import types
+    from . import reached_map
+    reviewed = mutant_records.load_equivalents()  # recorded anew, unrun, whatever the record says
+    earlier = [o for o in mutation_report.load(record) if o.key not in reviewed]
+    files = sorted({o.key.split("|", 1)[0] for o in earlier})
+    texts = {rel: (ROOT / rel).read_text() for rel in files if (ROOT / rel).is_file()}
+    keys = {o.key for o in earlier}
+    chosen = [m for rel, text in texts.items() for m in mutagen.mutants_of(rel, text) if m.key in keys]
+    target = types.SimpleNamespace(pristine=texts, own_coverage=None)
+    text = gzip.decompress(reach.read_bytes()).decode() if reach.suffix == ".gz" else reach.read_text()
+    digests = auto_mutants.digests_of(chosen, target, reached_map.ReachedMap(**json.loads(text)))
+    kept = auto_mutants.reusable(earlier, digests, own_tests=False)
+    run_again = collections.Counter(o.where.rsplit(":", 1)[0] for o in earlier if o.key not in kept)
+    print(f"{len(kept)} of the {len(earlier)} verdicts of {record} stand at this tree "
+          f"({dict(collections.Counter(o.verdict for o in kept.values()))}); "
+          f"{len(earlier) - len(kept)} run again (reviewed equivalents left out):")
+    for rel, n in sorted(run_again.items()):
+        print(f"  {rel}: {n}")
+    return 0
+
+
 if __name__ == "__main__":
     if "--help" in sys.argv[1:] or "-h" in sys.argv[1:]:
         print(__doc__)
@@ -242,6 +273,8 @@ if __name__ == "__main__":
         sys.exit(record_killed())
     elif sys.argv[1:2] == ["--report"] and sys.argv[2:]:
         sys.exit(report_figures([pathlib.Path(p) for p in sys.argv[2:]]))
+    elif sys.argv[1:2] == ["--standing"] and len(sys.argv) == 4:
+        sys.exit(standing(pathlib.Path(sys.argv[2]), pathlib.Path(sys.argv[3])))
     elif "--samples" in sys.argv[1:]:
         samples()
     else:

@@ -452,3 +452,24 @@ def test_ci_s_sample_is_judged_from_the_report_and_runs_switched(tmp_path, monke
     monkeypatch.setattr(ci_mutants, "todays", lambda keys: set())
     assert ci_mutants.main(["--build", str(tmp_path), "--results", str(tmp_path / "r")]) == 0
     assert len(started) == 2 and "nothing to judge" in capsys.readouterr().out
+
+
+def test_standing_says_which_verdicts_an_incremental_run_would_keep(tmp_path, capsys):
+    from harness.mutation import mutant_runner, reached_map
+    rel = "reference/src/stats.cpp"
+    chosen = mutagen.mutants_of(rel, (ROOT / rel).read_text())[:2]
+    gtest = "gtest:Reference/Conformance.TheCoverageCheckIsAskedOncePerCallBeforeEveryCond/reference"
+    reach = reached_map.ReachedMap(reached={gtest: [0, 1]}, outside=[], durations={gtest: 0.1},
+                                   ids={m.key: i for i, m in enumerate(chosen)})
+    reach.save(tmp_path / "reached.json")
+    kept_kill, stale_kill = (Outcome(m.key, m.where, m.kind, m.change, m.original, m.mutated, verdict="killed",
+                                     killed_by="c++ conformance", failing=[gtest], commit="abc",
+                                     line_digest=mutation_report.digest(m.original), tests_digest="old")
+                             for m in chosen)
+    kept_kill.failing_digest = mutant_runner.killing_digest(kept_kill)
+    stale_kill.failing_digest = "another test file"
+    record = tmp_path / "record.jsonl"
+    record.write_text("".join(json.dumps(dataclasses.asdict(o)) + "\n" for o in (kept_kill, stale_kill)))
+    assert mutant_figures.standing(record, tmp_path / "reached.json") == 0
+    out = capsys.readouterr().out
+    assert "1 of the 2 verdicts" in out and f"{rel}: 1" in out
