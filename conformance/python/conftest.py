@@ -25,6 +25,10 @@
   Those tests carry the marker ``device`` (the harness runs ``-m device`` at a
   device other than cpu). Where the device is absent they are reported
   "unsupported: no CUDA device" (never passed).
+* A test that needs a new Python (run_in_fresh_interpreter) starts one,
+  unless NR_CONFORMANCE_FORK_SERVER=1 (the harness's mutant runs): then it
+  is forked from a Python that has imported torch (fresh_interpreters.py),
+  which saves each one Python's start and torch's import.
 * ``--conformance-report PATH`` writes one JSON record per test for the
   harness's matrix: test, behaviours, outcome (pass, fail, xfail, stale,
   unsupported), side, implementation, source (path:line), and reason / message
@@ -36,8 +40,6 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-import subprocess
-import sys
 import textwrap
 import tomllib
 import warnings
@@ -47,6 +49,7 @@ import torch
 
 import adapter as adapter_module
 import catalogue as catalogue_module
+import fresh_interpreters
 
 from fixtures.python.torch_fixtures import (  # noqa: F401
     MISSING_NS, NS, NS2, assert_shared_tensors_intact, dispatcher_state, twice_namespaces)
@@ -74,13 +77,12 @@ def run_in_fresh_interpreter(impl, body: str, timeout: float = 300, stderr: list
     # while torch imports); `env`, if given, adds to the child's environment;
     # `extra_path` goes first on the child's PYTHONPATH (which is this
     # process's sys.path: this folder, the root's packages).
-    script = (textwrap.dedent(prelude) + "\n"
-              "import torch, adapter\nimpl = adapter.load()\nprint(adapter.identity(impl))\n"
+    script = ("import torch, adapter\nimpl = adapter.load()\nprint(adapter.identity(impl))\n"
               + textwrap.dedent(body))
     child_env.update(env or {})
     child_env["PYTHONPATH"] = os.pathsep.join([*map(str, extra_path), child_env["PYTHONPATH"]])
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                         timeout=timeout, env=child_env)
+    # A new `python -c`, or its fork server's child (fresh_interpreters.py).
+    out = fresh_interpreters.run(script, child_env, timeout, prelude=textwrap.dedent(prelude) + "\n")
     assert out.returncode == 0, out.stderr
     if stderr is not None:
         stderr.append(out.stderr)

@@ -225,7 +225,7 @@ def measure(files: dict[str, pathlib.Path], pytest_args: list[str], out: pathlib
     root_first = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     began = time.monotonic()
     status, output = mutants.run_killable(
-        cmd, timeout, cwd=cwd, env={**env, **mutants.ANY_FAILURE_FAILS, "PYTHONPATH": root_first,
+        cmd, timeout, cwd=cwd, env={**env, **mutants.MUTANT_RUN_SUITES, "PYTHONPATH": root_first,
                                      "NR_TEST_DURATIONS": str(durations)})
     took = time.monotonic() - began
     if status is None or not durations.exists():

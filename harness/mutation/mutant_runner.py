@@ -309,7 +309,7 @@ def warm_tests(target: Target, ws: Workspace, out: pathlib.Path, nodeids: list[s
     with _warm_lock:
         server = _warm.get(out)
         if server is None:
-            env = {**pristine_env(target, ws, out), **mutants.FREED_MEMORY_FILLED, **mutants.ANY_FAILURE_FAILS}
+            env = {**pristine_env(target, ws, out), **mutants.FREED_MEMORY_FILLED, **mutants.MUTANT_RUN_SUITES}
             args = ["conformance/python", f"--impl={target.impl}", f"--basetemp={out / 'warm-tmp'}"]
             server = _warm[out] = suite_server.SuiteServer(args, str(target.suites_from or ws.src), env,
                                                            str(out / "warm-suite.log"))

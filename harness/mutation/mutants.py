@@ -264,6 +264,13 @@ def cpp_suite(out: pathlib.Path, timeout: float = TIMEOUT_S, fail_fast: bool = F
 # (conformance/python/conftest.py), so a mutant only a recommended test sees
 # is killed, and -x stops at it.
 ANY_FAILURE_FAILS = {"NR_CONFORMANCE_ANY_FAILURE_FAILS": "1"}
+# Set for every Python suite a mutant run starts, the pristine ones that
+# measure reach included: a test's child interpreter is forked from a
+# Python that has imported torch (conformance/python/fresh_interpreters.py),
+# not started from nothing. Starting Python and importing torch was most of
+# what a survivor's tests cost.
+FORK_SERVER = {"NR_CONFORMANCE_FORK_SERVER": "1"}
+MUTANT_RUN_SUITES = {**ANY_FAILURE_FAILS, **FORK_SERVER}
 
 
 def package_env(ws: Workspace, out: pathlib.Path) -> dict:
@@ -306,7 +313,7 @@ def pytest_run(parts: list[list[str]], out: pathlib.Path, timeout: float, env: d
                *([f"--conformance-report={report}"] if conformance_report else [])]
         with suite_parts.own_basetemp(len(parts), i) as basetemp:
             ran[i] = run_killable([*cmd, *basetemp], timeout, cwd=tree,
-                                  env={**env, **FREED_MEMORY_FILLED, **ANY_FAILURE_FAILS})
+                                  env={**env, **FREED_MEMORY_FILLED, **MUTANT_RUN_SUITES})
 
     suite_parts.side_by_side(len(parts), run, on_interrupt=kill_live)
     suite_parts.join_parts(each, files)

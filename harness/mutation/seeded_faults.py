@@ -395,7 +395,7 @@ def import_time_ids(target: Target, ws, outs: list[pathlib.Path]) -> set[int]:
     for out in outs:  # as mutant_runner.warm_tests starts one, with the trace
         out.mkdir(parents=True, exist_ok=True)
         env = {**mutant_runner.pristine_env(target, ws, out), **mutants.FREED_MEMORY_FILLED,
-               **mutants.ANY_FAILURE_FAILS, "NR_MUTANT_TRACE": str(trace)}
+               **mutants.MUTANT_RUN_SUITES, "NR_MUTANT_TRACE": str(trace)}
         args = ["conformance/python", f"--impl={target.impl}", f"--basetemp={out / 'warm-tmp'}"]
         servers.append(suite_server.SuiteServer(args, str(ws.src), env, str(out / "warm-suite.log")))
     threads = [threading.Thread(target=server.start) for server in servers]
