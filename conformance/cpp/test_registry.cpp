@@ -58,6 +58,15 @@ TEST_P(Conformance, NodeIdsAreUniqueAcrossTeardowns) {
   EXPECT_EQ(ids.size(), 9u);
 }
 
+TEST_P(Conformance, ANodeIdNamesItsOpAndDsl) {
+  BEHAVIOUR("registration.node-id-names-the-override");
+  add(mul_key(), constant_cond(true), fill_impl(1), "backend_z");
+  const auto graph = adapter().graph(mul_key());
+  ASSERT_EQ(graph.size(), 1u);
+  EXPECT_THAT(graph[0].node_id, HasSubstr("mul_Tensor"));
+  EXPECT_THAT(graph[0].node_id, HasSubstr("backend_z"));
+}
+
 TEST_P(Conformance, GraphKeyCarriesTheNamespace) {
   BEHAVIOUR("namespaces.graph-key-carries-namespace");
   REQUIRE_FEATURE("namespaces");

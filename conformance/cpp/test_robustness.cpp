@@ -38,13 +38,20 @@ void foo_kernel(const c10::OperatorHandle&, c10::DispatchKeySet, Stack* stack) {
 
 // The schemas foo is defined with: the override's, and those it is defined
 // again with (another argument list; the same argument made keyword-only;
-// three arguments, the last two keyword-only).
-enum class Foo { kOne, kThree, kKeywordOnly, kTwoKeywordOnly };
+// three arguments, the last two keyword-only). kScaled is another override's
+// schema, kScaledDefault the same arguments with a default value for n.
+enum class Foo { kOne, kThree, kKeywordOnly, kTwoKeywordOnly, kScaled, kScaledDefault };
 
 std::unique_ptr<torch::Library> define_foo(Foo schema) {
   auto lib = std::make_unique<torch::Library>(torch::Library::DEF, kRedefNs, std::nullopt,
                                               __FILE__, __LINE__);
-  if (schema == Foo::kThree || schema == Foo::kTwoKeywordOnly) {
+  if (schema == Foo::kScaled || schema == Foo::kScaledDefault) {
+    lib->def(schema == Foo::kScaled ? "foo(Tensor x, int n) -> Tensor" : "foo(Tensor x, int n=1) -> Tensor");
+    lib->impl("foo", torch::dispatch(c10::DispatchKey::CPU,
+                                     torch::CppFunction::makeFromBoxedFunction<&foo_kernel<2, false>>()));
+    lib->impl("foo", torch::dispatch(c10::DispatchKey::Meta,
+                                     torch::CppFunction::makeFromBoxedFunction<&foo_kernel<2, true>>()));
+  } else if (schema == Foo::kThree || schema == Foo::kTwoKeywordOnly) {
     lib->def(schema == Foo::kThree ? "foo(Tensor x, Tensor y, Tensor z) -> Tensor"
                                    : "foo(Tensor x, *, Tensor y, Tensor z) -> Tensor");
     lib->impl("foo", torch::dispatch(c10::DispatchKey::CPU,
@@ -176,15 +183,23 @@ void add_redef_override(RegistryAdapter& registry, const Key& key) {
 }
 
 // Runs in a death-test child: scopes left out of order (the outer one first,
-// which tears the override down), the target defined again with `schema` in
-// between, then the inner one, whose snapshot had the `_native` op active.
-// Exits 0 if that restore warned naming the override and both schemas, and
-// left the op raising (or undefined, where nothing held it: `hold` false),
-// and the new op computes its own result.
-[[noreturn]] void restore_after_redefinition(RegistryAdapter& registry, Foo schema, bool hold) {
+// which tears the override down), the target, defined with `base` at first,
+// defined again with `schema` in between, then the inner one, whose snapshot
+// had the `_native` op active. Exits 0 if that restore warned naming the
+// override and both schemas, and left the op raising (or undefined, where
+// nothing held it: `hold` false), and the new op computes its own result.
+[[noreturn]] void restore_after_redefinition(RegistryAdapter& registry, Foo schema, bool hold,
+                                             Foo base = Foo::kOne) {
   alarm(60);
   const Key key{kRedefNs, "foo", "CPU"};
-  auto lib = define_foo(Foo::kOne);
+  const bool scaled = base == Foo::kScaled;
+  // foo's arguments, before and after: x (and n); x, y and z for kThree.
+  auto arguments_for = [&](Foo which) {
+    if (which == Foo::kThree || which == Foo::kTwoKeywordOnly) return Stack(3, tensor({1, 1}));
+    if (which == Foo::kScaled || which == Foo::kScaledDefault) return Stack{tensor({1, 1}), c10::IValue(int64_t{1})};
+    return Stack{tensor({1, 1})};
+  };
+  auto lib = define_foo(base);
   std::unique_ptr<Scope> outer = registry.scope();
   add_redef_override(registry, key);
   registry.install(key);
@@ -198,22 +213,33 @@ void add_redef_override(RegistryAdapter& registry, const Key& key) {
   inner.reset();  // would re-activate the op on the new schema
   int bad = 0;
   const std::vector<std::string> warnings = registry.warnings();
+  // A default value is written as the schema language writes it, or elided:
+  // only its `=` is checked.
+  const std::string was = scaled ? "(Tensor x, int n) -> Tensor" : "(Tensor x) -> Tensor";
   const std::string now = schema == Foo::kThree          ? "(Tensor x, Tensor y, Tensor z) -> Tensor"
                           : schema == Foo::kTwoKeywordOnly ? "(Tensor x, *, Tensor y, Tensor z) -> Tensor"
+                          : schema == Foo::kScaledDefault  ? "(Tensor x, int n="
                                                            : "(*, Tensor x) -> Tensor";
   bool named = false;
   for (size_t i = warned_before; i < warnings.size(); ++i) {
     named |= warnings[i].find(node.node_id) != std::string::npos &&
-             warnings[i].find("(Tensor x) -> Tensor") != std::string::npos &&
+             warnings[i].find(was) != std::string::npos &&
              warnings[i].find(now) != std::string::npos;
   }
   if (!named) {
     std::fprintf(stderr, "the restore logged no warning naming %s and the schemas %s and %s (%zu warnings)\n",
-                 node.node_id.c_str(), "(Tensor x) -> Tensor", now.c_str(), warnings.size() - warned_before);
+                 node.node_id.c_str(), was.c_str(), now.c_str(), warnings.size() - warned_before);
     ++bad;
   }
   if (std::optional<c10::OperatorHandle> native = registry.native_op(node)) {
-    const std::string what = outcome(*native, tensor({1, 1}));
+    Stack call = arguments_for(base);
+    std::string what;
+    try {
+      native->callBoxed(&call);
+      what = "returned";
+    } catch (const std::exception& e) {
+      what = raised(e);
+    }
     if (what.rfind("raised", 0) != 0 || what.find(node.node_id) == std::string::npos) {
       std::fprintf(stderr, "the _native op after the restore: %s\n", what.c_str());
       ++bad;
@@ -222,8 +248,8 @@ void add_redef_override(RegistryAdapter& registry, const Key& key) {
     std::fputs("the _native op held past the restore is gone\n", stderr);
     ++bad;
   }
-  const size_t arguments = schema == Foo::kThree || schema == Foo::kTwoKeywordOnly ? 3 : 1;
-  Stack stack(arguments, tensor({1, 1}));
+  Stack stack = arguments_for(schema);
+  const float arguments = static_cast<float>(stack.size());
   foo_op().callBoxed(&stack);
   if (!same(stack.at(0).toTensor(), tensor({1.f + arguments, 1.f + arguments}))) {
     std::fputs("the redefined op did not compute its own result\n", stderr);
@@ -581,6 +607,19 @@ TEST_P(Conformance, ARestoreAfterTheTargetsArgumentBecameKeywordOnlyWarns) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_EXIT(restore_after_redefinition(adapter(), Foo::kKeywordOnly, true), ::testing::ExitedWithCode(0), "");
   EXPECT_EXIT(restore_after_redefinition(adapter(), Foo::kTwoKeywordOnly, true), ::testing::ExitedWithCode(0), "");
+}
+
+// The same arguments, one given a default value now: another schema too (a
+// call may leave that argument out of the new op, not of the `_native` one).
+TEST_P(Conformance, ARestoreAfterTheTargetsArgumentGotADefaultWarns) {
+  BEHAVIOUR("robustness.native-op-target-redefined");
+  REQUIRE_FEATURE("native-op-meta");
+  REQUIRE_FEATURE("namespaces");
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(restore_after_redefinition(adapter(), Foo::kScaledDefault, true, Foo::kScaled),
+              ::testing::ExitedWithCode(0), "");
+  EXPECT_EXIT(restore_after_redefinition(adapter(), Foo::kScaledDefault, false, Foo::kScaled),
+              ::testing::ExitedWithCode(0), "");
 }
 
 TEST_P(Conformance, AnInstallThatMeetsAStaleNativeOpDefinesNoneOfItsChain) {

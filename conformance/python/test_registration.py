@@ -75,6 +75,13 @@ def test_node_ids_unique_across_teardowns(impl):
     assert len(seen) == 9 and len(set(seen)) == 9
 
 
+@behaviour("registration.node-id-names-the-override")
+def test_a_node_id_names_its_op_and_dsl(impl):
+    impl.register("backend_z", "aten", "mul.Tensor", "CPU", accept, first)
+    (node,) = impl.graph("aten", "mul.Tensor", "CPU")
+    assert "mul_Tensor" in node.node_id and "backend_z" in node.node_id, node.node_id
+
+
 @behaviour("namespaces.graph-key-carries-namespace")
 def test_graph_key_and_node_carry_the_namespace(impl, namespaces):
     impl.register("test_dsl", NS, "twice", "CPU", accept, first)

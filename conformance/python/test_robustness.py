@@ -156,6 +156,56 @@ def test_a_restore_after_the_target_was_redefined_does_not_revive_the_old_op(imp
     assert results["new op"] == computes, results["new op"]
 
 
+# foo(Tensor x, int n) at first, then the same arguments with a default value
+# for n: another schema (a call may leave n out of the new op, not of the
+# `_native` one), though only the default tells them apart.
+REDEF_SETUP_SCALED = REDEF_SETUP.replace(
+    'define("foo(Tensor x) -> Tensor", lambda x: x + 1)',
+    'define("foo(Tensor x, int n) -> Tensor", lambda x, n: x + n)').replace(
+    "lambda *a: True, lambda x: x * 7", "lambda *a: True, lambda x, n: x * 7").replace(
+    "assert native(x).tolist()", "assert native(x, 1).tolist()")
+assert all(part in REDEF_SETUP_SCALED for part in ("int n)", "lambda x, n: x * 7", "native(x, 1)")), (
+    "REDEF_SETUP changed: rewrite REDEF_SETUP_SCALED")
+
+REDEFINE_DEFAULT = """
+    lib._destroy()
+    lib = define("foo(Tensor x, int n=1) -> Tensor", lambda x, n=1: x + n)
+"""
+
+
+@behaviour("robustness.native-op-target-redefined")
+def test_a_restore_after_the_targets_argument_got_a_default_does_not_revive_the_old_op(impl):
+    module = impl.module
+    if not hasattr(module, "snapshot") or not hasattr(module, "restore"):
+        pytest.skip(f"unsupported: {impl.name} has no snapshot() and restore()")
+    lines = run_in_fresh_interpreter(impl, script(REDEF_SETUP_SCALED, """
+        import logging
+        warned = []
+        class Keep(logging.Handler):
+            def emit(self, record):
+                warned.append(record.getMessage())
+        logging.getLogger(impl.log_name).addHandler(Keep(level=logging.WARNING))
+        saved = impl.module.snapshot()           # the _native op active
+    """, REDEFINE_DEFAULT, """
+        impl.module.restore(saved)              # would re-activate it on the new op
+        print("warned: " + str(any(node.node_id in m and "foo" in m for m in warned)))
+        print("warning: " + " ".join(" ".join(warned).split()))
+        print("id: " + node.node_id)
+        print("eager: " + outcome(native, x, 1))
+        print("meta: " + outcome(native, torch.ones(2, device="meta"), 1))
+        print("new op: " + str(getattr(torch.ops, NS).foo(x).tolist()))
+    """), timeout=120)
+    results = check_named_error(lines)
+    assert results["warned"] == "True", "the restore logged no warning naming the override and the op"
+    # Both schemas; the default value as the schema language writes it, or elided.
+    assert "(Tensor x, int n) -> Tensor" in results["warning"] and "int n=" in results["warning"], (
+        results["warning"])
+    for what in ("eager", "meta"):
+        assert results[what].startswith("raised"), f"the _native op's {what} call: {results[what]}"
+        assert results["id"] in results[what], results[what]
+    assert results["new op"] == "[2.0, 2.0]", results["new op"]
+
+
 @behaviour("robustness.scope-after-target-redefined")
 def test_a_scope_left_while_the_routed_op_is_gone_does_not_route_its_successor(impl):
     """The op defined again with the same schema and not installed again (so

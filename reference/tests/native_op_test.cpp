@@ -4,8 +4,15 @@
 
 #include "support.h"
 
+#include "../src/names.h"
+#include "../src/native_op_table.h"
+#include "../src/retired_native_ops.h"
+
 #include <ATen/ops/empty.h>
 #include <native_registry/backend_select.h>
+#include <torch/csrc/jit/runtime/operator.h>
+
+#include <typeinfo>
 
 namespace native_registry::testing {
 namespace {
@@ -295,11 +302,93 @@ TEST(TensorlessBackendTest, ACountOtherThanTheSchemasIsAnErrorNotATypeError) {
   try {
     tensorless_backend(ones.schema(), one);
     ADD_FAILURE() << "one value for five arguments was taken";
-  } catch (const c10::TypeError& e) {
-    ADD_FAILURE() << "a type error: " << e.what();
   } catch (const c10::Error& e) {
+    // c10::Error itself: no subclass (a TypeError, ValueError, IndexError in
+    // Python) fits a count its caller got wrong.
+    EXPECT_EQ(typeid(e), typeid(c10::Error)) << "a " << typeid(e).name() << ": " << e.what();
     EXPECT_THAT(e.what(), ::testing::HasSubstr("tensorless_backend: 1 arguments for the 5 of aten::ones"));
   }
+}
+
+// Takes the JIT operator LibTorch makes for each `_native` op right back out
+// of the JIT's registry (it runs after LibTorch's own listener), as a
+// LibTorch without the JIT's listener would leave it: no torch::jit::Operator.
+class DropNativeJitOperators : public c10::OpRegistrationListener {
+ public:
+  void onOperatorRegistered(const c10::OperatorHandle& op) override {
+    if (op.operator_name().name.rfind("_native::", 0) == 0) torch::jit::deregisterOperator(op.schema());
+  }
+  void onOperatorDeregistered(const c10::OperatorHandle&) override {}
+};
+
+// An op LibTorch made no operator for runs its impl, cannot be held from C++
+// (a c10::Error naming it: not the caller's bad value), and leaves the
+// dispatcher at its teardown (nothing can hold it) without a crash.
+TEST_F(NativeOpTest, AnOpWithoutAJitOperatorRunsCannotBeHeldAndLeavesAtItsTeardown) {
+  const Snapshot empty = registry().snapshot();
+  NodePtr node;
+  {
+    auto listening = c10::Dispatcher::singleton().addRegistrationListener(
+        std::make_unique<DropNativeJitOperators>());
+    node = register_override(mul_cpu(), constant_cond(false), fill_impl(3));
+    registry().install_graph(mul_cpu());
+  }
+  ASSERT_TRUE(native_op(*node));
+  ASSERT_FALSE(torch::jit::findOperatorFor({"_native::" + node->node_id, ""}));
+  Stack stack{tensor({2}), tensor({4})};
+  native_op(*node)->callBoxed(&stack);
+  EXPECT_TRUE(same(stack.at(0).toTensor(), tensor({3})));
+  try {
+    hold_native_op(node->node_id);
+    ADD_FAILURE() << "an op LibTorch made no operator for was held";
+  } catch (const c10::Error& e) {
+    EXPECT_EQ(typeid(e), typeid(c10::Error)) << "a " << typeid(e).name() << ": " << e.what();
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("LibTorch made no operator for _native::" + node->node_id));
+  }
+  registry().restore(empty);
+  EXPECT_FALSE(native_op(*node)) << "an op nothing can hold outlived its teardown";
+  registry().check_invariants();
+}
+
+// A copy of the op's JIT Operation (as TorchScript keeps) that outlives the
+// op, against NativeOp's promise (its owner destroys it only while nothing
+// holds it), raises a c10::Error saying the op is gone; it never calls
+// into the undefined op.
+TEST_F(NativeOpTest, ACopyOfItsOperationThatOutlivesTheOpRaises) {
+  auto node = register_override(mul_cpu(), constant_cond(false), fill_impl(3));
+  auto op = std::make_unique<detail::NativeOp>(node, detail::resolve_op(node->key),
+                                               c10::DispatchKey::CPU);
+  const auto jit = torch::jit::findOperatorFor({"_native::" + node->node_id, ""});
+  ASSERT_TRUE(jit);
+  torch::jit::Operation copy = jit->getOperation();
+  op->release();
+  op.reset();
+  ASSERT_FALSE(native_op(*node));
+  Stack stack{tensor({2}), tensor({4})};
+  try {
+    copy(stack);
+    ADD_FAILURE() << "a copy of a gone op's Operation ran";
+  } catch (const c10::Error& e) {
+    EXPECT_EQ(typeid(e), typeid(c10::Error)) << "a " << typeid(e).name() << ": " << e.what();
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("_native::" + node->node_id));
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("is gone"));
+  }
+}
+
+// NativeOpTable::retire undefines an op nothing holds at once, keeping
+// nothing in the retired store (which a teardown's sweep reaches only
+// once the store has doubled past its floor).
+TEST_F(NativeOpTest, ATableRetiringAnOpNothingHoldsUndefinesIt) {
+  auto node = register_override(mul_cpu(), constant_cond(false), fill_impl(3));
+  detail::NativeOpTable table;
+  detail::Released released;
+  table.activate({node}, nullptr, released);
+  ASSERT_TRUE(native_op(*node));
+  const size_t kept = detail::retired_counts().kept;
+  table.retire(node->node_id, released);
+  EXPECT_FALSE(native_op(*node)) << "retired and kept, though nothing held it";
+  EXPECT_EQ(detail::retired_counts().kept, kept);
+  detail::reclaim_retired();  // what a mistaken keep left
 }
 
 }  // namespace
