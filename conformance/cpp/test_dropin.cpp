@@ -232,6 +232,30 @@ TEST_P(Conformance, ARestoreUnderALiftedMaskActivatesTheNativeOpOfTheNodeItPubli
   EXPECT_TRUE(same(stack.at(0).toTensor(), unconditional));
 }
 
+// A graph installed inside the mask with an empty chain has no router at the
+// snapshot; restored under the lifted mask it gets one, even behind a graph
+// (bmm sorts before mul.Tensor) whose router the restore kept.
+TEST_P(Conformance, ARestoreUnderALiftedMaskRoutesAGraphInstalledWithNoRouterInsideIt) {
+  BEHAVIOUR("unconditional.restore-routes-graphs-installed-empty-in-the-mask");
+  REQUIRE_FEATURE("unconditional-hatch");
+  REQUIRE_FEATURE("unconditional-survives-disable");
+  add(bmm_key(), constant_cond(false), fill_impl(7), "declining_dsl");
+  adapter().install(bmm_key());
+  add(mul_key(), {}, fill_impl(9), "test_dsl", {}, /*unconditional=*/true);
+  adapter().disable({{"test_dsl"}, {}, {}});
+  auto mask = adapter().unconditional_masked();
+  adapter().install(mul_key());  // its chain is empty under the mask
+  ASSERT_FALSE(adapter().router_installed(mul_key()));
+  auto inner = adapter().scope();
+  mask.reset();
+  inner.reset();  // restored with the mask lifted
+  EXPECT_TRUE(adapter().router_installed(bmm_key()));
+  const auto graph = adapter().graph(mul_key());
+  ASSERT_EQ(graph.size(), 1u);
+  EXPECT_TRUE(graph[0].active);
+  EXPECT_TRUE(same(dropin_mul_2_3_by_4_5(), tensor({9, 9}))) << "the node says active, so it must route";
+}
+
 // A snapshot taken before the mask and restored inside it masks the disabled
 // unconditional override it had routing; and a graph the mask does not
 // change comes back with the chain it had, not with an override registered

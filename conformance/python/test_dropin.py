@@ -348,6 +348,26 @@ def test_a_restore_under_a_lifted_mask_activates_the_native_op_of_the_node_it_pu
                        unconditional), "the override the restored router routes to has no working _native op"
 
 
+@behaviour("unconditional.restore-routes-graphs-installed-empty-in-the-mask")
+def test_a_restore_under_a_lifted_mask_routes_a_graph_installed_with_no_router_inside_it(impl):
+    bmm_key = ("aten", "bmm", "CPU")  # sorts before mul.Tensor: its router is kept by the restore
+    impl.register("declining_dsl", *bmm_key, lambda *a, **k: False, lambda a, b: torch.zeros(0))
+    impl.install(*bmm_key)
+    impl.register("test_dsl", *KEY, None, lambda a, b: torch.full_like(a, 9.0),
+                  unconditional_override=True)
+    impl.disable(dsl_names=["test_dsl"])
+    inner = impl.scope()
+    with impl.unconditional_masked():
+        impl.install(*KEY)  # its chain is empty under the mask
+        assert not impl.router_installed(*KEY)
+        inner.__enter__()  # a snapshot with no router for the graph
+    inner.__exit__(None, None, None)  # restored with the mask lifted
+    assert impl.router_installed(*bmm_key)
+    node = impl.graph(*KEY)[0]
+    assert node.active
+    assert torch.equal(mul(), torch.tensor([9.0, 9.0])), "the node says active, so it must route"
+
+
 @behaviour("unconditional.restore-inside-the-mask")
 def test_a_snapshot_taken_before_the_mask_and_restored_inside_it_masks(impl, namespaces):
     """The masked override and the late one on two ops apart from mul.Tensor,
