@@ -11,12 +11,18 @@
 #include <ATen/ops/randn.h>
 #include <ATen/ops/zeros_like.h>
 
+#include <functional>
 #include <sstream>
+#include <thread>
 
 namespace conformance {
 namespace call_discipline {
 
 using namespace native_registry::fixtures;
+
+// Runs `f` on a new thread and joins it. No control-plane change runs while
+// it does, so a test using it needs no concurrent-control-plane.
+void on_a_thread_joined(const std::function<void()>& f) { std::thread(f).join(); }
 
 // ---- call arguments are released -------------------------------------------------
 
@@ -169,6 +175,43 @@ TEST_P(Conformance, AShallowerCallAfterADeepNestSeesItsOwnArguments) {
     EXPECT_THAT(nest->problems, ::testing::IsEmpty());
     EXPECT_TRUE(nest->opened.empty());
   }
+}
+
+// ---- a routed call as its thread exits --------------------------------------------
+
+// Made on a thread before its first routed call, so destroyed after whatever
+// the implementation keeps per thread for that call; its destructor calls
+// the op once more and keeps what came back.
+struct CallsMulAtThreadExit {
+  std::vector<at::Tensor>* answers = nullptr;
+  ~CallsMulAtThreadExit() {
+    if (answers == nullptr) return;
+    answers->push_back(call_mul(tensor({2}), tensor({4})));        // taken
+    answers->push_back(call_mul(tensor({2, 3}), tensor({4, 5})));  // declined
+  }
+};
+
+TEST_P(Conformance, ARoutedCallAsItsThreadExitsRoutesAsAnyOther) {
+  BEHAVIOUR("routing.call-at-thread-exit");
+  add(mul_key(),
+      [](const c10::OperatorHandle&, c10::DispatchKeySet, const Stack& stack) {
+        return stack.size() >= 2 && stack.back().isTensor() && stack.back().toTensor().numel() == 1;
+      },
+      fill_impl(7));
+  adapter().install(mul_key());
+  std::vector<at::Tensor> during, at_exit;
+  on_a_thread_joined([&] {
+    thread_local CallsMulAtThreadExit caller;
+    caller.answers = &at_exit;
+    during.push_back(call_mul(tensor({2}), tensor({4})));
+    during.push_back(call_mul(tensor({2, 3}), tensor({4, 5})));
+  });
+  ASSERT_EQ(during.size(), 2u);
+  EXPECT_TRUE(same(during[0], tensor({7})));
+  EXPECT_TRUE(same(during[1], tensor({8, 15})));
+  ASSERT_EQ(at_exit.size(), 2u) << "the calls at thread exit did not return";
+  EXPECT_TRUE(same(at_exit[0], tensor({7}))) << "the override did not take the call at thread exit";
+  EXPECT_TRUE(same(at_exit[1], tensor({8, 15}))) << "the declined call at thread exit";
 }
 
 // ---- an ordering function returning its graph unchanged --------------------------------

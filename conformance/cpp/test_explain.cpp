@@ -100,6 +100,14 @@ std::vector<size_t> column_starts(const std::string& line) {
   return starts;
 }
 
+// Whether a list in `text` has an empty item: a comma first or after a blank.
+bool has_an_empty_item(const std::string& text) {
+  for (size_t at = text.find(','); at != std::string::npos; at = text.find(',', at + 1)) {
+    if (at == 0 || text[at - 1] == ' ') return true;
+  }
+  return false;
+}
+
 bool ends_with(const std::string& text, const std::string& tail) {
   return text.size() >= tail.size() && text.compare(text.size() - tail.size(), tail.size(), tail) == 0;
 }
@@ -194,10 +202,16 @@ TEST_P(Conformance, ExplainNamesTheFilterEntryThatDisabledANode) {
   ExplainInfo e = adapter().explain(explain_mul_op(), explain_args(), "");
   EXPECT_EQ(explained_verdicts(e), std::vector<std::string>({"disabled", "accepted", "not reached"})) << e.table;
   EXPECT_THAT(e.nodes[0].detail, HasSubstr("off_dsl"));
+  EXPECT_FALSE(has_an_empty_item(e.nodes[0].detail)) << e.nodes[0].detail;
   adapter().disable({{}, {}, {"CPU"}});
   e = adapter().explain(explain_mul_op(), explain_args(), "");
   EXPECT_EQ(explained_verdicts(e), std::vector<std::string>({"disabled", "disabled", "disabled"})) << e.table;
   EXPECT_THAT(e.nodes[1].detail, HasSubstr("CPU"));
+  EXPECT_FALSE(has_an_empty_item(e.nodes[1].detail)) << e.nodes[1].detail;
+  // Two entries name the first node now: both, and no empty item between.
+  EXPECT_THAT(e.nodes[0].detail, HasSubstr("off_dsl"));
+  EXPECT_THAT(e.nodes[0].detail, HasSubstr("CPU"));
+  EXPECT_FALSE(has_an_empty_item(e.nodes[0].detail)) << e.nodes[0].detail;
   EXPECT_EQ(e.kernel, "fallback") << e.table;
 }
 

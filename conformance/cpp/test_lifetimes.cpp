@@ -93,6 +93,58 @@ TEST_P(Conformance, ANativeOpHeldPastTeardownRaisesNamingTheOverride) {
               ::testing::ExitedWithCode(0), "");
 }
 
+// As above for many overrides at once (more than an implementation might
+// keep retired ops for without sweeping): each held op raises naming its
+// own override, and the implementation's own invariants hold meanwhile.
+[[noreturn]] void call_many_natives_held_past_their_scope(RegistryAdapter& registry,
+                                                          const std::function<void(int)>& add_override,
+                                                          const Key& key, int count) {
+  alarm(60);
+  std::vector<std::pair<c10::OperatorHandle, std::string>> held;
+  {
+    std::unique_ptr<Scope> inner = registry.scope();
+    for (int i = 0; i < count; ++i) add_override(i);
+    registry.install(key);
+    for (const NodeInfo& node : registry.graph(key)) {
+      std::optional<c10::OperatorHandle> native = registry.native_op(node);
+      if (!native) std::_Exit(3);
+      held.emplace_back(*native, node.node_id);
+    }
+  }
+  if (static_cast<int>(held.size()) != count) std::_Exit(4);
+  for (const auto& [native, node_id] : held) {
+    Stack stack{tensor({2}), tensor({4})};
+    try {
+      native.callBoxed(&stack);
+      std::fputs("the _native op of a torn-down override still ran\n", stderr);
+      std::_Exit(1);
+    } catch (const std::exception& e) {
+      if (std::string(e.what()).find(node_id) == std::string::npos) {
+        std::fprintf(stderr, "the error names no %s: %s\n", node_id.c_str(), e.what());
+        std::_Exit(1);
+      }
+    }
+  }
+  try {
+    registry.self_check();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "self_check: %s\n", e.what());
+    std::_Exit(1);
+  }
+  std::_Exit(0);
+}
+
+TEST_P(Conformance, ManyNativeOpsHeldPastTeardownEachRaiseNamingTheirOverride) {
+  BEHAVIOUR("lifetime.recorded-native-op-after-teardown");
+  REQUIRE_FEATURE("native-op-meta");
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(call_many_natives_held_past_their_scope(
+                  adapter(),
+                  [&](int i) { add(mul_key(), constant_cond(false), fill_impl(3), "held_" + std::to_string(i)); },
+                  mul_key(), 100),
+              ::testing::ExitedWithCode(0), "");
+}
+
 // A scope's teardown retires only the `_native` ops it activated: that of a
 // node disabled before it (no router routes to it) still runs its impl.
 TEST_P(Conformance, AScopeLeavesTheNativeOpOfADisabledOverrideRunning) {

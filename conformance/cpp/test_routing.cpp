@@ -7,6 +7,7 @@
 #include <ATen/ops/bmm.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/full.h>
+#include <ATen/ops/full_like.h>
 #include <ATen/ops/ones_like.h>
 #include <ATen/ops/randn.h>
 #include <ATen/ops/sum.h>
@@ -218,6 +219,31 @@ TEST_P(Conformance, ReplacedOverrideIsRebuiltOnTheOpsOwnKernel) {
     adapter().set_graph(mul_key(), {adapter().graph(mul_key()).back().node_id});
     adapter().install(mul_key());
     EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({99})));
+  }
+  declines->store(0);
+  EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({8})));
+  EXPECT_EQ(declines->load(), 1);
+}
+
+// A kernel of the test's own for aten::mul at CPU (full of 42s).
+at::Tensor mul_of_fortytwos(const at::Tensor& a, const at::Tensor&) { return at::full_like(a, 42); }
+
+// As above, the replacement installed while a kernel of the test's own sat
+// over the op's (so it may have captured that one), which is gone by the
+// teardown: the restored override still falls back to the op's own kernel.
+TEST_P(Conformance, AReplacementOverAKernelSinceGoneIsRebuiltOnTheOpsOwnKernel) {
+  BEHAVIOUR("teardown.replaced-override-rebuilt-on-own-kernel");
+  auto declines = std::make_shared<std::atomic<int>>(0);
+  add(mul_key(), counting_cond(declines, false), fill_impl(11));  // live before "the test"
+  adapter().install(mul_key());
+  {
+    auto test_scope = adapter().scope();
+    {
+      torch::Library mine(torch::Library::IMPL, "aten", c10::DispatchKey::CPU, __FILE__, __LINE__);
+      mine.impl("mul.Tensor", TORCH_FN(mul_of_fortytwos));
+      adapter().install(mul_key());
+      EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({42})));
+    }
   }
   declines->store(0);
   EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({8})));

@@ -180,6 +180,10 @@ def test_no_line_of_the_table_ends_in_a_blank_even_where_a_cond_s_message_does(i
     assert all(line == line.rstrip() for line in table.splitlines()), table
 
 
+# A list with an empty item: a comma first, or after a blank.
+EMPTY_ITEM = re.compile(r"(^|\s),")
+
+
 @behaviour("explain.disabled-by-filter")
 def test_explain_names_the_filter_entry_that_disabled_a_node(impl):
     for dsl in ("off_dsl", "on_dsl", "keyed_dsl"):
@@ -191,11 +195,16 @@ def test_explain_names_the_filter_entry_that_disabled_a_node(impl):
     assert "off_dsl" in explained.nodes[0].detail
     # Only the entry that names it: no op symbol or dispatch key entry exists yet.
     assert "mul.Tensor" not in explained.nodes[0].detail, str(explained)
+    assert not EMPTY_ITEM.search(explained.nodes[0].detail), str(explained)
     impl.disable(op_symbols=["mul.Tensor"])
     explained = impl.explain(MUL, A, B)
     assert verdicts(explained) == ["disabled"] * 3, str(explained)
     assert "mul.Tensor" in explained.nodes[1].detail
     assert "on_dsl" not in explained.nodes[1].detail, str(explained)  # no dsl entry names it
+    assert not EMPTY_ITEM.search(explained.nodes[1].detail), str(explained)
+    # Two entries name the first node now: both, and no empty item between.
+    assert "off_dsl" in explained.nodes[0].detail and "mul.Tensor" in explained.nodes[0].detail
+    assert not EMPTY_ITEM.search(explained.nodes[0].detail), str(explained)
     assert explained.kernel.kind == "fallback"
 
 

@@ -15,6 +15,7 @@ import torch
 from functorch.compile import make_boxed_func
 from torch._dynamo.backends.common import aot_autograd
 
+import adapter as adapter_module
 from conftest import behaviour, run_in_fresh_interpreter
 
 from fixtures.python.torch_fixtures import A, B, STOCK, mul
@@ -223,6 +224,9 @@ def test_stats_count_each_nodes_outcomes_and_each_graphs_fallbacks(impl):
             with pytest.raises(ZeroDivisionError):
                 mul(three, three)
         assert torch.equal(mul(four, four), NINES)  # choosy and needs_runtime decline; raising takes it
+        # The implementation's own invariants hold while counting is on too
+        # (the fixture's checks run once this scope closed).
+        adapter_module.self_check(impl)
     assert impl.node_stats(choosy) == {"taken": 1, "declined": 3, "runtime_unavailable": 0, "raised": 0}
     assert impl.node_stats(runtime) == {"taken": 0, "declined": 1, "runtime_unavailable": 2, "raised": 0}
     assert impl.node_stats(raising) == {"taken": 1, "declined": 0, "runtime_unavailable": 0, "raised": 2}

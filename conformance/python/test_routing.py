@@ -307,6 +307,25 @@ def test_replaced_override_rebuilt_on_the_ops_own_kernel(impl):
     assert torch.equal(mul(*one), torch.tensor([8.0]))
 
 
+@behaviour("teardown.replaced-override-rebuilt-on-own-kernel")
+def test_a_replacement_over_a_kernel_since_gone_is_rebuilt_on_the_ops_own_kernel(impl):
+    """As above, the replacement installed while a kernel of the test's own
+    sat over the op's (so it may have captured that one), which is gone by
+    the teardown: the restored override still falls back to the op's own."""
+    one = (torch.tensor([2.0]), torch.tensor([4.0]))
+    impl.register("test_dsl", *KEY, lambda *a, **k: False, fill(11.0))  # live before "the test"
+    impl.install(*KEY)
+    with impl.scope():
+        mine = torch.library.Library("aten", "IMPL")
+        try:
+            mine.impl("mul.Tensor", lambda a, b: torch.full_like(a, 42.0), "CPU")
+            impl.install(*KEY)
+            assert torch.equal(mul(*one), torch.tensor([42.0]))
+        finally:
+            mine._destroy()
+    assert torch.equal(mul(*one), torch.tensor([8.0]))
+
+
 @behaviour("teardown.dispatcher-restored-exactly")
 def test_teardown_restores_every_table(impl):
     from conftest import dispatcher_state

@@ -393,7 +393,9 @@ def test_a_served_filter_change_reregisters_every_graph_the_filter_names(impl):
     into copies whose conds decline: not routed yet (7); a disable of an
     unrelated dsl re-registers the graph, which the filter names through
     dsl_b, and the copies decline (9, the op's own); a re-enable of dsl_b
-    re-registers it too (still 9)."""
+    re-registers it too (still 9). dsl_c's graph, registered after the
+    install and never installed, routes nothing (0, x - x) until a re-enable
+    naming dsl_c re-registers it (4)."""
     _takes_over(impl)
     lines = run_in_fresh_interpreter(impl, SETUP + '''
 import dataclasses
@@ -412,9 +414,13 @@ served.deregister_op_overrides(disable_dsl_names="dsl_unrelated")
 results.append((x * x).item())
 served.reenable_op_overrides(enable_dsl_names="dsl_b")
 results.append((x * x).item())
+served.register_op_override("dsl_c", "aten", "sub.Tensor", "CPU", small, const(4.0))
+results.append((x - x).item())
+served.reenable_op_overrides(enable_dsl_names="dsl_c")
+results.append((x - x).item())
 print(json.dumps(results))
 ''')
-    assert json.loads(lines[-1]) == [7.0, 7.0, 9.0, 9.0]
+    assert json.loads(lines[-1]) == [7.0, 7.0, 9.0, 9.0, 0.0, 4.0]
 
 
 @behaviour("frontends.switches-keep-routers")

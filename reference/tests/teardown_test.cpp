@@ -341,5 +341,25 @@ TEST_F(TeardownTest, GlobalRegistryRestoresLikeAnyOther) {
   EXPECT_EQ(fingerprint().difference(before), "");
 }
 
+// schema_removal_epoch() is a count of the schemas removed since the watch
+// began, from zero: a fresh process (a threadsafe death test's child runs
+// only this test) reads 0, then 1 once a schema it defined is gone.
+TEST(SchemaRemovalEpochTest, CountsTheSchemasRemovedSinceTheWatchBeganFromZero) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        watch_schema_removals();
+        if (schema_removal_epoch() != 0) std::_Exit(2);
+        {
+          torch::Library defined(torch::Library::DEF, "_native_registry_test_epoch", std::nullopt,
+                                 __FILE__, __LINE__);
+          defined.def("gone(Tensor x) -> Tensor");
+          if (schema_removal_epoch() != 0) std::_Exit(3);
+        }
+        std::_Exit(schema_removal_epoch() == 1 ? 0 : 4);
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+
 }  // namespace
 }  // namespace native_registry::testing
