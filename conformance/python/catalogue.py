@@ -169,6 +169,8 @@ CPP_FEATURE_USES = {
     "native-op-meta": re.compile(r"\.native_op\("),
     "unconditional-hatch": re.compile(r"\.unconditional_masked\("),
     "namespaces": re.compile(r"\bkTestNamespace\b|\bkSecondTestNamespace\b|\bkMissingNamespace\b|\bns[12]\(\)"),
+    # A thread the test joins at once (test_call_discipline.cpp's
+    # on_a_thread_joined) runs beside nothing: no concurrency to need.
     "concurrent-control-plane": re.compile(r"std::thread"),
 }
 REQUIRE_FEATURE = re.compile(r"REQUIRE_FEATURE\(\"([^\"]+)\"\)")

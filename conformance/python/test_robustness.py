@@ -61,6 +61,43 @@ def check_named_error(lines, node_prefix="native"):
     return results
 
 
+# A child's part: the warnings the implementation logs, kept in `warned`.
+KEEP_WARNINGS = """
+    import logging
+    warned = []
+    class Keep(logging.Handler):
+        def emit(self, record):
+            warned.append(record.getMessage())
+    logging.getLogger(impl.log_name).addHandler(Keep(level=logging.WARNING))
+"""
+
+
+def restore_saved_and_report(arguments: str, new_op: str) -> str:
+    """A child's part: `saved` (the `_native` op active) restored after the
+    target was defined again; what was warned, and what the `_native` op
+    (called with x and `arguments`) and the new op (`new_op`) do then."""
+    return f"""
+        impl.module.restore(saved)              # would re-activate it on the new op
+        print("warned: " + str(any(node.node_id in m and "foo" in m for m in warned)))
+        print("warning: " + " ".join(" ".join(warned).split()))
+        print("id: " + node.node_id)
+        print("eager: " + outcome(native, x{arguments}))
+        print("meta: " + outcome(native, torch.ones(2, device="meta"){arguments}))
+        print("new op: " + str({new_op}))
+    """
+
+
+def check_restore_refused(results: dict, schemas: tuple[str, ...], computes: str) -> None:
+    """The restore warned naming the override, the op and both `schemas`; the
+    `_native` op still raises naming its node; the new op computes its own."""
+    assert results["warned"] == "True", "the restore logged no warning naming the override and the op"
+    assert all(schema in results["warning"] for schema in schemas), results["warning"]
+    for what in ("eager", "meta"):
+        assert results[what].startswith("raised"), f"the _native op's {what} call: {results[what]}"
+        assert results["id"] in results[what], results[what]
+    assert results["new op"] == computes, results["new op"]
+
+
 @behaviour("robustness.native-op-target-redefined")
 def test_a_native_op_whose_target_was_redefined_raises_naming_it(impl):
     lines = run_in_fresh_interpreter(impl, script(REDEF_SETUP, REDEFINE, """
@@ -124,36 +161,15 @@ def test_a_restore_after_the_target_was_redefined_does_not_revive_the_old_op(imp
     module = impl.module
     if not hasattr(module, "snapshot") or not hasattr(module, "restore"):
         pytest.skip(f"unsupported: {impl.name} has no snapshot() and restore()")
-    lines = run_in_fresh_interpreter(impl, script(REDEF_SETUP, """
-        import logging
-        warned = []
-        class Keep(logging.Handler):
-            def emit(self, record):
-                warned.append(record.getMessage())
-        logging.getLogger(impl.log_name).addHandler(Keep(level=logging.WARNING))
+    lines = run_in_fresh_interpreter(impl, script(REDEF_SETUP, KEEP_WARNINGS, """
         saved = impl.module.snapshot()           # the _native op active
         with impl.scope():
             pass
         impl.module.restore(impl.module.snapshot())
         before = impl.module.snapshot()
-    """, redefinition, """
-        impl.module.restore(saved)              # would re-activate it on the new op
-        print("warned: " + str(any(node.node_id in m and "foo" in m for m in warned)))
-        print("warning: " + " ".join(" ".join(warned).split()))
-        print("id: " + node.node_id)
-        print("eager: " + outcome(native, x))
-        print("meta: " + outcome(native, torch.ones(2, device="meta")))
-        print("new op: " + str(NEW_OP))
-    """).replace("NEW_OP", new_op), timeout=120)
-    results = check_named_error(lines)
-    assert results["warned"] == "True", "the restore logged no warning naming the override and the op"
+    """, redefinition, restore_saved_and_report("", new_op)), timeout=120)
     # Both schemas, in the schema language's notation.
-    assert "(Tensor x) -> Tensor" in results["warning"] and schema_now in results["warning"], (
-        results["warning"])
-    for what in ("eager", "meta"):
-        assert results[what].startswith("raised"), f"the _native op's {what} call: {results[what]}"
-        assert results["id"] in results[what], results[what]
-    assert results["new op"] == computes, results["new op"]
+    check_restore_refused(check_named_error(lines), ("(Tensor x) -> Tensor", schema_now), computes)
 
 
 # foo(Tensor x, int n) at first, then the same arguments with a default value
@@ -178,32 +194,12 @@ def test_a_restore_after_the_targets_argument_got_a_default_does_not_revive_the_
     module = impl.module
     if not hasattr(module, "snapshot") or not hasattr(module, "restore"):
         pytest.skip(f"unsupported: {impl.name} has no snapshot() and restore()")
-    lines = run_in_fresh_interpreter(impl, script(REDEF_SETUP_SCALED, """
-        import logging
-        warned = []
-        class Keep(logging.Handler):
-            def emit(self, record):
-                warned.append(record.getMessage())
-        logging.getLogger(impl.log_name).addHandler(Keep(level=logging.WARNING))
+    lines = run_in_fresh_interpreter(impl, script(REDEF_SETUP_SCALED, KEEP_WARNINGS, """
         saved = impl.module.snapshot()           # the _native op active
-    """, REDEFINE_DEFAULT, """
-        impl.module.restore(saved)              # would re-activate it on the new op
-        print("warned: " + str(any(node.node_id in m and "foo" in m for m in warned)))
-        print("warning: " + " ".join(" ".join(warned).split()))
-        print("id: " + node.node_id)
-        print("eager: " + outcome(native, x, 1))
-        print("meta: " + outcome(native, torch.ones(2, device="meta"), 1))
-        print("new op: " + str(getattr(torch.ops, NS).foo(x).tolist()))
-    """), timeout=120)
-    results = check_named_error(lines)
-    assert results["warned"] == "True", "the restore logged no warning naming the override and the op"
+    """, REDEFINE_DEFAULT, restore_saved_and_report(", 1", "getattr(torch.ops, NS).foo(x).tolist()")),
+        timeout=120)
     # Both schemas; the default value as the schema language writes it, or elided.
-    assert "(Tensor x, int n) -> Tensor" in results["warning"] and "int n=" in results["warning"], (
-        results["warning"])
-    for what in ("eager", "meta"):
-        assert results[what].startswith("raised"), f"the _native op's {what} call: {results[what]}"
-        assert results["id"] in results[what], results[what]
-    assert results["new op"] == "[2.0, 2.0]", results["new op"]
+    check_restore_refused(check_named_error(lines), ("(Tensor x, int n) -> Tensor", "int n="), "[2.0, 2.0]")
 
 
 @behaviour("robustness.scope-after-target-redefined")
@@ -211,13 +207,7 @@ def test_a_scope_left_while_the_routed_op_is_gone_does_not_route_its_successor(i
     """The op defined again with the same schema and not installed again (so
     the new op computes its own result), then a scope entered and left: the
     scope's end must not build a router on the new op from the old chain."""
-    lines = run_in_fresh_interpreter(impl, script(REDEF_SETUP, """
-        import logging
-        warned = []
-        class Keep(logging.Handler):
-            def emit(self, record):
-                warned.append(record.getMessage())
-        logging.getLogger(impl.log_name).addHandler(Keep(level=logging.WARNING))
+    lines = run_in_fresh_interpreter(impl, script(REDEF_SETUP, KEEP_WARNINGS, """
         lib._destroy()
         lib = define("foo(Tensor x) -> Tensor", lambda x: x + 2)   # the same schema, anew
         print("before: " + outcome(getattr(torch.ops, NS).foo, x))
