@@ -44,7 +44,7 @@ PER_CALL = ("PYTEST_CURRENT_TEST",)
 # {"pid"} at once and {"status"} (os.waitpid's) when the child has ended, on
 # fd argv[2]. Only the child returns from serve(), with its request.
 _SERVER = r"""
-import json, os, sys
+import json, os, sys, warnings
 requests, answers = os.fdopen(int(sys.argv[1])), os.fdopen(int(sys.argv[2]), "w")
 del sys.argv[1:]
 import torch
@@ -53,10 +53,15 @@ def serve():
     answers.write("ready\n"); answers.flush()
     for line in requests:
         request = json.loads(line)
-        pid = os.fork()
-        if pid == 0:
-            requests.close(); answers.close()
-            return request
+        # Python 3.12 warns of a fork in a process with threads (torch's import
+        # starts one); the filters are as they were again once the block ends,
+        # in the child too.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pid = os.fork()
+            if pid == 0:
+                requests.close(); answers.close()
+                return request
         answers.write(json.dumps({"pid": pid}) + "\n"); answers.flush()
         _, status = os.waitpid(pid, 0)
         answers.write(json.dumps({"status": status}) + "\n"); answers.flush()

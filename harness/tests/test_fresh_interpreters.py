@@ -31,6 +31,8 @@ SCRIPTS = {
     "a new __main__ after import torch": (
         "import torch\nimport __main__\nprint(sorted(k for k in vars(__main__) if not k.startswith('__')))\n"
         "print(torch.ones(2).sum().item())\n"),
+    # The server's own filter for its fork is gone in the child.
+    "warnings filters after import torch": "import torch, warnings\nprint(warnings.filters)\n",
 }
 
 
