@@ -491,7 +491,7 @@ def digests_of(chosen: list[mutagen.Mutant], target: Target, coverage: coverage_
         if tests is not None and target.own_coverage is not None:  # the own tests' verdict too
             own = target.own_coverage.covering(m, target.pristine[m.file])
             tests = None if own is None else tests + own
-        digest = suites if tests is None else mutation_report.tests_digest(reached_map.tests_sources(tests))
+        digest = suites if tests is None else reached_map.tests_digest(tests)
         found[m.key] = (mutation_report.digest(m.original), digest)
     return found
 
@@ -596,12 +596,15 @@ def reusable(earlier: list[Outcome], digests: dict[str, tuple[str, str]], own_te
              uncovered_too: bool = False) -> dict[str, Outcome]:
     """The earlier verdicts the incremental mode keeps: of a mutant chosen now,
     with the same line and tests digests, and a verdict (with the own tests'
-    where --own-tests asks for it: awaits_own_verdict)."""
+    where --own-tests asks for it: awaits_own_verdict); a kill while the
+    tests that killed it are unchanged (still_killed); a mutant that did not
+    compile while its line is unchanged (no test ran)."""
     kept = {}
     for o in earlier:
         if (o.key in digests and o.verdict in ("killed", "survived", "stillborn", "nocoverage")
                 and not awaits_own_verdict(o, own_tests, uncovered_too)
-                and ((o.line_digest, o.tests_digest) == digests[o.key] or still_killed(o, digests[o.key][0]))):
+                and ((o.line_digest, o.tests_digest) == digests[o.key] or still_killed(o, digests[o.key][0])
+                     or (o.verdict == "stillborn" and o.line_digest == digests[o.key][0]))):
             kept[o.key] = dataclasses.replace(o, reused=o.reused or o.commit)
     return kept
 

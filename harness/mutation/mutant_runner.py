@@ -874,7 +874,7 @@ def killing_digest(outcome: Outcome) -> str:
     if outcome.verdict != "killed" or not outcome.failing or any(
             t.startswith(("<", "upstream ")) for t in outcome.failing):
         return ""
-    return mutation_report.tests_digest(reached_map.tests_sources(outcome.failing))
+    return reached_map.tests_digest(outcome.failing)
 
 
 def interrupt(signum, frame) -> None:

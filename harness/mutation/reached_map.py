@@ -20,6 +20,7 @@ the mutants' ids, and measured again when either changes.
 
 from __future__ import annotations
 
+import ast
 import functools
 import json
 import os
@@ -31,7 +32,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 
-from . import mutants
+from . import mutants, mutation_report
 from .mutants import ROOT, Workspace
 
 PLUGIN = "harness.mutation.reached_contexts"
@@ -93,22 +94,29 @@ def split(tests: list[str]) -> tuple[list[str], list[str]]:
             [t for t in tests if not t.startswith(GTEST_PREFIX)])
 
 
-# What a test's verdict depends on besides its own file: the suite's
+# What a test's verdict depends on: its own definition, what its file holds
+# besides the file's tests (helpers, fixtures, constants), and the suite's
 # machinery (every file of the suite's folder not named test_*: conftest,
 # adapters, suite.h and suite.cpp, the build file) and the fixtures it uses.
-# The catalogue and the expectations are left out: in a mutant run any
-# failure kills, whatever a behaviour's level, and the reference has no
-# known failures, so neither changes a verdict.
+# The other tests of its file are not: each test runs on its own (a scope
+# per test, restored after it). The catalogue and the expectations are left
+# out too: in a mutant run any failure kills, whatever a behaviour's level,
+# and the reference has no known failures, so neither changes a verdict.
 SUITE_FOLDERS = {"python": ("conformance/python/", "fixtures/python/"),
                  "cpp": ("conformance/cpp/", "fixtures/cpp/")}
 # Loaded by no run of the reference: other implementations' adapters, the
 # catalogue's checker.
 NOT_MACHINERY = ("conformance/python/check.py", "conformance/python/adapters/upstream",
                  "fixtures/cpp/minimal_registry/")
-_GTEST_DEFINITION = re.compile(r"\bTEST(?:_P|_F)?\(\s*\w+\s*,\s*(\w+)\s*\)")
+_GTEST_DEFINITION = re.compile(r"^TEST(?:_P|_F)?\(\s*\w+\s*,\s*(\w+)\s*\)", re.M)
 
 
-def _suite_files(side: str) -> tuple[list[str], dict[str, str]]:
+def _read(rel: str) -> str:
+    """A file of the tree ("" where there is none)."""
+    return (ROOT / rel).read_text() if (ROOT / rel).is_file() else ""
+
+
+def _suite_files(side: str, read=_read) -> tuple[list[str], dict[str, str]]:
     """A suite's machinery (its files not named test_*), and its test files
     by name: a pytest file by its path, a GoogleTest test by its name."""
     machinery, tests = [], {}
@@ -119,7 +127,7 @@ def _suite_files(side: str) -> tuple[list[str], dict[str, str]]:
         if not (rel.startswith("conformance/") and name.startswith("test_")):
             machinery.append(rel)
         elif side == "cpp" and name.endswith(".cpp"):
-            for test in _GTEST_DEFINITION.findall((ROOT / rel).read_text()):
+            for test in _GTEST_DEFINITION.findall(read(rel)):
                 tests[test] = rel
     return machinery, tests
 
@@ -127,24 +135,111 @@ def _suite_files(side: str) -> tuple[list[str], dict[str, str]]:
 def gtest_file(name: str, defined: dict[str, str]) -> str | None:
     """The file that defines a GoogleTest test (as --gtest_filter names it:
     Instance/Fixture.Test/param), None when no file does."""
-    test = name.split(".", 1)[-1].split("/", 1)[0]
-    return defined.get(test)
+    return defined.get(gtest_test(name))
 
 
-def tests_sources(tests: list[str]) -> list[pathlib.Path]:
-    """The files a verdict from these tests depends on: each test's own file
-    (a pytest node id's; the file that defines a GoogleTest test, or the
-    whole C++ suite where none does) and its suite's machinery. A change
-    of one test file then re-runs only the mutants its tests reach."""
+def gtest_test(name: str) -> str:
+    """Instance/Fixture.Test/param -> Test."""
+    return name.split(".", 1)[-1].split("/", 1)[0]
+
+
+def _closing_brace(text: str, at: int) -> int:
+    """The index of the brace closing the one at `at`, past string and
+    character literals (raw ones included) and comments; len(text) if none."""
+    depth, i = 0, at
+    while i < len(text):
+        c = text[i]
+        if text.startswith("//", i):
+            i = text.find("\n", i)
+            i = len(text) if i < 0 else i
+        elif text.startswith("/*", i):
+            i = text.find("*/", i + 2)
+            i = len(text) if i < 0 else i + 1
+        elif c == "R" and text.startswith('R"', i) and (i == 0 or not (text[i - 1].isalnum() or text[i - 1] == "_")):
+            delimiter = text[i + 2:text.find("(", i)]
+            i = text.find(")" + delimiter + '"', i)
+            i = len(text) if i < 0 else i + len(delimiter) + 1
+        elif c in "\"'":
+            i += 1
+            while i < len(text) and text[i] != c:
+                i += 2 if text[i] == "\\" else 1
+        elif c == "{":
+            depth += 1
+        elif c == "}":
+            depth -= 1
+            if depth == 0:
+                return i
+        i += 1
+    return len(text)
+
+
+def split_tests(rel: str, text: str) -> tuple[str, dict[str, str]]:
+    """A test file as (what it holds besides its tests, test name -> its
+    definition): a GoogleTest test from TEST_P to its body's closing brace,
+    a pytest function with its decorators. ("", {}) where it does not parse:
+    the caller then takes the whole file."""
+    tests: dict[str, str] = {}
+    outside: list[str] = []
+    if rel.endswith(".cpp"):
+        pos = 0
+        for m in _GTEST_DEFINITION.finditer(text):
+            if m.start() < pos:
+                continue
+            end = _closing_brace(text, text.find("{", m.end())) + 1
+            outside.append(text[pos:m.start()])
+            tests[m.group(1)] = text[m.start():end]
+            pos = end
+        outside.append(text[pos:])
+        return "".join(outside), tests
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return "", {}
+    lines = text.splitlines(keepends=True)
+    taken: set[int] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test_"):
+            first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+            tests[node.name] = "".join(lines[first - 1:node.end_lineno])
+            taken.update(range(first - 1, node.end_lineno))
+    return "".join(line for i, line in enumerate(lines) if i not in taken), tests
+
+
+def tests_digest(tests: list[str], read=_read) -> str:
+    """A digest of what a verdict from these tests depends on (see
+    SUITE_FOLDERS): each test's definition, what its file holds besides its
+    tests, and its suite's machinery. A test no file defines (or one of a
+    file that does not parse) counts as its whole suite, or its whole file."""
     gtests, nodeids = split(tests)
-    files: set[str] = set()
+    whole: set[str] = set()
+    parts: dict[str, set[str]] = {}  # test file -> the tests of it named
     if nodeids:
-        files.update(_suite_files("python")[0], (t.split("::", 1)[0] for t in nodeids))
+        whole.update(_suite_files("python", read)[0])
+        for t in nodeids:
+            rel, _, rest = t.partition("::")
+            if "::" in rest:  # a class's test: its whole file
+                whole.add(rel)
+            else:
+                parts.setdefault(rel, set()).add(rest.split("[", 1)[0])
     if gtests:
-        machinery, defined = _suite_files("cpp")
-        found = [gtest_file(t, defined) for t in gtests]
-        files.update(machinery, defined.values() if None in found else found)
-    return [ROOT / rel for rel in sorted(files)]
+        machinery, defined = _suite_files("cpp", read)
+        whole.update(machinery)
+        for t in gtests:
+            rel = gtest_file(t, defined)
+            if rel is None:
+                whole.update(defined.values())
+            else:
+                parts.setdefault(rel, set()).add(gtest_test(t))
+    pieces = [f"{rel}\0{read(rel)}" for rel in sorted(whole)]
+    for rel in sorted(set(parts) - whole):
+        text = read(rel)
+        outside, defined_here = split_tests(rel, text)
+        if not defined_here:
+            pieces.append(f"{rel}\0{text}")
+            continue
+        pieces.append(f"{rel}\0{outside}")
+        pieces += [f"{rel}::{name}\0{defined_here.get(name, '')}" for name in sorted(parts[rel])]
+    return mutation_report.digest(*pieces)
 
 
 def marked(path: pathlib.Path) -> set[int]:

@@ -194,8 +194,10 @@ def test_the_incremental_mode_keeps_a_verdict_only_while_line_and_tests_are_unch
     digests = {m.key: (mutation_report.digest(m.original), "t1") for m in chosen}
     kept = auto_mutants.reusable(earlier, digests, own_tests=False)
     assert set(kept) == {o.key for o in earlier} and all(o.reused == "abc" for o in kept.values())
-    # The tests' sources changed: nothing is kept.
-    assert auto_mutants.reusable(earlier, {k: (line, "t2") for k, (line, _) in digests.items()}, False) == {}
+    # The tests' sources changed: nothing is kept but what did not compile
+    # (these kills name no failing_digest).
+    kept = auto_mutants.reusable(earlier, {k: (line, "t2") for k, (line, _) in digests.items()}, False)
+    assert kept and {o.verdict for o in kept.values()} == {"stillborn"}
     # One line re-indented (same key: the key strips the line): that mutant runs again.
     moved = next(iter(digests))
     changed = {**digests, moved: (mutation_report.digest("    " + "x"), "t1")}
@@ -204,26 +206,52 @@ def test_the_incremental_mode_keeps_a_verdict_only_while_line_and_tests_are_unch
     assert not any(o.verdict == "survived" for o in auto_mutants.reusable(earlier, digests, True).values())
 
 
-def test_a_verdict_depends_on_its_tests_files_and_their_suites_machinery_only():
+def test_a_verdict_depends_on_its_tests_own_text_their_files_helpers_and_the_suites_machinery():
     from harness.mutation import reached_map
-    def sources(tests):
-        return {str(p.relative_to(ROOT)) for p in reached_map.tests_sources(tests)}
-    cpp_test = "TheCoverageCheckIsAskedOncePerCallBeforeEveryCond"
-    defining = next(p for p in sorted((ROOT / "conformance" / "cpp").glob("test_*.cpp"))
-                    if f", {cpp_test})" in p.read_text())
-    cpp = sources([f"gtest:Reference/Conformance.{cpp_test}/reference"])
-    assert str(defining.relative_to(ROOT)) in cpp and "conformance/cpp/suite.h" in cpp
-    assert not any(f.startswith("conformance/cpp/test_") and f != str(defining.relative_to(ROOT)) for f in cpp)
-    assert not any(f.startswith("conformance/python/") for f in cpp)
-    # A GoogleTest test no file defines: the whole C++ suite.
-    unknown = sources(["gtest:Reference/Conformance.NoSuchTest/reference"])
-    assert {f"conformance/cpp/{p.name}" for p in (ROOT / "conformance" / "cpp").glob("test_*.cpp")} <= unknown
-    python = sources(["conformance/python/test_observe.py::test_anything"])
-    assert {"conformance/python/test_observe.py", "conformance/python/conftest.py",
-            "conformance/python/adapters/reference.py", "fixtures/python/torch_fixtures.py"} <= python
-    assert not any(f.startswith("conformance/python/test_") and not f.endswith("test_observe.py") for f in python)
-    assert "conformance/python/adapters/upstream.py" not in python and not any(f.startswith("conformance/cpp/")
-                                                                               for f in python)
+
+    def digest(tests, edited=None):
+        edited = edited or {}
+
+        def read(rel):
+            text = (ROOT / rel).read_text()
+            return edited[rel](text) if rel in edited else text
+        return reached_map.tests_digest(tests, read)
+
+    cpp_file = "conformance/cpp/test_call_discipline.cpp"
+    outside, defined = reached_map.split_tests(cpp_file, (ROOT / cpp_file).read_text())
+    test, other = sorted(defined)[:2]
+    cpp = [f"gtest:Reference/Conformance.{test}/reference"]
+    base = digest(cpp)
+    def edit_body(text):  # one statement more at the end of a test's body
+        return text[:-1] + "  (void)0;\n}"
+    assert digest(cpp, {cpp_file: lambda t: t.replace(defined[other], edit_body(defined[other]))}) == base
+    assert digest(cpp, {cpp_file: lambda t: t.replace(defined[test], edit_body(defined[test]))}) != base
+    # What the file holds besides its tests, between them included.
+    assert digest(cpp, {cpp_file: lambda t: t.replace(defined[other], defined[other] + "\n// x")}) != base
+    assert digest(cpp, {cpp_file: lambda t: t.replace("namespace conformance {", "namespace conformance {  // x", 1)}) != base
+    assert digest(cpp, {"conformance/cpp/suite.h": lambda t: t + "// edited\n"}) != base
+    assert digest(cpp, {"conformance/cpp/test_routing.cpp": lambda t: t + "// edited\n"}) == base
+    assert digest(cpp, {"conformance/python/conftest.py": lambda t: t + "# edited\n"}) == base
+    # A GoogleTest test no file defines: every C++ test file counts.
+    unknown = ["gtest:Reference/Conformance.NoSuchTest/reference"]
+    assert digest(unknown, {"conformance/cpp/test_routing.cpp": lambda t: t + "// x\n"}) != digest(unknown)
+
+    py_file = "conformance/python/test_robustness.py"
+    _, py_defined = reached_map.split_tests(py_file, (ROOT / py_file).read_text())
+    py_test, py_other = sorted(py_defined)[:2]
+    python = [f"{py_file}::{py_test}[a-parameter]"]
+    base = digest(python)
+    def edit_function(text):  # one statement more at the end of a test function
+        return text + "    assert True\n"
+    assert digest(python, {py_file: lambda t: t.replace(py_defined[py_other], edit_function(py_defined[py_other]))}) == base
+    assert digest(python, {py_file: lambda t: t.replace(py_defined[py_test], edit_function(py_defined[py_test]))}) != base
+    assert digest(python, {py_file: lambda t: t + "\nHELPER = 1\n"}) != base
+    for machinery in ("conformance/python/conftest.py", "conformance/python/adapters/reference.py",
+                      "fixtures/python/torch_fixtures.py"):
+        assert digest(python, {machinery: lambda t: t + "# x\n"}) != base
+    for not_machinery in ("conformance/python/adapters/upstream.py", "conformance/python/check.py",
+                          "conformance/cpp/suite.h", "conformance/python/test_observe.py"):
+        assert digest(python, {not_machinery: lambda t: t + "# x\n"}) == base
 
 
 def test_a_kill_is_kept_while_the_tests_that_killed_it_are_unchanged():
@@ -243,6 +271,10 @@ def test_a_kill_is_kept_while_the_tests_that_killed_it_are_unchanged():
     crashed = dataclasses.replace(killed, failing=["<crashed: exit -11>"])
     assert mutant_runner.killing_digest(crashed) == ""
     assert auto_mutants.reusable([dataclasses.replace(crashed, failing_digest="")], other_tests, False) == {}
+    # A mutant that did not compile is kept while its line is unchanged.
+    stillborn = dataclasses.replace(killed, verdict="stillborn", failing=[], failing_digest="")
+    assert m.key in auto_mutants.reusable([stillborn], other_tests, False)
+    assert auto_mutants.reusable([stillborn], {m.key: ("another line", "t1")}, False) == {}
     # A survivor is kept only while every test that reaches it is unchanged.
     survived = dataclasses.replace(killed, verdict="survived", failing=[], failing_digest="")
     assert auto_mutants.reusable([survived], other_tests, False) == {}
