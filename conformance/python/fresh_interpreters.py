@@ -154,8 +154,8 @@ def run(script: str, env: dict[str, str], timeout: float, prelude: str = "") -> 
     subprocess.TimeoutExpired after `timeout` seconds."""
     whole = prelude + script
     if not forking(prelude, env):
-        return subprocess.run([sys.executable, "-c", whole], capture_output=True, text=True,
-                              timeout=timeout, env=env)
+        return _started(whole, env, timeout)
+    # One call at a time: a server serves one child at a time.
     with _lock:
         key = _key(env)
         server = _servers.get(key)
@@ -165,4 +165,13 @@ def run(script: str, env: dict[str, str], timeout: float, prelude: str = "") -> 
             for old in [k for k, s in _servers.items() if s.owner == os.getpid()]:
                 _servers.pop(old).close()  # one server a process: the environment changed
             server = _servers[key] = _Server(env)
-        return server.run(whole, env, timeout)
+        try:
+            return server.run(whole, env, timeout)
+        except (RuntimeError, OSError):  # the server itself ended (it runs no test code): start from nothing
+            _servers.pop(key).process.kill()
+    return _started(whole, env, timeout)
+
+
+def _started(script: str, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
+    """A new `python -c script`, from nothing."""
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=timeout, env=env)

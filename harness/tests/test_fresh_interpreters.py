@@ -92,3 +92,14 @@ def test_one_server_per_environment_and_process(monkeypatch):
     assert fresh_interpreters.run("import os\nprint(os.environ['NR_TEST_VALUE'])\n", other,
                                   timeout=60).stdout == "v2\n"
     assert first.process.poll() is not None and len(fresh_interpreters._servers) == 1
+
+
+def test_a_server_that_ended_gives_way_to_a_python_started_from_nothing(monkeypatch):
+    monkeypatch.setenv(fresh_interpreters.ENV_VAR, "1")
+    env = dict(os.environ)
+    fresh_interpreters.run("pass\n", env, timeout=60)
+    server = fresh_interpreters._servers[fresh_interpreters._key(env)]
+    server.process.kill()
+    server.process.wait()
+    assert fresh_interpreters.run("print('still runs')\n", env, timeout=120).stdout == "still runs\n"
+    assert fresh_interpreters._key(env) not in fresh_interpreters._servers
