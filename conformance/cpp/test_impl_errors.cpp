@@ -5,6 +5,7 @@
 
 #include "suite.h"
 
+#include <ATen/ops/addcmul.h>
 #include <ATen/ops/mul.h>
 
 #include <stdexcept>
@@ -35,6 +36,19 @@ TEST_P(Conformance, UnderFallbackAnImplErrorRunsTheOpOnTheCallsArguments) {
     EXPECT_TRUE(same(call_mul(tensor({3}), tensor({3})), tensor({9})));
   }
   EXPECT_THROW(call_mul(tensor({2}), tensor({4})), std::exception) << "the policy is back to raise";
+}
+
+// addcmul (three tensors and a scalar) has no typed router kernel in the
+// reference, so its call is routed on a Stack: the impl's error there must put
+// back the arguments it took off.
+TEST_P(Conformance, UnderFallbackAnImplErrorRunsTheOpOnTheCallsArgumentsForAnyOp) {
+  BEHAVIOUR("degrade.fallback-runs-the-op");
+  REQUIRE_FEATURE("impl-error-fallback");
+  const Key addcmul_key{"aten", "addcmul", "CPU"};
+  add(addcmul_key, constant_cond(true), popping_then_throwing());
+  adapter().install(addcmul_key);
+  auto fallback = adapter().impl_error_policy("fallback");
+  EXPECT_TRUE(same(at::addcmul(tensor({1, 2}), tensor({2, 3}), tensor({4, 5})), tensor({9, 17})));
 }
 
 TEST_P(Conformance, UnderFallbackAnImplThatReturnsGivesItsResult) {
