@@ -26,9 +26,9 @@
   device other than cpu). Where the device is absent they are reported
   "unsupported: no CUDA device" (never passed).
 * A test that needs a new Python (run_in_fresh_interpreter) starts one,
-  unless NR_CONFORMANCE_FORK_SERVER=1 (the harness's mutant runs): then it
-  is forked from a Python that has imported torch (fresh_interpreters.py),
-  which saves each one Python's start and torch's import.
+  unless NR_CONFORMANCE_FORK_SERVER=1: then it is forked from a Python that
+  has imported torch (fresh_interpreters.py), which saves each one Python's
+  start and torch's import.
 * ``--conformance-report PATH`` writes one JSON record per test for the
   harness's matrix: test, behaviours, outcome (pass, fail, xfail, stale,
   unsupported), side, implementation, source (path:line), and reason / message

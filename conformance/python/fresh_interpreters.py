@@ -2,9 +2,9 @@
 (conftest.run_in_fresh_interpreter).
 
 By default each is `python -c SCRIPT`, started from nothing. With
-NR_CONFORMANCE_FORK_SERVER=1 (the harness's mutant runs set it: a survivor
-meets every test that reaches it, and starting Python and importing torch
-was most of what those tests cost), a fork server stands in for the start:
+NR_CONFORMANCE_FORK_SERVER=1 (starting Python and importing torch is most
+of what those tests cost; the harness's mutant runs do not set it yet, see
+harness/mutation/mutants.py), a fork server stands in for the start:
 one Python per environment that has imported torch and nothing else, and
 forks a child per script. The child is what `python -c SCRIPT` would be
 once `import torch` had run: the script's own environment, working folder,

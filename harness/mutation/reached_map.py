@@ -345,8 +345,7 @@ def measure(ws: Workspace, ids: dict[str, int], layer: str, impl: str, env: dict
               f"{suite_seconds['c++ conformance']:.0f} s", flush=True)
     python_out = out / "python"
     (python_out / "traces").mkdir(parents=True)
-    python_env = {**env, **mutants.FORK_SERVER,
-                  "NR_REACHED_DIR": str(python_out / "traces"), "NR_REACHED_SIZE": str(size),
+    python_env = {**env, "NR_REACHED_DIR": str(python_out / "traces"), "NR_REACHED_SIZE": str(size),
                   "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])),
                   "PYTEST_ADDOPTS": f"-p {PLUGIN} " + env.get("PYTEST_ADDOPTS", "")}
     python_began = time.monotonic()
