@@ -173,6 +173,7 @@ def _closing_brace(text: str, at: int) -> int:
     return len(text)
 
 
+@functools.lru_cache(maxsize=256)  # a run digests thousands of mutants' tests over the same files
 def split_tests(rel: str, text: str) -> tuple[str, dict[str, str]]:
     """A test file as (what it holds besides its tests, test name -> its
     definition): a GoogleTest test from TEST_P to its body's closing brace,
