@@ -34,12 +34,15 @@ reads to tell a regression from a survivor no run has seen.
 
 from __future__ import annotations
 
+import collections
+import gzip
 import json
 import pathlib
 import sys
+import types
 
 from .. import ROOT
-from . import auto_mutants, mutagen, mutant_records, mutation_report
+from . import auto_mutants, mutagen, mutant_records, mutation_report, reached_map
 
 RECORDS = ROOT / "results" / "mutant-runs"
 SAMPLES = ROOT / "doc" / "mutant-samples-2026-12-01.json"
@@ -242,11 +245,6 @@ def standing(record: pathlib.Path, reach: pathlib.Path) -> int:
     """What `--incremental record` would keep at this tree, given the reach
     map a run would choose tests by (auto_mutants.digests_of, .reusable):
     the verdicts that still stand, and per file how many must run again."""
-    import collections
-    import gzip
-    import json
-    import types
-    from . import reached_map
     reviewed = mutant_records.load_equivalents()  # recorded anew, unrun, whatever the record says
     earlier = [o for o in mutation_report.load(record) if o.key not in reviewed]
     files = sorted({o.key.split("|", 1)[0] for o in earlier})
