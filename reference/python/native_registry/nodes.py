@@ -259,8 +259,9 @@ def node_of(handle: _C.Node) -> _OverrideNode:
         node._handle = handle
         _views[handle.node_id] = node
     else:
-        # The graph's node of this id: a write of a callable replaced it (or
-        # a restore brought back the one before).
+        # The graph's node of this id. Python's writes and restores rebind
+        # the view themselves; a write through the core's API (C++ code in
+        # this process) replaced the node without it.
         node._handle = handle
     return node
 

@@ -114,3 +114,23 @@ def test_new_callables_for_a_disabled_graph_leave_its_dormant_router_dormant(reg
     assert reg.router_state(*MUL) == "dormant"  # published in place, as an order change is
     reg.reenable_op_overrides(enable_dsl_names="off")
     assert torch.equal(torch.ones(2) * torch.ones(2), torch.full((2,), 9.0))
+
+
+def test_a_view_follows_a_callable_written_by_the_core_api_at_the_next_graph_query(reg):
+    # C++ code in the same process writes a node's callable through the core's
+    # API (here its binding, _C.replace_callable), which knows nothing of the
+    # Python view held meanwhile. The graph now holds a new core node under the
+    # same node_id; the next query of the graph must hand back the held view,
+    # bound to that node, not the view reading the replaced node's callables.
+    # (Every write the Python API makes rebinds at once; this is the only
+    # path where the query's rebinding is what keeps the view current.)
+    reg.register_op_override("mine", *MUL, accept, SEVEN)
+    view = reg.graph(*MUL)[0]
+    handle = nodes.live_handle(view)
+    written = reg._C.replace_callable(handle, "impl_fn", NINE)
+    assert written is not handle and written.node_id == view.node_id
+    assert reg.graph(*MUL)[0] is view
+    assert view.impl_fn is NINE, "the held view reads the callable the core replaced"
+    assert compat._graphs[MUL][0].impl_fn is NINE
+    reg.register_all_overrides()
+    assert torch.equal(torch.mul(torch.ones(2), torch.ones(2)), torch.full((2,), 9.0))
