@@ -3,7 +3,7 @@
 
 By default each is `python -c SCRIPT`, started from nothing. With
 NR_CONFORMANCE_FORK_SERVER=1 (starting Python and importing torch is most
-of what those tests cost; the harness's mutant runs do not set it yet, see
+of what those tests cost; the harness's mutant runs set it, see
 harness/mutation/mutants.py), a fork server stands in for the start:
 one Python per environment that has imported torch and nothing else, and
 forks a child per script. The child is what `python -c SCRIPT` would be
