@@ -93,6 +93,71 @@ TEST_P(Conformance, ConditionsSeeTheArgumentsOnTopOfTheStack) {
   EXPECT_EQ(*seen, (std::vector<float>{2, 2, 2, 2}));
 }
 
+// Boxed impls that break the boxed convention, one after the other, then
+// one that keeps it: none pushed, the arguments left, two results for one.
+enum class Leaves { kNothing, kItsArguments, kTwoResults, kOneResult };
+
+ImplFn leaving(std::shared_ptr<Leaves> what) {
+  return [what](const c10::OperatorHandle& op, c10::DispatchKeySet, Stack* stack) {
+    if (*what == Leaves::kItsArguments) return;
+    torch::jit::drop(*stack, op.schema().arguments().size());
+    if (*what == Leaves::kNothing) return;
+    stack->emplace_back(tensor({6, 6}));
+    if (*what == Leaves::kTwoResults) stack->emplace_back(tensor({6, 6}));
+  };
+}
+
+// Called boxed, below a value of the caller's (boxed_call_below_a_caller_value):
+// a typed call of an implementation that does not check would read its
+// result off a stack of the wrong depth (c10 checks that in debug builds
+// only), which is undefined.
+TEST_P(Conformance, AnImplLeavingTheWrongNumberOfResultsMakesTheCallRaiseARuntimeError) {
+  BEHAVIOUR("calls.cpp-impl-result-count-checked");
+  const Key cat{"aten", "cat", "CPU"};
+  const std::vector<std::pair<Key, std::function<Stack()>>> calls{
+      {mul_key(),
+       [] {
+         return boxed_call_below_a_caller_value("aten::mul", "Tensor",
+                                                {tensor({2, 3}), tensor({4, 5})});
+       }},
+      {cat,
+       [] {
+         return boxed_call_below_a_caller_value(
+             "aten::cat", "", {c10::List<at::Tensor>({tensor({2}), tensor({4})}), int64_t{0}});
+       }}};
+  auto what = std::make_shared<Leaves>(Leaves::kOneResult);
+  for (const auto& [key, call] : calls) {
+    add(key, constant_cond(true), leaving(what), "miscounts");
+    adapter().install(key);
+  }
+  const std::vector<std::pair<Leaves, const char*>> wrong{
+      {Leaves::kNothing, "nothing"},
+      {Leaves::kItsArguments, "its arguments"},
+      {Leaves::kTwoResults, "two results"}};
+  for (const auto& [key, call] : calls) {
+    const std::string node_id = adapter().graph(key).at(0).node_id;
+    for (const auto& [leaves, label] : wrong) {
+      *what = leaves;
+      try {
+        const Stack stack = call();
+        ADD_FAILURE() << key.op_symbol << " whose impl left " << label << " returned a stack of "
+                      << stack.size() << " values";
+      } catch (const std::exception& e) {
+        const std::string message = raised(e);
+        const std::string first_line = message.substr(0, message.find('\n'));  // not c10's backtrace
+        EXPECT_TRUE(message.starts_with("raised RuntimeError: "))
+            << key.op_symbol << " whose impl left " << label << " " << first_line
+            << "; the dispatcher's own check of a boxed kernel's results raises a RuntimeError";
+        EXPECT_NE(message.find(node_id), std::string::npos)
+            << key.op_symbol << " whose impl left " << label << " " << first_line
+            << "; the error names the override, " << node_id;
+      }
+    }
+    *what = Leaves::kOneResult;
+    expect_caller_value_then(call(), tensor({6, 6}));
+  }
+}
+
 TEST_P(Conformance, TheRuntimeIsAskedOnEveryMatchedCallRightBeforeTheImpl) {
   BEHAVIOUR("routing.runtime-asked-each-matched-call");
   REQUIRE_FEATURE("runtime-init");

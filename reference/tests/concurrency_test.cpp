@@ -8,11 +8,14 @@
 
 #include <ATen/ops/full.h>
 
+#include <pthread.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <mutex>
 #include <set>
@@ -197,6 +200,60 @@ TEST_F(ConcurrencyTest, AForkWaitsForADyingRegistrysSweepOfTheRetiredOps) {
   dying.join();
   ASSERT_TRUE(arrived) << "the dying registry never undefined the op";
   EXPECT_TRUE(swept_before_the_fork) << "fork() went ahead while the store's lock was held";
+}
+
+// A registry destroyed on another thread while a fork is being prepared
+// leaves the fork handlers' list only once the fork is done: one that left
+// it meanwhile would keep the lock the prepare handler took on it (the
+// parent's handler releases the locks of the list as it is then), and its
+// destructor, which takes that lock next, would wait for ever. The test's
+// own prepare handler, installed before the process's first registry
+// installs the registry's, runs after theirs (pthread_atfork runs prepare
+// handlers last installed first): it lets the registry's destruction start
+// while the fork holds every lock, and waits. Exit code 0 if the
+// destruction finished after the fork.
+std::atomic<bool> g_destroy{false}, g_destroyed{false}, g_destroyed_in_prepare{false};
+
+[[noreturn]] void destroy_a_registry_while_a_fork_is_prepared() {
+  pthread_atfork(
+      [] {
+        g_destroy = true;
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        g_destroyed_in_prepare = g_destroyed.load();
+      },
+      nullptr, nullptr);
+  auto dying = std::make_unique<Registry>();
+  std::thread destroyer([&dying] {
+    while (!g_destroy) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    dying.reset();
+    g_destroyed = true;
+  });
+  const pid_t pid = fork();
+  if (pid == 0) std::_Exit(0);
+  waitpid(pid, nullptr, 0);
+  if (g_destroyed_in_prepare) {
+    std::fprintf(stderr, "the registry was destroyed while the fork held its locks: the "
+                         "registry's fork handlers ran after the test's, which tests nothing\n");
+    std::_Exit(2);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!g_destroyed && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  if (!g_destroyed) {
+    std::fprintf(stderr, "the registry destroyed while a fork was prepared never finished: "
+                         "the fork left its lock held\n");
+    std::_Exit(3);  // its thread waits for ever: not joined
+  }
+  destroyer.join();
+  std::_Exit(0);
+}
+
+// In a threadsafe death test's child: a process that made no registry
+// before this test's.
+TEST(ForkGuardTest, ARegistryDestroyedWhileAForkIsPreparedFinishesAfterTheFork) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(destroy_a_registry_while_a_fork_is_prepared(), ::testing::ExitedWithCode(0), "");
 }
 
 }  // namespace

@@ -4,6 +4,9 @@
 #include "support.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <set>
 
 namespace native_registry::testing {
 namespace {
@@ -225,6 +228,33 @@ TEST_F(OrderingTest, EraseGraphForgetsTheGraphAndKeepsTheRouter) {
   registry().deregister_op_overrides({{"dsl_a"}, {}, {}});
   EXPECT_EQ(registry().router_state(mul_cpu()), RouterState::kAbsent);
   registry().check_invariants();
+}
+
+// router_id's 0 means "no router" (the binding's router handles take it so),
+// so no router has it, from a process's first router on: router ids are
+// process-wide, and a threadsafe death test's child runs only this test, so
+// its routers are the process's first.
+TEST_F(OrderingTest, NoRouterHasTheIdOfNoneFromAProcesssFirstRouterOn) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        std::set<uint64_t> ids;
+        for (int i = 0; i < 3; ++i) {
+          registry().install_graph(mul_cpu(), InstallMode::kReinstall);
+          const uint64_t id = registry().router_id(mul_cpu());
+          if (id == 0) {
+            std::fprintf(stderr, "router %d of the process has id 0, which means none\n", i + 1);
+            std::_Exit(2);
+          }
+          if (!ids.insert(id).second) {
+            std::fprintf(stderr, "router %d of the process has the id of an earlier one\n", i + 1);
+            std::_Exit(3);
+          }
+        }
+        registry().uninstall_graph(mul_cpu());
+        std::_Exit(registry().router_id(mul_cpu()) == 0 ? 0 : 4);
+      },
+      ::testing::ExitedWithCode(0), "");
 }
 
 TEST_F(OrderingTest, ReplaceGraphRefusesJunkAndChangesNothing) {
