@@ -186,6 +186,11 @@ TEST_P(Conformance, HatchMasksOnlyWhileDisabledAndInScope) {
   {
     auto mask = adapter().unconditional_masked();
     EXPECT_TRUE(same(mul_2_3_by_4_5(), tensor({5, 5}))) << "the hatch alone must not mask";
+    // Entering the mask need not touch a graph it masks nothing of: an
+    // install builds the chain anew, under the mask.
+    adapter().install(mul_key());
+    EXPECT_TRUE(same(mul_2_3_by_4_5(), tensor({5, 5})))
+        << "the hatch alone must not mask, also once the graph is installed again under it";
   }
   adapter().disable({{"test_dsl"}, {}, {}});
   {
@@ -193,6 +198,24 @@ TEST_P(Conformance, HatchMasksOnlyWhileDisabledAndInScope) {
     EXPECT_TRUE(same(mul_2_3_by_4_5(), kStock));
   }
   EXPECT_TRUE(same(mul_2_3_by_4_5(), tensor({5, 5})));
+}
+
+// The hatch masks the disabled one of two unconditional overrides of a graph,
+// and only that one: the graph it republishes goes on to the enabled one.
+TEST_P(Conformance, HatchMasksOnlyTheDisabledOfTwoUnconditionalOverrides) {
+  BEHAVIOUR("unconditional.hatch-masks-while-disabled");
+  REQUIRE_FEATURE("unconditional-hatch");
+  add(mul_key(), CondFn{}, fill_impl(6), "masked_dsl", {}, true);
+  add(mul_key(), CondFn{}, fill_impl(5), "test_dsl", {}, true);
+  adapter().install(mul_key());
+  adapter().disable({{"masked_dsl"}, {}, {}});
+  EXPECT_TRUE(same(mul_2_3_by_4_5(), tensor({6, 6}))) << "a disable alone must not mask";
+  {
+    auto mask = adapter().unconditional_masked();
+    EXPECT_TRUE(same(mul_2_3_by_4_5(), tensor({5, 5})))
+        << "the hatch must mask the disabled override and only it: the enabled one takes the call";
+  }
+  EXPECT_TRUE(same(mul_2_3_by_4_5(), tensor({6, 6}))) << "leaving the hatch must restore the override";
 }
 
 TEST_P(Conformance, OtherNamespaceRoutesAndFallsBack) {

@@ -17,7 +17,7 @@ import torch
 from conftest import behaviour, run_in_fresh_interpreter
 
 # A namespace of its own: the child defines, destroys and redefines ops in it.
-REDEF_SETUP = """
+REDEF_HELPERS = """
     import torch
     NS = "_native_registry_redef"
     impl.allow_namespace(NS)
@@ -35,7 +35,9 @@ REDEF_SETUP = """
             return "returned " + str(fn(*args).tolist())
         except Exception as e:
             return "raised " + type(e).__name__ + ": " + " ".join(str(e).split())
+"""
 
+REDEF_SETUP = REDEF_HELPERS + """
     lib = define("foo(Tensor x) -> Tensor", lambda x: x + 1)
     impl.register("redef_dsl", NS, "foo", "CPU", lambda *a: True, lambda x: x * 7)
     impl.install(NS, "foo", "CPU")
@@ -268,6 +270,47 @@ def test_a_restore_holding_a_router_whose_op_is_gone_brings_the_others_back(impl
     for when in ("between", "restored"):
         assert "_native_registry_redef::foo" in results[f"warned {when}"], (
             f"the restore {when} did not warn about foo's router: {results[f'warned {when}']}")
+
+
+@behaviour("robustness.restore-removes-a-router-it-cannot-route")
+def test_a_restore_that_cannot_unmask_a_stale_override_leaves_no_router(impl):
+    """An unconditional override of foo, disabled and masked, while foo is
+    defined again with three arguments; a second override installed on the
+    new op (routed alone: the first is masked) and a scope entered; the mask
+    left (it cannot let the first override in: its `_native` op was made for
+    the old schema), then the scope. That restore cannot route the graph as
+    the mask of now says either: it must leave no router on foo (the new op
+    computes its own result, not the second override's) and warn naming foo."""
+    lines = run_in_fresh_interpreter(impl, script(REDEF_HELPERS, KEEP_WARNINGS, """
+        lib = define("foo(Tensor x) -> Tensor", lambda x: x + 1)
+        impl.register("masked_dsl", NS, "foo", "CPU", None, lambda x: x * 6, unconditional_override=True)
+        impl.install(NS, "foo", "CPU")           # its _native op: made for foo(Tensor x)
+        impl.disable(dsl_names=["masked_dsl"])
+        mask = impl.unconditional_masked()
+        mask.__enter__()
+        lib._destroy()
+        lib = define("foo(Tensor x, Tensor y, Tensor z) -> Tensor", lambda x, y, z: x + y + z)
+        impl.register("second_dsl", NS, "foo", "CPU", lambda *a: True, lambda x, y, z: x * 8)
+        impl.install(NS, "foo", "CPU")
+        foo = getattr(torch.ops, NS).foo
+        print("masked: " + outcome(foo, x, x, x))
+        scope = impl.scope()
+        scope.__enter__()                        # its snapshot: the mask up, the second override routed
+        mask.__exit__(None, None, None)
+        warned.clear()
+        scope.__exit__(None, None, None)
+        print("router: " + str(impl.router_installed(NS, "foo", "CPU")))
+        print("restored: " + outcome(foo, x, x, x))
+        print("warned: " + str(any(NS + "::foo" in m for m in warned)))
+    """), timeout=120)
+    results = check_named_error(lines)
+    assert results["masked"] == "returned [8.0, 8.0]", (
+        f"under the mask, the second override did not take foo's call: {results['masked']}")
+    assert results["router"] == "False", (
+        "the restore left a router on foo that it could not route as the mask of now says")
+    assert results["restored"] == "returned [3.0, 3.0]", (
+        f"after the restore, foo did not compute its own result: {results['restored']}")
+    assert results["warned"] == "True", "the restore logged no warning naming foo"
 
 
 @behaviour("validation.change-refused-by-a-stale-native-op-changes-nothing")

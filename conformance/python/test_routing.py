@@ -272,10 +272,28 @@ def test_hatch_masks_only_while_disabled_and_in_scope(impl):
     five = torch.tensor([5.0, 5.0])
     with impl.unconditional_masked():
         assert torch.equal(mul(), five), "the hatch alone must not mask"
+        # Entering the mask need not touch a graph it masks nothing of: an
+        # install builds the chain anew, under the mask.
+        impl.install(*KEY)
+        assert torch.equal(mul(), five), "the hatch alone must not mask, also once the graph is installed again"
     impl.disable(dsl_names="test_dsl")
     with impl.unconditional_masked():
         assert torch.equal(mul(), STOCK)
     assert torch.equal(mul(), five)
+
+
+@behaviour("unconditional.hatch-masks-while-disabled")
+def test_hatch_masks_only_the_disabled_of_two_unconditional_overrides(impl):
+    """The graph the hatch republishes goes on to the enabled override."""
+    impl.register("masked_dsl", *KEY, None, fill(6.0), unconditional_override=True)
+    impl.register("test_dsl", *KEY, None, fill(5.0), unconditional_override=True)
+    impl.install(*KEY)
+    impl.disable(dsl_names="masked_dsl")
+    six, five = torch.tensor([6.0, 6.0]), torch.tensor([5.0, 5.0])
+    assert torch.equal(mul(), six), "a disable alone must not mask"
+    with impl.unconditional_masked():
+        assert torch.equal(mul(), five), "the hatch must mask the disabled override and only it"
+    assert torch.equal(mul(), six), "leaving the hatch must restore the override"
 
 
 # ---- namespaces -----------------------------------------------------------------

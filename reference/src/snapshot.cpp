@@ -115,7 +115,10 @@ void Registry::restore(const Snapshot& snapshot) {
         r.native_ops_.activate(chain, &saved.native_nodes, r.released());
         r.routers_.publish_in_place(key, chain);
       } catch (const OperatorNotFoundError& e) {
-        // Its op changed under it (OperatorChangedError): nothing routes the old nodes.
+        // A node of the chain (one the mask of now lets in, say) has a `_native`
+        // op made for the op's old schema (OperatorChangedError): the chain cannot
+        // be routed, and a router left routing what it had would skip that node.
+        // None, as for a router that cannot be rebuilt.
         r.routers_.remove(key, r.released());
         unrestorable.push_back(key.to_string() + " (" + e.what() + ")");
       }

@@ -10,6 +10,7 @@
 #include "../src/retired_native_ops.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -157,6 +158,52 @@ TEST_F(RetiredStoreTest, MoreHeldOpsThanTheSweepFloorStayWithinTheStoresBound) {
         held.clear();
         registry().restore(empty);
         registry().check_invariants();
+        std::_Exit(0);
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+
+// The sweep is amortised: a store over the floor that has not doubled since
+// its last sweep is not swept, so an op let go stays kept (and defined) until
+// it has; then one sweep undefines it. Sweeping at every reclaim would cost
+// each teardown a look-up per kept op. In a death test's child, as above.
+TEST_F(RetiredStoreTest, AStoreOverTheFloorIsSweptOnlyOnceItHasDoubled) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        auto fail = [](const char* what) {
+          std::fprintf(stderr, "%s (the store keeps %zu)\n", what, detail::retired_counts().kept);
+          std::fflush(stderr);
+          std::_Exit(1);
+        };
+        auto defined = [](const NodePtr& node) {
+          return c10::Dispatcher::singleton().findSchema({"_native::" + node->node_id, ""}).has_value();
+        };
+        if (detail::retired_counts().kept != 0) fail("the child's store was not empty");
+        const Snapshot empty = registry().snapshot();
+        std::vector<std::shared_ptr<const c10::OperatorHandle>> held;
+        auto retire_held = [&](int count, const std::string& prefix) {
+          std::vector<NodePtr> nodes;
+          for (int i = 0; i < count; ++i) {
+            nodes.push_back(register_override(mul_cpu(), constant_cond(false), fill_impl(1), {},
+                                              prefix + std::to_string(i)));
+          }
+          registry().install_all();
+          for (const NodePtr& node : nodes) held.push_back(hold_native_op(node->node_id));
+          registry().restore(empty);  // retires them, each held: the store keeps them
+          return nodes;
+        };
+        const std::vector<NodePtr> first = retire_held(100, "held_");
+        if (detail::retired_counts().kept != 100) fail("the sweep did not keep the 100 held ops");
+        held.front().reset();  // nothing holds the first op any more
+        registry().restore(empty);  // a teardown's reclaim, the store at 100 of its 200
+        if (detail::retired_counts().kept != 100) fail("a store that had not doubled was swept");
+        if (!defined(first.front())) fail("the op let go was undefined before the store doubled");
+        // 201: past twice what the last sweep kept (by one, so that when just at
+        // twice the sweep comes stays open: see equivalent_mutants.toml).
+        retire_held(101, "more_");
+        if (detail::retired_counts().kept != 200) fail("the doubled store's sweep kept the op let go");
+        if (defined(first.front())) fail("the op let go is still defined after the sweep");
         std::_Exit(0);
       },
       ::testing::ExitedWithCode(0), "");
