@@ -11,6 +11,9 @@
 #include <ATen/ops/randn.h>
 #include <ATen/ops/zeros_like.h>
 
+#include <unistd.h>
+
+#include <cstdio>
 #include <functional>
 #include <sstream>
 #include <thread>
@@ -191,14 +194,20 @@ struct CallsMulAtThreadExit {
   }
 };
 
-TEST_P(Conformance, ARoutedCallAsItsThreadExitsRoutesAsAnyOther) {
-  BEHAVIOUR("routing.call-at-thread-exit");
-  add(mul_key(),
-      [](const c10::OperatorHandle&, c10::DispatchKeySet, const Stack& stack) {
-        return stack.size() >= 2 && stack.back().isTensor() && stack.back().toTensor().numel() == 1;
-      },
-      fill_impl(7));
-  adapter().install(mul_key());
+// The room the impl makes on its call's stack: 64 MiB of values, past glibc's
+// largest mmap threshold (32 MiB), so the storage is mapped for it and
+// unmapped when freed. A stack an implementation keeps per thread and uses
+// after the thread destroyed it then faults on the first value boxed into it,
+// every time; freed heap storage would be written unnoticed, or caught by the
+// allocator's checks only sometimes.
+constexpr size_t kRoomForValues = size_t{1} << 22;
+
+// Runs in a death test's child (a crash fails the test, not the suite): a
+// taken and a declined call on a thread, then the same two from a
+// thread_local's destructor as the thread exits. Exits 0 if all four
+// returned what they should, else 1 with what came back.
+[[noreturn]] void call_as_a_thread_exits() {
+  alarm(60);
   std::vector<at::Tensor> during, at_exit;
   on_a_thread_joined([&] {
     thread_local CallsMulAtThreadExit caller;
@@ -206,12 +215,37 @@ TEST_P(Conformance, ARoutedCallAsItsThreadExitsRoutesAsAnyOther) {
     during.push_back(call_mul(tensor({2}), tensor({4})));
     during.push_back(call_mul(tensor({2, 3}), tensor({4, 5})));
   });
-  ASSERT_EQ(during.size(), 2u);
-  EXPECT_TRUE(same(during[0], tensor({7})));
-  EXPECT_TRUE(same(during[1], tensor({8, 15})));
-  ASSERT_EQ(at_exit.size(), 2u) << "the calls at thread exit did not return";
-  EXPECT_TRUE(same(at_exit[0], tensor({7}))) << "the override did not take the call at thread exit";
-  EXPECT_TRUE(same(at_exit[1], tensor({8, 15}))) << "the declined call at thread exit";
+  std::ostringstream problems;
+  const auto expect = [&](const std::vector<at::Tensor>& answers, const char* when) {
+    if (answers.size() != 2) {
+      problems << when << ": " << answers.size() << " calls returned, expected 2\n";
+      return;
+    }
+    if (!same(answers[0], tensor({7}))) problems << when << ": the taken call returned " << answers[0] << "\n";
+    if (!same(answers[1], tensor({8, 15}))) problems << when << ": the declined call returned " << answers[1] << "\n";
+  };
+  expect(during, "during the thread");
+  expect(at_exit, "at thread exit");
+  const std::string found = problems.str();
+  if (!found.empty()) std::fputs(found.c_str(), stderr);
+  std::fflush(stderr);
+  std::_Exit(found.empty() ? 0 : 1);
+}
+
+TEST_P(Conformance, ARoutedCallAsItsThreadExitsRoutesAsAnyOther) {
+  BEHAVIOUR("routing.call-at-thread-exit");
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const ImplFn seven = fill_impl(7);
+  add(mul_key(),
+      [](const c10::OperatorHandle&, c10::DispatchKeySet, const Stack& stack) {
+        return stack.size() >= 2 && stack.back().isTensor() && stack.back().toTensor().numel() == 1;
+      },
+      [seven](const c10::OperatorHandle& op, c10::DispatchKeySet keys, Stack* stack) {
+        stack->reserve(stack->size() + kRoomForValues);  // an impl may leave its stack roomier
+        seven(op, keys, stack);
+      });
+  adapter().install(mul_key());
+  EXPECT_EXIT(call_as_a_thread_exits(), ::testing::ExitedWithCode(0), "");
 }
 
 // ---- an ordering function returning its graph unchanged --------------------------------

@@ -117,6 +117,7 @@ def test_an_op_that_changes_during_its_call_gives_a_named_error_or_the_result(im
     if call.startswith("returned"):
         assert call == "returned [7.0, 7.0]", f"a wrong result: {call}"
     else:
+        assert call.startswith("raised RuntimeError: "), f"the router's error is a RuntimeError: {call}"
         assert "foo" in call and "dispatcher" in call, (
             f"the error names neither the op nor what happened to it: {call}")
 
@@ -128,6 +129,7 @@ def test_an_impl_that_redefines_its_op_with_other_returns_gets_a_named_error(imp
     results = run(impl, changing_call("impl", how))
     call = results["call"]
     assert call.startswith("raised"), f"the call of the old op returned: {call}"
+    assert call.startswith("raised RuntimeError: "), f"the router's error is a RuntimeError: {call}"
     assert "INTERNAL ASSERT" not in call, call
     assert "foo" in call and "dispatcher" in call, (
         f"the error names neither the op nor what happened to it: {call}")

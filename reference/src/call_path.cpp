@@ -804,11 +804,12 @@ void try_typed(const c10::OperatorHandle& op, const std::shared_ptr<const Router
 }
 
 // The typed kernel for the op's signature, if it is a common one; nullopt
-// otherwise.
+// otherwise. The C++ signature alone decides (router.h): an op of no or
+// several returns never has one of these, and the typed kernel decides as
+// the boxed one does for an op that writes an argument its kernel takes as
+// `const Tensor&` (a custom op's may).
 std::optional<torch::CppFunction> typed_kernel(const c10::OperatorHandle& op,
                                                const std::shared_ptr<const Router::Shared>& shared) {
-  const c10::FunctionSchema& schema = op.schema();
-  if (schema.returns().size() != 1 || schema.is_mutable()) return std::nullopt;
   std::optional<torch::CppFunction> out;
   using T = const at::Tensor&;
   using S = const c10::Scalar&;

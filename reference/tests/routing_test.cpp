@@ -7,12 +7,19 @@
 #include <native_registry/predicates.h>
 #include <native_registry/router_kind.h>
 
+#include <ATen/ops/add.h>
 #include <ATen/ops/bmm.h>
+#include <ATen/ops/leaky_relu.h>
+#include <ATen/ops/mul.h>
+#include <ATen/ops/neg.h>
 #include <ATen/ops/ones_like.h>
 #include <ATen/ops/randn.h>
 #include <ATen/ops/sum.h>
+#include <ATen/ops/threshold.h>
 
 #include <chrono>
+#include <functional>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -579,9 +586,117 @@ TEST_F(TwoNamespacesTest, OpSymbolFiltersAreNamespaceBlind) {
 }
 
 // ---- the typed kernel's Stacks ----------------------------------------------
-// A typed call boxes its arguments into a Stack the thread keeps per nesting
-// depth; once the thread's thread_locals are being destroyed, into one of its
-// own. A cond sees that Stack, so the test tells the two apart by its address.
+// A C++ call of an op whose kernel has one of the common signatures reaches
+// the typed router (router.h), which boxes the caller's tensors without
+// references of its own into a Stack the thread keeps per nesting depth and
+// reuses: the call allocates nothing of its own (a boxed call would: the
+// dispatcher boxes it into a new Stack, copying every tensor). Once the
+// thread's thread_locals are being destroyed, it boxes into a Stack of its
+// own. A cond sees the Stack, so the tests tell these apart by what it holds:
+// its values' use counts, its capacity, its address.
+
+// Typed routers switched on or off for the routers installed while it lives;
+// the setting before it comes back on every exit.
+class TypedRoutersSwitched {
+ public:
+  explicit TypedRoutersSwitched(bool enabled) : before_(typed_routers_enabled()) {
+    set_typed_routers_enabled(enabled);
+  }
+  ~TypedRoutersSwitched() { set_typed_routers_enabled(before_); }
+  TypedRoutersSwitched(const TypedRoutersSwitched&) = delete;
+  TypedRoutersSwitched& operator=(const TypedRoutersSwitched&) = delete;
+
+ private:
+  bool before_;
+};
+
+// Declines, recording the use count of the call's first tensor (the call has
+// `arguments` values on the stack).
+CondFn recording_use_count(std::shared_ptr<std::vector<size_t>> use_counts, size_t arguments) {
+  return [use_counts, arguments](const c10::OperatorHandle&, c10::DispatchKeySet, const Stack& stack) {
+    use_counts->push_back(stack.at(stack.size() - arguments).toTensor().use_count());
+    return false;
+  };
+}
+
+// One op of each signature that gets a typed router, and a call of it from C++.
+struct TypedCall {
+  const char* op_symbol;
+  size_t arguments;
+  std::function<at::Tensor(const at::Tensor&, const at::Tensor&)> call;
+};
+
+std::vector<TypedCall> a_typed_call_of_each_signature() {
+  return {
+      {"neg", 1, [](const at::Tensor& x, const at::Tensor&) { return at::neg(x); }},
+      {"mul.Tensor", 2, [](const at::Tensor& x, const at::Tensor& y) { return at::mul(x, y); }},
+      {"add.Tensor", 3, [](const at::Tensor& x, const at::Tensor& y) { return at::add(x, y, 2); }},
+      {"leaky_relu", 2, [](const at::Tensor& x, const at::Tensor&) { return at::leaky_relu(x, 0.5); }},
+      {"threshold", 3, [](const at::Tensor& x, const at::Tensor&) { return at::threshold(x, 0.1, 9); }},
+  };
+}
+
+TEST_F(RoutingTest, ATypedCallBoxesTheCallersTensorsWithoutReferencesOfItsOwn) {
+  const TypedRoutersSwitched typed_routers(true);
+  const at::Tensor x = at::randn({4}), y = at::randn({4});
+  for (const TypedCall& typed : a_typed_call_of_each_signature()) {
+    SCOPED_TRACE(typed.op_symbol);
+    const at::Tensor expected = typed.call(x, y);  // before the router: the op's own kernel
+    const GraphKey key{"aten", typed.op_symbol, "CPU"};
+    auto use_counts = std::make_shared<std::vector<size_t>>();
+    register_override(key, recording_use_count(use_counts, typed.arguments), forbidden_impl());
+    registry().install_graph(key);
+    const size_t before = x.use_count();
+    EXPECT_TRUE(same(typed.call(x, y), expected)) << "the declined call";
+    ASSERT_EQ(use_counts->size(), 1u) << "the cond was not asked once";
+    EXPECT_EQ(use_counts->front(), before)
+        << "the router held a reference of its own to the caller's tensor (a boxed call, not a typed one)";
+  }
+}
+
+// What the environment switch of the boxed suite run relies on
+// (NATIVE_REGISTRY_BOXED_ROUTERS=1: router_kind.h).
+TEST_F(RoutingTest, WithTypedRoutersSwitchedOffACallOfACommonSignatureIsBoxed) {
+  const TypedRoutersSwitched typed_routers(false);
+  const at::Tensor x = at::randn({4}), y = at::randn({4});
+  const at::Tensor expected = call_mul(x, y);  // before the router: the op's own kernel
+  auto use_counts = std::make_shared<std::vector<size_t>>();
+  register_override(mul_cpu(), recording_use_count(use_counts, 2), forbidden_impl());
+  registry().install_graph(mul_cpu());
+  const size_t before = x.use_count();
+  EXPECT_TRUE(same(call_mul(x, y), expected)) << "the declined call";
+  ASSERT_EQ(use_counts->size(), 1u) << "the cond was not asked once";
+  EXPECT_GT(use_counts->front(), before)
+      << "the call's Stack borrowed the caller's tensor: a typed router, though switched off";
+}
+
+TEST_F(RoutingTest, ATypedCallBoxesIntoTheStackItsThreadKeptFromAnEarlierCall) {
+  const TypedRoutersSwitched typed_routers(true);
+  constexpr size_t kRoom = 64;
+  auto capacities = std::make_shared<std::vector<size_t>>();
+  auto takes = std::make_shared<bool>(true);
+  const ImplFn seven = fill_impl(7);
+  register_override(
+      mul_cpu(),
+      [capacities, takes](const c10::OperatorHandle&, c10::DispatchKeySet, const Stack& stack) {
+        capacities->push_back(stack.capacity());
+        return *takes;
+      },
+      [seven](const c10::OperatorHandle& op, c10::DispatchKeySet keys, Stack* stack) {
+        stack->reserve(kRoom);
+        seven(op, keys, stack);
+      });
+  registry().install_graph(mul_cpu());
+  std::thread([&] {  // a new thread: these are its first typed calls
+    EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({7})));  // the impl makes room
+    *takes = false;
+    EXPECT_TRUE(same(call_mul(tensor({2}), tensor({4})), tensor({8})));
+  }).join();
+  ASSERT_EQ(capacities->size(), 2u);
+  EXPECT_GE(capacities->back(), kRoom)
+      << "the second call boxed into a new Stack, not the one the first left on the thread "
+         "(a typed call that allocates per call)";
+}
 
 // The Stacks a cond saw, in call order.
 using SeenStacks = std::vector<const Stack*>;
