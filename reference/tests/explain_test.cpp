@@ -246,10 +246,10 @@ TEST_F(ExplainTest, TheCoverageSwitchTurnsTheCheckOff) {
   register_override(mul_cpu(), constant_cond(true), forbidden_impl());
   registry().install_all();
   EXPECT_EQ(registry().explain("aten::mul.Tensor", explain_mul_args()).kernel, ExplainKernel::kFallback);
-  const bool before = coverage_checks_enabled();
-  set_coverage_checks_enabled(false);
-  const Explanation e = registry().explain("aten::mul.Tensor", explain_mul_args());
-  set_coverage_checks_enabled(before);
+  const Explanation e = [&] {
+    const SettingSwitched<coverage_checks_enabled, set_coverage_checks_enabled> off(false);
+    return registry().explain("aten::mul.Tensor", explain_mul_args());
+  }();
   EXPECT_THAT(e.coverage, HasSubstr("switched off"));
   EXPECT_EQ(e.kernel, ExplainKernel::kNodeImpl);
   registry().set_coverage_check({});

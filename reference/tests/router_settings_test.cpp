@@ -46,19 +46,7 @@ CondFn logging_cond(std::shared_ptr<std::vector<std::string>> log, std::string n
   };
 }
 
-// Restores the process-wide switch on every exit.
-class CoverageSwitch {
- public:
-  explicit CoverageSwitch(bool enabled) : previous_(coverage_checks_enabled()) {
-    set_coverage_checks_enabled(enabled);
-  }
-  ~CoverageSwitch() { set_coverage_checks_enabled(previous_); }
-  CoverageSwitch(const CoverageSwitch&) = delete;
-  CoverageSwitch& operator=(const CoverageSwitch&) = delete;
-
- private:
-  bool previous_;
-};
+using CoverageSwitch = SettingSwitched<coverage_checks_enabled, set_coverage_checks_enabled>;
 
 TEST_F(CoverageCheckTest, ACoveredCallRunsTheCapturedKernelAndAsksNoCond) {
   auto log = std::make_shared<std::vector<std::string>>();

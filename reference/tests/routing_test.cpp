@@ -595,20 +595,8 @@ TEST_F(TwoNamespacesTest, OpSymbolFiltersAreNamespaceBlind) {
 // own. A cond sees the Stack, so the tests tell these apart by what it holds:
 // its values' use counts, its capacity, its address.
 
-// Typed routers switched on or off for the routers installed while it lives;
-// the setting before it comes back on every exit.
-class TypedRoutersSwitched {
- public:
-  explicit TypedRoutersSwitched(bool enabled) : before_(typed_routers_enabled()) {
-    set_typed_routers_enabled(enabled);
-  }
-  ~TypedRoutersSwitched() { set_typed_routers_enabled(before_); }
-  TypedRoutersSwitched(const TypedRoutersSwitched&) = delete;
-  TypedRoutersSwitched& operator=(const TypedRoutersSwitched&) = delete;
-
- private:
-  bool before_;
-};
+// Typed routers switched on or off for the routers installed while it lives.
+using TypedRoutersSwitched = SettingSwitched<typed_routers_enabled, set_typed_routers_enabled>;
 
 // Declines, recording the use count of the call's first tensor (the call has
 // `arguments` values on the stack).

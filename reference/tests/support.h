@@ -48,6 +48,20 @@ CondFn cond_from(MockCond& mock);
 // Calls `mock`, then behaves as fill_impl(value).
 ImplFn impl_from(MockImpl& mock, double value);
 
+// A process-wide on/off setting (its getter and setter) switched for a
+// scope: the setting it had comes back on every exit.
+template <bool (*Get)(), void (*Set)(bool)>
+class SettingSwitched {
+ public:
+  explicit SettingSwitched(bool enabled) : before_(Get()) { Set(enabled); }
+  ~SettingSwitched() { Set(before_); }
+  SettingSwitched(const SettingSwitched&) = delete;
+  SettingSwitched& operator=(const SettingSwitched&) = delete;
+
+ private:
+  bool before_;
+};
+
 class RegistryTest : public ::testing::Test {
  protected:
   void SetUp() override;
