@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cctype>
 #include <chrono>
@@ -72,6 +73,19 @@ std::unique_ptr<torch::Library> define_foo(Foo schema) {
 // redefinition: the new one).
 c10::OperatorHandle foo_op() {
   return c10::Dispatcher::singleton().findSchemaOrThrow((std::string(kRedefNs) + "::foo").c_str(), "");
+}
+
+// Whether one warning the registry logged from its `since`-th on contains
+// every one of `parts`.
+bool warned_naming(RegistryAdapter& registry, size_t since, const std::vector<std::string>& parts) {
+  const std::vector<std::string> warnings = registry.warnings();
+  for (size_t i = since; i < warnings.size(); ++i) {
+    if (std::all_of(parts.begin(), parts.end(),
+                    [&](const std::string& part) { return warnings[i].find(part) != std::string::npos; })) {
+      return true;
+    }
+  }
+  return false;
 }
 
 // "returned", or what the call raised as raised() tells it.
@@ -212,7 +226,6 @@ void add_redef_override(RegistryAdapter& registry, const Key& key) {
   const size_t warned_before = registry.warnings().size();
   inner.reset();  // would re-activate the op on the new schema
   int bad = 0;
-  const std::vector<std::string> warnings = registry.warnings();
   // A default value is written as the schema language writes it, or elided:
   // only its `=` is checked.
   const std::string was = scaled ? "(Tensor x, int n) -> Tensor" : "(Tensor x) -> Tensor";
@@ -220,15 +233,9 @@ void add_redef_override(RegistryAdapter& registry, const Key& key) {
                           : schema == Foo::kTwoKeywordOnly ? "(Tensor x, *, Tensor y, Tensor z) -> Tensor"
                           : schema == Foo::kScaledDefault  ? "(Tensor x, int n="
                                                            : "(*, Tensor x) -> Tensor";
-  bool named = false;
-  for (size_t i = warned_before; i < warnings.size(); ++i) {
-    named |= warnings[i].find(node.node_id) != std::string::npos &&
-             warnings[i].find(was) != std::string::npos &&
-             warnings[i].find(now) != std::string::npos;
-  }
-  if (!named) {
+  if (!warned_naming(registry, warned_before, {node.node_id, was, now})) {
     std::fprintf(stderr, "the restore logged no warning naming %s and the schemas %s and %s (%zu warnings)\n",
-                 node.node_id.c_str(), was.c_str(), now.c_str(), warnings.size() - warned_before);
+                 node.node_id.c_str(), was.c_str(), now.c_str(), registry.warnings().size() - warned_before);
     ++bad;
   }
   if (std::optional<c10::OperatorHandle> native = registry.native_op(node)) {
@@ -463,10 +470,7 @@ bool foo_computes_its_own_result(const char* when) {
   auto leave_warning_of_foo = [&](std::unique_ptr<Scope>& scope, const char* which) {
     const size_t since = registry.warnings().size();
     scope.reset();
-    const std::vector<std::string> warnings = registry.warnings();
-    for (size_t i = since; i < warnings.size(); ++i) {
-      if (warnings[i].find(foo_name) != std::string::npos) return;
-    }
+    if (warned_naming(registry, since, {foo_name})) return;
     std::fprintf(stderr, "leaving the %s scope did not warn about foo's router\n", which);
     ++bad;
   };
@@ -533,14 +537,9 @@ std::string foo_of_three_answers() {
     std::fprintf(stderr, "after the restore, foo did not compute its own result: %s\n", what.c_str());
     ++bad;
   }
-  const std::vector<std::string> warnings = registry.warnings();
-  bool named = false;
-  for (size_t i = warned_before; i < warnings.size(); ++i) {
-    named |= warnings[i].find(std::string(kRedefNs) + "::foo") != std::string::npos;
-  }
-  if (!named) {
+  if (!warned_naming(registry, warned_before, {std::string(kRedefNs) + "::foo"})) {
     std::fprintf(stderr, "the restore logged no warning naming foo (%zu warnings)\n",
-                 warnings.size() - warned_before);
+                 registry.warnings().size() - warned_before);
     ++bad;
   }
   std::fflush(stderr);
