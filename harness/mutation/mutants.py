@@ -267,11 +267,8 @@ ANY_FAILURE_FAILS = {"NR_CONFORMANCE_ANY_FAILURE_FAILS": "1"}
 # What every suite a mutant run starts is given: any failure fails, and a
 # test's new Python is forked from one that has imported torch
 # (conformance/python/fresh_interpreters.py), a third less of a survivor's
-# Python time. Session 30 held the server back after a run of the seeded
-# faults beside a clean-clone CI let five survive; session 31's run of all
-# 376 with it on, alone, killed each of those, and its three survivors are
-# the same with it off: two are killed by no Python test at all (the C++
-# suite passed them too), the third is reachable only through the core's API.
+# Python time. The server kills what starting each Python anew kills (the
+# seeded faults, run alone: doc/measurements.md, Session 31).
 MUTANT_RUN_SUITES = {**ANY_FAILURE_FAILS, "NR_CONFORMANCE_FORK_SERVER": "1"}
 
 
