@@ -27,8 +27,10 @@ using namespace native_registry::fixtures;
 
 constexpr const char* kRedefNs = "_native_registry_redef_cpp";
 
-// Boxed kernels: an op with an unboxed kernel would get the typed router,
-// whose inferred schema makes LibTorch refuse the redefinition outright.
+// Boxed kernels, for foo defined again (and the ops beside it): while a
+// router stands on the op's name, LibTorch keeps there the C++ signature of
+// the kernels of foo(Tensor x), which are unboxed, and refuses an unboxed
+// kernel of another signature.
 template <int Arguments, bool Meta>
 void foo_kernel(const c10::OperatorHandle&, c10::DispatchKeySet, Stack* stack) {
   at::Tensor x = (*stack)[stack->size() - Arguments].toTensor();
@@ -59,8 +61,14 @@ std::unique_ptr<torch::Library> define_foo(Foo schema) {
                                      torch::CppFunction::makeFromBoxedFunction<&foo_kernel<3, false>>()));
     lib->impl("foo", torch::dispatch(c10::DispatchKey::Meta,
                                      torch::CppFunction::makeFromBoxedFunction<&foo_kernel<3, true>>()));
+  } else if (schema == Foo::kOne) {
+    // Unboxed C++ functions, as an extension's kernels mostly are: an
+    // implementation with routers typed by C++ signature gives foo one.
+    lib->def("foo(Tensor x) -> Tensor");
+    lib->impl("foo", torch::dispatch(c10::DispatchKey::CPU, [](const at::Tensor& x) { return x + 1; }));
+    lib->impl("foo", torch::dispatch(c10::DispatchKey::Meta, [](const at::Tensor& x) { return at::empty_like(x); }));
   } else {
-    lib->def(schema == Foo::kOne ? "foo(Tensor x) -> Tensor" : "foo(*, Tensor x) -> Tensor");
+    lib->def("foo(*, Tensor x) -> Tensor");
     lib->impl("foo", torch::dispatch(c10::DispatchKey::CPU,
                                      torch::CppFunction::makeFromBoxedFunction<&foo_kernel<1, false>>()));
     lib->impl("foo", torch::dispatch(c10::DispatchKey::Meta,
@@ -497,6 +505,75 @@ std::string foo_of_three_answers() {
   }
 }
 
+// Runs in a death-test child: foo, its kernels unboxed C++ functions, routed
+// to the override; its library destroyed and foo defined again with three
+// arguments while the router stands (its graph not installed again). Exits 0
+// if the definition succeeded, the new op computes its own result (x + 3) and
+// its shape on meta tensors, and, once the override is disabled and a second
+// one installed on the new op, the second takes its call (8s), its cond
+// seeing the call's three arguments; else 1 with what happened.
+[[noreturn]] void redefine_an_unboxed_target_under_its_router(RegistryAdapter& registry) {
+  alarm(60);
+  const Key key{kRedefNs, "foo", "CPU"};
+  auto lib = define_foo(Foo::kOne);
+  add_redef_override(registry, key);
+  registry.install(key);
+  Stack routed{tensor({1, 1})};
+  foo_op().callBoxed(&routed);
+  if (!same(routed.at(0).toTensor(), tensor({7, 7}))) std::_Exit(3);  // not routed: the scenario did not come about
+  lib.reset();
+  try {
+    lib = define_foo(Foo::kThree);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "foo defined again under its router was refused: %s\n", e.what());
+    std::fflush(stderr);
+    std::_Exit(1);
+  }
+  int bad = 0;
+  if (const std::string what = foo_of_three_answers(); what != "returned 4.000000") {
+    std::fprintf(stderr, "the new foo did not compute its own result: %s\n", what.c_str());
+    ++bad;
+  }
+  Stack meta(3, at::ones({2}, at::device(at::kMeta)));
+  try {
+    foo_op().callBoxed(&meta);
+    if (meta.size() != 1 || meta.at(0).toTensor().sizes() != at::IntArrayRef{2}) {
+      std::fputs("the new foo's meta call gave another shape\n", stderr);
+      ++bad;
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "the new foo's meta call raised: %s\n", e.what());
+    ++bad;
+  }
+  // The op's name may keep the first definition's C++ signature (LibTorch
+  // keeps one while any registration stands there): a router built on the
+  // new op must take the new op's arguments all the same.
+  const std::vector<at::Tensor> call{tensor({1, 1}), tensor({2, 2}), tensor({3, 3})};
+  auto saw_all = std::make_shared<bool>(false);
+  registry.disable({{"redef_dsl"}, {}, {}});
+  registry.register_override(
+      {"second_dsl", key.lib_symbol, key.op_symbol, key.dispatch_key,
+       [call, saw_all](const c10::OperatorHandle&, c10::DispatchKeySet, const Stack& stack) {
+         *saw_all = stack.size() >= 3 && same(torch::jit::peek(stack, 0, 3).toTensor(), call[0]) &&
+                    same(torch::jit::peek(stack, 1, 3).toTensor(), call[1]) &&
+                    same(torch::jit::peek(stack, 2, 3).toTensor(), call[2]);
+         return *saw_all;
+       },
+       fill_impl(8), {}, false});
+  registry.install(key);
+  Stack routed_anew(call.begin(), call.end());
+  foo_op().callBoxed(&routed_anew);
+  if (!*saw_all) {
+    std::fputs("the second override's cond did not see the new foo's three arguments\n", stderr);
+    ++bad;
+  } else if (!same(routed_anew.at(0).toTensor(), tensor({8, 8}))) {
+    std::fputs("the second override did not take the new foo's call\n", stderr);
+    ++bad;
+  }
+  std::fflush(stderr);
+  std::_Exit(bad == 0 ? 0 : 1);
+}
+
 // Runs in a death-test child: an unconditional override of foo, disabled and
 // masked, while foo's library is destroyed and the op defined again with
 // three arguments; a second override installed on the new op (the router
@@ -738,6 +815,14 @@ TEST_P(Conformance, ARestoreThatCannotUnmaskAStaleOverrideLeavesNoRouter) {
   REQUIRE_FEATURE("unconditional-hatch");
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_EXIT(restore_that_cannot_unmask_a_stale_override(adapter()), ::testing::ExitedWithCode(0), "");
+}
+
+// An extension loaded again, or a test fixture defining its op per test.
+TEST_P(Conformance, ATargetWithUnboxedKernelsCanBeDefinedAgainWithAnotherSchemaUnderItsRouter) {
+  BEHAVIOUR("robustness.unboxed-target-redefined-under-its-router");
+  REQUIRE_FEATURE("namespaces");
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(redefine_an_unboxed_target_under_its_router(adapter()), ::testing::ExitedWithCode(0), "");
 }
 
 TEST_P(Conformance, AnotherOverloadLeavingTheDispatcherLeavesThisOneRouted) {

@@ -11,6 +11,7 @@
 #include "tensor_walk.h"
 #include "thread_disables.h"
 
+#include <ATen/core/op_registration/infer_schema.h>
 #include <ATen/record_function.h>
 #include <torch/headeronly/version.h>
 
@@ -732,14 +733,24 @@ constexpr uint64_t borrowed_tensors() {
   return bits;
 }
 
+// `lambda` as a kernel with its C++ signature, as torch::CppFunction makes it
+// but for the schema CppFunction infers from the signature (router.cpp says
+// why the router registers none). The signature is the op's own
+// (has_exactly_signature): the router records nothing new with it.
+template <class Lambda>
+RouterKernel unboxed_kernel(Lambda&& lambda) {
+  return {c10::KernelFunction::makeFromUnboxedLambda(std::forward<Lambda>(lambda)),
+          c10::impl::CppSignature::make<Lambda>()};
+}
+
 // An unboxed kernel of signature Tensor(Args...): boxes the arguments into
 // the scratch Stack and routes; the one result comes back unboxed.
 template <class... Args>
 struct TypedRouter {
   using Signature = at::Tensor(Args...);
 
-  static torch::CppFunction kernel(std::shared_ptr<const Router::Shared> shared) {
-    return torch::CppFunction(
+  static RouterKernel kernel(std::shared_ptr<const Router::Shared> shared) {
+    return unboxed_kernel(
         [shared = std::move(shared)](c10::DispatchKeySet keys, Args... args) -> at::Tensor {
           const Router::Shared& pinned = *shared;  // as in BoxedRouterKernel
           CallHold hold(pinned);
@@ -796,11 +807,26 @@ bool has_exactly_signature(const c10::OperatorHandle& op) {
   return false;
 }
 
+// Whether `op`'s schema is the one LibTorch infers from Signature, compared
+// as LibTorch compares a kernel's with the op's. An op's C++ signature can be
+// another op's: LibTorch keeps it on the op's name while any registration
+// stands there, so an op destroyed under its router and defined again with
+// another schema still has the old op's, and a typed kernel of it would take
+// the old op's arguments off a call of the new one.
+template <class Signature>
+bool schema_is_of_signature(const c10::OperatorHandle& op) {
+  const c10::FunctionSchema inferred = c10::inferFunctionSchemaFlattenedReturns<Signature>();
+  return !c10::findSchemaDifferences(op.schema().cloneWithRealTypes(), inferred.cloneWithRealTypes());
+}
+
 // Sets `out` to Typed's kernel if none is chosen yet and the op's signature is Typed's.
 template <class Typed>
 void try_typed(const c10::OperatorHandle& op, const std::shared_ptr<const Router::Shared>& shared,
-               std::optional<torch::CppFunction>& out) {
-  if (!out && has_exactly_signature<typename Typed::Signature>(op)) out.emplace(Typed::kernel(shared));
+               std::optional<RouterKernel>& out) {
+  using Signature = typename Typed::Signature;
+  if (!out && has_exactly_signature<Signature>(op) && schema_is_of_signature<Signature>(op)) {
+    out.emplace(Typed::kernel(shared));
+  }
 }
 
 // The typed kernel for the op's signature, if it is a common one; nullopt
@@ -808,9 +834,9 @@ void try_typed(const c10::OperatorHandle& op, const std::shared_ptr<const Router
 // several returns never has one of these, and the typed kernel decides as
 // the boxed one does for an op that writes an argument its kernel takes as
 // `const Tensor&` (a custom op's may).
-std::optional<torch::CppFunction> typed_kernel(const c10::OperatorHandle& op,
-                                               const std::shared_ptr<const Router::Shared>& shared) {
-  std::optional<torch::CppFunction> out;
+std::optional<RouterKernel> typed_kernel(const c10::OperatorHandle& op,
+                                         const std::shared_ptr<const Router::Shared>& shared) {
+  std::optional<RouterKernel> out;
   using T = const at::Tensor&;
   using S = const c10::Scalar&;
   try_typed<TypedRouter<T>>(op, shared, out);
@@ -823,12 +849,12 @@ std::optional<torch::CppFunction> typed_kernel(const c10::OperatorHandle& op,
 
 }  // namespace
 
-torch::CppFunction router_kernel(const std::shared_ptr<const Router::Shared>& shared, bool typed) {
+RouterKernel router_kernel(const std::shared_ptr<const Router::Shared>& shared, bool typed) {
   if (typed) {
-    std::optional<torch::CppFunction> kernel = typed_kernel(shared->op, shared);
+    std::optional<RouterKernel> kernel = typed_kernel(shared->op, shared);
     if (kernel) return std::move(*kernel);
   }
-  return torch::CppFunction::makeFromBoxedFunctor(std::make_unique<BoxedRouterKernel>(shared));
+  return {c10::KernelFunction::makeFromBoxedFunctor(std::make_unique<BoxedRouterKernel>(shared)), std::nullopt};
 }
 
 }  // namespace detail

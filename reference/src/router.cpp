@@ -90,17 +90,17 @@ Router::Router(const GraphKey& key, const c10::OperatorHandle& op, const Graph& 
   shared_->counters = std::move(counters);
   publish(chain);
   apply(settings);
-  const c10::DispatchKey dispatch_key = key.parsed_dispatch_key;
-  const c10::OperatorName& name = op.operator_name();
-  const auto separator = name.name.find("::");
-  library_ = std::make_unique<torch::Library>(
-      torch::Library::IMPL, name.name.substr(0, separator), dispatch_key,
-      __FILE__, __LINE__);
-  std::string symbol = name.name.substr(separator + 2);
-  if (!name.overload_name.empty()) symbol += "." + name.overload_name;
-  torch::CppFunction kernel = router_kernel(shared_, typed_routers_enabled());
+  RouterKernel kernel = router_kernel(shared_, typed_routers_enabled());
   QuietOverrideWarning quiet;
-  library_->impl(symbol.c_str(), std::move(kernel));
+  // Registered as torch::Library::impl would (the same debug text, which
+  // compile_routing.py reads) but with no kernel schema. torch::Library
+  // records the one it infers from a typed kernel's C++ signature; LibTorch
+  // keeps it on the op's name while this registration stands, even once the
+  // op's definition is gone, and refused a new definition of the name with
+  // another schema against it. The boxed kernel has none to record.
+  registration_.emplace(c10::Dispatcher::singleton().registerImpl(
+      op.operator_name(), key.parsed_dispatch_key, std::move(kernel.function), kernel.signature,
+      /*inferred_function_schema=*/nullptr, "registered at " __FILE__ ":" + std::to_string(__LINE__)));
 }
 
 Router::~Router() = default;

@@ -17,7 +17,7 @@
 //    with; the last call out frees them. Destroying the Router only takes
 //    its kernel out of the dispatcher.
 //  * Destroying the router removes exactly its kernel from the dispatcher
-//    (its own torch::Library handle) and nothing else.
+//    (its own registration handle) and nothing else.
 //  * The coverage check, when set, is asked once per call before any cond;
 //    a check is swapped like a chain (one release store, every check ever
 //    set kept alive in Shared).
@@ -32,8 +32,10 @@
 //  * Where the op's C++ signature is one of a few common ones (see
 //    router.cpp: Tensor(Tensor), Tensor(Tensor, Tensor), Tensor(Tensor,
 //    Tensor, Scalar), Tensor(Tensor, Scalar), Tensor(Tensor, Scalar,
-//    Scalar)) and the op already has an unboxed kernel of exactly that
-//    signature, the router's kernel is typed: a C++ caller reaches it
+//    Scalar)), the op already has an unboxed kernel of exactly that
+//    signature and the op's schema is that signature's (an op's name keeps
+//    an earlier definition's signature while any registration stands
+//    there), the router's kernel is typed: a C++ caller reaches it
 //    without the dispatcher boxing the call into a new Stack. It boxes the
 //    arguments into a per-thread, per-nesting-depth Stack that is reused
 //    from call to call, and routes exactly as the boxed kernel does (the
@@ -50,13 +52,14 @@
 #include <native_registry/types.h>
 
 #include <native_registry/router_kind.h>
-#include <torch/library.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 
 #include <atomic>
 #include <cstdint>
 #include <initializer_list>
 #include <map>
 #include <memory>
+#include <optional>
 #include <vector>
 
 namespace native_registry::detail {
@@ -137,7 +140,7 @@ class Router {
 
  private:
   std::shared_ptr<Shared> shared_;
-  std::unique_ptr<torch::Library> library_;
+  std::optional<c10::RegistrationHandleRAII> registration_;  // the router's kernel's
   uint64_t id_;
 };
 

@@ -5,7 +5,7 @@
 // registry's lock); call_path.cpp is every call's path through them.
 //
 // Owns: Router::Shared and the kernel types. May not touch: registry state,
-// or the dispatcher outside the router's own library handle.
+// or the dispatcher outside the router's own registration handle.
 
 #include "op_watch.h"
 #include "router.h"
@@ -100,8 +100,15 @@ bool ask_coverage_check(const CoverageCheck& check, const GraphKey& graph,
                         const c10::OperatorHandle& op, c10::DispatchKeySet keys,
                         const Stack& stack, std::string* error);
 
+// A router's kernel as the dispatcher registers it: the kernel, and the C++
+// signature of its unboxed entry (the typed kernel's; the boxed one has none).
+struct RouterKernel {
+  c10::KernelFunction function;
+  std::optional<c10::impl::CppSignature> signature;
+};
+
 // The kernel to install for `shared`'s op: a typed one where the op's
 // signature is one of the common ones and `typed` allows it, else the boxed one.
-torch::CppFunction router_kernel(const std::shared_ptr<const Router::Shared>& shared, bool typed);
+RouterKernel router_kernel(const std::shared_ptr<const Router::Shared>& shared, bool typed);
 
 }  // namespace native_registry::detail

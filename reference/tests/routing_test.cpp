@@ -20,6 +20,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -724,6 +725,118 @@ TEST_F(RoutingTest, ATypedCallAfterTheThreadsStacksAreGoneBoxesIntoOneOfItsOwn) 
   ASSERT_NE(CallsMulWhenDestroyed::stack_at_exit, nullptr) << "the call at thread exit was not routed";
   EXPECT_NE(CallsMulWhenDestroyed::stack_at_exit, thread_stack)
       << "the call at thread exit boxed into the thread's Stack, already destroyed";
+}
+
+// ---- an op defined again under its router -----------------------------------
+// A custom op whose kernel is an unboxed C++ function, routed, whose library is
+// destroyed and the op defined again with another schema (an extension loaded
+// again, a fixture that defines its op per test). The router stays registered
+// on the op's name until the registry rebuilds or removes it, so LibTorch
+// checks the new definition against whatever the router's registration
+// recorded: a kernel schema inferred from the typed router's C++ signature
+// refused it.
+
+constexpr const char* kRedefinedNamespace = "_native_registry_test_redefined";
+
+// The op defined anew: plus(x, y) = x + y, a boxed kernel. (An unboxed one of
+// another C++ signature is refused whatever the router: the op's name keeps
+// the C++ signature of the first definition's kernel while any registration
+// on it stands, and the router's does.)
+void plus_kernel(const c10::OperatorHandle&, c10::DispatchKeySet, Stack* stack) {
+  at::Tensor sum = at::add(torch::jit::peek(*stack, 0, 2).toTensor(), torch::jit::peek(*stack, 1, 2).toTensor());
+  torch::jit::drop(*stack, 2);
+  stack->emplace_back(std::move(sum));
+}
+
+// Whether the kernel at CPU of `op` is a router with an unboxed (typed) entry,
+// as its dumpState line reads: "CPU: registered at .../router.cpp:N :: ... [ boxed unboxed ]".
+bool routed_by_a_typed_router(const c10::OperatorHandle& op) {
+  std::istringstream lines(op.dumpState());
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("CPU: ", 0) == 0 && line.find("router.cpp:") != std::string::npos) {
+      return line.find("unboxed") != std::string::npos;
+    }
+  }
+  return false;
+}
+
+GraphKey plus_cpu() { return {kRedefinedNamespace, "plus", "CPU"}; }
+
+c10::OperatorHandle plus_op() {
+  return c10::Dispatcher::singleton().findSchemaOrThrow((std::string(kRedefinedNamespace) + "::plus").c_str(), "");
+}
+
+// plus(x) = x + 1, with an unboxed kernel, overridden (7s) and the override
+// installed by a router of the kind `typed` says; then plus's library
+// destroyed and plus defined again as plus(x, y) by `library`. The definition
+// succeeds and the new op computes its own result.
+void define_again_under_a_router(Registry& registry, bool typed, std::unique_ptr<torch::Library>& library) {
+  const TypedRoutersSwitched kind(typed);
+  library = std::make_unique<torch::Library>(torch::Library::DEF, kRedefinedNamespace, std::nullopt, __FILE__,
+                                             __LINE__);
+  library->def("plus(Tensor x) -> Tensor");
+  library->impl("plus", torch::dispatch(c10::DispatchKey::CPU, [](const at::Tensor& x) { return at::add(x, 1); }));
+  registry.allow_namespace(kRedefinedNamespace);
+  registry.register_op_override("test_dsl", kRedefinedNamespace, "plus", "CPU", constant_cond(true), fill_impl(7));
+  registry.install_graph(plus_cpu());
+  ASSERT_EQ(routed_by_a_typed_router(plus_op()), typed) << "the router installed is not of the kind under test";
+  Stack routed{tensor({1, 1})};
+  plus_op().callBoxed(&routed);
+  ASSERT_TRUE(same(routed.at(0).toTensor(), tensor({7, 7}))) << "the override did not take plus's call";
+  library.reset();
+  library = std::make_unique<torch::Library>(torch::Library::DEF, kRedefinedNamespace, std::nullopt, __FILE__,
+                                             __LINE__);
+  try {
+    library->def("plus(Tensor x, Tensor y) -> Tensor");
+    library->impl("plus", torch::dispatch(c10::DispatchKey::CPU,
+                                          torch::CppFunction::makeFromBoxedFunction<&plus_kernel>()));
+  } catch (const c10::Error& e) {
+    FAIL() << "LibTorch refused plus defined again under the router: " << e.what_without_backtrace();
+  }
+  Stack own{tensor({1, 1}), tensor({2, 3})};
+  plus_op().callBoxed(&own);
+  EXPECT_TRUE(same(own.at(0).toTensor(), tensor({3, 4}))) << "the new plus did not compute its own result";
+}
+
+TEST_F(RoutingTest, AnOpWithAnUnboxedKernelCanBeDefinedAgainWithAnotherSchemaUnderATypedRouter) {
+  std::unique_ptr<torch::Library> library;
+  define_again_under_a_router(registry(), true, library);
+}
+
+// The same under a boxed router, which records nothing of its own on the op.
+TEST_F(RoutingTest, AnOpWithAnUnboxedKernelCanBeDefinedAgainWithAnotherSchemaUnderABoxedRouter) {
+  std::unique_ptr<torch::Library> library;
+  define_again_under_a_router(registry(), false, library);
+}
+
+// A router built on the op defined again takes the new op's arguments. The
+// op's name still has the first definition's C++ signature (LibTorch keeps
+// it while any registration stands there, and the old router's did), whose
+// typed kernel would take one argument off a call of two: such an op gets
+// the boxed kernel.
+TEST_F(RoutingTest, ARouterBuiltOnAnOpDefinedAgainWithAnotherSchemaTakesTheNewOpsArguments) {
+  const Snapshot empty = registry().snapshot();
+  std::unique_ptr<torch::Library> library;
+  ASSERT_NO_FATAL_FAILURE(define_again_under_a_router(registry(), true, library));
+  registry().restore(empty);  // the old router goes; the old signature stays
+  ASSERT_NO_THROW(plus_op().typed<at::Tensor(const at::Tensor&)>())
+      << "the op's name no longer has the old C++ signature: the scenario did not come about";
+  const TypedRoutersSwitched typed(true);
+  const at::Tensor x = tensor({1, 1}), y = tensor({2, 3});
+  auto saw_both = std::make_shared<bool>(false);
+  register_override(plus_cpu(),
+                    [saw_both, x, y](const c10::OperatorHandle&, c10::DispatchKeySet, const Stack& stack) {
+                      *saw_both = stack.size() == 2 && same(stack[0].toTensor(), x) && same(stack[1].toTensor(), y);
+                      return *saw_both;
+                    },
+                    fill_impl(7));
+  registry().install_graph(plus_cpu());
+  ASSERT_FALSE(routed_by_a_typed_router(plus_op()))
+      << "a typed router of the old op's signature on the new op (it reads one argument of two)";
+  Stack call{x, y};
+  plus_op().callBoxed(&call);
+  EXPECT_TRUE(*saw_both) << "the cond did not see the call's two arguments";
+  EXPECT_TRUE(same(call.at(0).toTensor(), tensor({7, 7})));
 }
 
 }  // namespace
