@@ -567,6 +567,11 @@ def _statement_start(mt: str, p: int) -> int:
     return 0
 
 
+# A switch's label at the start of a statement (masked text): `case` and what
+# it compares (qualified names too) to its `:`, or `default:`.
+_LABEL = re.compile(r"\s*(?:case\b(?:[^:;{}]|::)*:(?!:)|default\s*:(?!:))")
+
+
 def _statements_around(mt: str, p: int, q: int) -> tuple[int, int]:
     """The whole statements of one block around [p, q): from after the `;`,
     `{` or `}` before it, to the `;` or closing brace after it (with a
@@ -583,6 +588,10 @@ def _statements_around(mt: str, p: int, q: int) -> tuple[int, int]:
             if depth == 0:
                 break
         start = _statement_start(mt, opening)
+    # A `case X:` or `default:` label before the statement is not switched
+    # with it: the switch's `if` would take the label into its block.
+    while (label := _LABEL.match(mt, start, p)) is not None:
+        start = label.end()
     code = mt[start:q].rstrip()
     if code.endswith(";") and _balanced(code) or code.endswith("}") and _balanced(code) \
             and not re.match(r"\s*(else|catch)\b", mt[q:]):

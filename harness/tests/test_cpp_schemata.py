@@ -10,6 +10,7 @@ import json
 import os
 import pathlib
 import random
+import re
 import shutil
 import subprocess
 
@@ -501,3 +502,48 @@ def test_a_region_whose_expression_form_does_not_compile_is_switched_on_its_stat
     checked = cpp_schemata.compile_check("k.cpp", text, [fault], syntax_check(tmp_path), "<stdin>")
     assert fault.key in checked.ids, checked.left_out
     assert 'if (nr_mutant_is(0)) { h("text"); } else { h(x); }' in checked.text
+
+
+LABELLED = """\
+#include <cstdio>
+namespace kinds { enum class Kind { kA, kB, kC }; }
+int score(kinds::Kind k, int x) {
+  switch (k) {
+    case kinds::Kind::kA:
+      return x + 1;
+    case kinds::Kind::kB:
+      // two statements after a comment
+      x *= 3;
+      x -= 1;
+      return x;
+    default:
+      return x > 2 ? x : -x;
+  }
+}
+int main() {
+  std::printf("%d %d %d\\n", score(kinds::Kind::kA, 4), score(kinds::Kind::kB, 4), score(kinds::Kind::kC, 4));
+}
+"""
+
+
+@pytest.mark.parametrize("find, replace", [
+    ("      return x + 1;", "      return 0;  // FAULT"),
+    ("      x *= 3;\n      x -= 1;", "      x -= 1;  // FAULT: never tripled"),
+    ("      return x > 2 ? x : -x;", "      return -x;  // FAULT"),
+])
+def test_statements_after_a_case_label_are_switched_without_the_label(tmp_path, find, replace):
+    """A `case X:` or `default:` label (qualified names in X too) ends
+    before the statements a fault changes: the switch's `if` starts after
+    it, and the program switched runs as the fault's rewritten program."""
+    from harness.mutation.seeded_faults import SeededFault
+    (tmp_path / cpp_schemata.HEADER_NAME).write_text(cpp_schemata.HEADER)
+    fault = SeededFault("l.cpp", "fault", "toy.behaviour", find, replace).as_mutant(LABELLED)
+    checked = cpp_schemata.compile_check("l.cpp", LABELLED, [fault], syntax_check(tmp_path), "<stdin>")
+    assert fault.key in checked.ids, checked.left_out
+    switched = [line for line in checked.text.split("\n") if "nr_mutant_is(" in line]
+    assert len(switched) == 1 and re.match(r"\s*if \(nr_mutant_is\(", switched[0]), switched
+    pristine = output(build(tmp_path, "pristine", LABELLED))
+    rewritten = output(build(tmp_path, "rewritten", fault.apply(LABELLED)))
+    schemata = build(tmp_path, "schemata", checked.text)
+    assert rewritten != pristine
+    assert output(schemata) == pristine and output(schemata, checked.ids[fault.key]) == rewritten

@@ -705,7 +705,16 @@ NR_HOT Return call_unboxed(const c10::SafeKernelFunction& kernel,
               kernel.debug());
   return (kernel.*member_of(SafeKernelKernel{})).template call<Return, Args...>(op, keys, args...);
 }
+#else
+// Named by the typed kernel's branch that `if constexpr` discards here: never
+// instantiated, so never defined.
+template <class Return, class... Args>
+Return call_unboxed(const c10::SafeKernelFunction& kernel, const c10::OperatorHandle& op,
+                    c10::DispatchKeySet keys, Args... args);
 #endif  // NR_FALLBACK_UNBOXED
+// In code, not around it: the typed kernel's body then holds no preprocessor
+// line, and a seeded fault can switch a region of it (harness/mutation/cpp_schemata.py).
+constexpr bool kFallbackUnboxed = NR_FALLBACK_UNBOXED;
 
 // A typed call's argument as boxed: a tensor borrowed (BorrowedArguments),
 // anything else copied.
@@ -760,17 +769,17 @@ struct TypedRouter {
           BorrowedArguments borrowed(stack, borrowed_tensors<Args...>());
           box_arguments(stack, args...);
           if (route(pinned, pinned.op, keys, stack, &borrowed) == Routed::kRunFallback) {
-#if NR_FALLBACK_UNBOXED
-            // Called unboxed, with the arguments the call came with: the
-            // stack holds the same values (put back there, if an impl's
-            // error fell back).
-            return in_profiler_range([&pinned] { return fallback_range_name(pinned); }, [&] {
-              return call_unboxed<at::Tensor, Args...>(*pinned.fallback, pinned.op, keys, args...);
-            });
-#else
-            borrowed.own();  // the captured kernel takes them
-            run_fallback_boxed(pinned, pinned.op, keys, stack);
-#endif
+            if constexpr (kFallbackUnboxed) {
+              // Called unboxed, with the arguments the call came with: the
+              // stack holds the same values (put back there, if an impl's
+              // error fell back).
+              return in_profiler_range([&pinned] { return fallback_range_name(pinned); }, [&] {
+                return call_unboxed<at::Tensor, Args...>(*pinned.fallback, pinned.op, keys, args...);
+              });
+            } else {
+              borrowed.own();  // the captured kernel takes them
+              run_fallback_boxed(pinned, pinned.op, keys, stack);
+            }
           }
           // Every path that left results on the stack took the arguments
           // off it, owned first.
