@@ -509,6 +509,16 @@ _SCOPE_KEYWORDS = re.compile(r"\b(namespace|class|struct|union|enum)\s+[\w:]*$"
                              r"|->\s*[\w:<>,\s*&]+$")  # or a function's trailing return type
 
 
+def _opener_of(mt: str, close: int) -> int:
+    """Where the bracket that the one at `close` closes opens."""
+    depth = 0
+    for i in range(close, -1, -1):
+        depth += (mt[i] in ")]}") - (mt[i] in "([{")
+        if depth == 0:
+            return i
+    return 0
+
+
 def _initializer_brace(mt: str, i: int) -> bool:
     """Whether the `{` at i opens a braced initializer list (an expression:
     after `=`, `(`, `,`, `return` or a type's name), not a block."""
@@ -594,7 +604,8 @@ def _statements_around(mt: str, p: int, q: int) -> tuple[int, int]:
         start = label.end()
     code = mt[start:q].rstrip()
     if code.endswith(";") and _balanced(code) or code.endswith("}") and _balanced(code) \
-            and not re.match(r"\s*(else|catch)\b", mt[q:]):
+            and not re.match(r"\s*(else|catch)\b", mt[q:]) \
+            and not _initializer_brace(mt, _opener_of(mt, start + len(code) - 1)):
         return start, q
     depth, j = 0, q
     while j < len(mt):

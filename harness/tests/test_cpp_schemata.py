@@ -547,3 +547,34 @@ def test_statements_after_a_case_label_are_switched_without_the_label(tmp_path, 
     schemata = build(tmp_path, "schemata", checked.text)
     assert rewritten != pristine
     assert output(schemata) == pristine and output(schemata, checked.ids[fault.key]) == rewritten
+
+
+BRACED = """\
+#include <cstdio>
+#include <map>
+#include <utility>
+int main() {
+  std::map<int, std::pair<int, int>> records;
+  const int ids[] = {1, 2, 3};
+  for (int id : ids) records[id] = {id, id * 2};
+  std::printf("%zu %d\\n", records.size(), records.empty() ? 0 : records.rbegin()->second.second);
+}
+"""
+
+
+def test_a_statement_ending_in_a_braced_list_is_switched_to_its_semicolon(tmp_path):
+    """A statement whose last token before its `;` is a braced initializer
+    list (`x = {a, b};`) ends at the `;`, not at the list's `}`: both
+    branches of the switch keep their `;`, and it compiles and runs as the
+    fault's rewritten program."""
+    from harness.mutation.seeded_faults import SeededFault
+    (tmp_path / cpp_schemata.HEADER_NAME).write_text(cpp_schemata.HEADER)
+    fault = SeededFault("b.cpp", "fault", "toy.behaviour", "  for (int id : ids) records[id] = {id, id * 2};",
+                        "  (void)ids;  // FAULT: nothing recorded").as_mutant(BRACED)
+    checked = cpp_schemata.compile_check("b.cpp", BRACED, [fault], syntax_check(tmp_path), "<stdin>")
+    assert fault.key in checked.ids, checked.left_out
+    pristine = output(build(tmp_path, "pristine", BRACED))
+    schemata = build(tmp_path, "schemata", checked.text)
+    assert pristine == "3 6"
+    assert output(schemata) == pristine
+    assert output(schemata, checked.ids[fault.key]) == output(build(tmp_path, "rewritten", fault.apply(BRACED))) == "0 0"
