@@ -592,12 +592,7 @@ def _statements_around(mt: str, p: int, q: int) -> tuple[int, int]:
     # A statement that goes on an `if`'s or a `try`'s block (`else`,
     # `catch`) is switched with the whole statement it belongs to.
     while re.match(r"\s*(else|catch)\b", mt[start:]) and mt[:start].rstrip().endswith("}"):
-        close, depth = len(mt[:start].rstrip()) - 1, 0
-        for opening in range(close, -1, -1):
-            depth += (mt[opening] == "}") - (mt[opening] == "{")
-            if depth == 0:
-                break
-        start = _statement_start(mt, opening)
+        start = _statement_start(mt, _opener_of(mt, len(mt[:start].rstrip()) - 1))
     # A `case X:` or `default:` label before the statement is not switched
     # with it: the switch's `if` would take the label into its block.
     while (label := _LABEL.match(mt, start, p)) is not None:
