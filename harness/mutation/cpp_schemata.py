@@ -831,11 +831,12 @@ def _header_line(include: str, out: list[str]) -> str:
     return "\n".join([include, "#line 1", *out])
 
 
-# The kinds whose switched form most often does not compile, tried out of a
-# failing line first (its other mutants kept where the rest compiles):
-# `return {};` in a constructor or of a type with no default, arguments
-# swapped to types that do not convert, a ternary of two types.
-SUSPECTS = ("early-return", "argument-swap", "negation")
+# The kinds whose switched form most often does not compile, taken out of a
+# failing line one kind a round, in this order, until it compiles (its other
+# mutants kept): `return {};` in a constructor, of a type with no default or
+# in a lambda whose return type is deduced, arguments swapped to types that
+# do not convert, a ternary of two types.
+SUSPECTS = ("early-return", "return-value", "result-discarded", "argument-swap", "negation")
 
 SEEDED = "seeded"  # the kind of a seeded fault taken as a mutant (seeded_faults.FaultMutant)
 
@@ -862,6 +863,7 @@ def error_lines(stderr: str, source_name: str) -> dict[int, list[str]]:
 
 
 WIDE = 60  # lines before an error a culprit is looked for where none is NEAR (a lambda's return type)
+CULPRIT_TRIES = 4  # error lines (the first ones) a culprit is looked for from before the file is given up
 
 
 def compile_check(rel: str, text: str, mutants: list[Mutant], command: list[str], source_name: str,
@@ -894,7 +896,8 @@ def compile_check(rel: str, text: str, mutants: list[Mutant], command: list[str]
     def culprits(line: int) -> set[str]:
         """The keys taken out of a line that does not compile: the mutants
         of the next kind of SUSPECTS it holds, if the line holds others
-        too; else all of them."""
+        too; else all of them. (Unchecked: the line may fail for another
+        line's switch, a declaration's, taken out in a later round.)"""
         mine = [m for m in chosen if at(m) == line]
         while suspected.get(line, 0) < len(SUSPECTS):
             kind = SUSPECTS[suspected.get(line, 0)]
@@ -960,8 +963,11 @@ def compile_check(rel: str, text: str, mutants: list[Mutant], command: list[str]
         if at_switch:
             chosen = take_out(set().union(*(culprits(line) for line in at_switch)))
             continue
-        first = min(bad)
-        culprit = culprit_of(first) if first else None
+        # The first error may come before its cause (a call that
+        # instantiates a lambda whose body is broken further down): the
+        # next few error lines are searched from too.
+        culprit = next((found for found in map(culprit_of, sorted(line for line in bad if line)[:CULPRIT_TRIES])
+                        if found is not None), None)
         if culprit is None:  # errors at no switched line: every form of the file is suspect
             for m in chosen:
                 left[m.key] = "the schemata copy of its file does not compile:\n" + stderr[-500:]

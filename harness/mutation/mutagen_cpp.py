@@ -47,10 +47,11 @@ _RETURN_RE = re.compile(r"^(\s*)return (.+);$")
 _KEYWORD_START = re.compile(r"^(return|break|continue|case|default|using|typedef|namespace|struct|class|"
                             r"enum|template|static_assert|goto|public|private|protected|if|else|for|"
                             r"while|do|switch|try|catch|throw)\b")
-# `Type name = ...;`, `const Type& name(...)`, `auto [a, b] = ...`: deleting a
-# declaration never compiles, so it is not a candidate.
-_DECLARATION = re.compile(r"^(const\s+|static\s+|thread_local\s+|constexpr\s+)*"
-                          r"[\w:]+(<[^;]*>)?[\s*&]+(\[[^\]]*\]|\w+)\s*(=|\(|\{|;|\[)")
+# `Type name = ...;`, `const Type& name(...)`, `auto [a, b] = ...`, `Type a, b;`,
+# `Type* const name = ...`, `unsigned long name`: deleting a declaration never
+# compiles, so it is not a candidate (and a region over one runs to its block's end).
+_DECLARATION = re.compile(r"^(const\s+|static\s+|thread_local\s+|constexpr\s+)*((unsigned|signed|long|short)\s+)*"
+                          r"[\w:]+(<[^;]*>)?([\s*&]|\bconst\b)+(\[[^\]]*\]|\w+)\s*(=|\(|\{|;|\[|,)")
 
 
 def _mask_cpp(text: str) -> list[str]:

@@ -578,3 +578,95 @@ def test_a_statement_ending_in_a_braced_list_is_switched_to_its_semicolon(tmp_pa
     assert pristine == "3 6"
     assert output(schemata) == pristine
     assert output(schemata, checked.ids[fault.key]) == output(build(tmp_path, "rewritten", fault.apply(BRACED))) == "0 0"
+
+
+SEVERAL = """\
+#include <cstdio>
+#include <string>
+int main() {
+  std::string a, b;
+  a += "x";
+  b += "yz";
+  std::printf("%zu %zu\\n", a.size(), b.size());
+}
+"""
+
+
+def test_a_declaration_of_several_names_is_switched_to_its_block_s_end(tmp_path):
+    """`Type a, b;` is a declaration: a change of it is switched together
+    with the rest of its block, which uses the names, not inside a block of
+    its own that would end them."""
+    from harness.mutation.seeded_faults import SeededFault
+    (tmp_path / cpp_schemata.HEADER_NAME).write_text(cpp_schemata.HEADER)
+    fault = SeededFault("s.cpp", "fault", "toy.behaviour", "  std::string a, b;",
+                        '  std::string a = "w", b;').as_mutant(SEVERAL)
+    checked = cpp_schemata.compile_check("s.cpp", SEVERAL, [fault], syntax_check(tmp_path), "<stdin>")
+    assert fault.key in checked.ids, checked.left_out
+    schemata = build(tmp_path, "schemata", checked.text)
+    assert output(schemata) == output(build(tmp_path, "pristine", SEVERAL)) == "1 2"
+    assert output(schemata, checked.ids[fault.key]) == output(build(tmp_path, "rewritten", fault.apply(SEVERAL))) \
+        == "2 2"
+
+
+# The call instantiates the lambda (line 4), so the compiler's first error
+# is there, two lines before the switch that breaks the lambda's body.
+# (`decltype(k) n` is a declaration the region finder does not know as
+# one: its switch ends the name in a block of its own.)
+CAUSE_BELOW = """\
+#include <cstdio>
+template <class F> auto call(F f) -> decltype(f()) { return f(); }
+int main() {
+  int r = call([] {
+    int k = 0;
+    decltype(k) n = 2;
+    n += k;
+    return static_cast<int>(n);
+  });
+  std::printf("%d\\n", r);
+}
+"""
+
+
+def test_a_switch_that_breaks_code_above_its_line_is_found_from_a_later_error(tmp_path):
+    """A switch whose error the compiler reports first above it (at the
+    call that instantiates the lambda it is in) is found from the next
+    error line and left out alone; the file's other mutants stay switched."""
+    from harness.mutation.seeded_faults import SeededFault
+    (tmp_path / cpp_schemata.HEADER_NAME).write_text(cpp_schemata.HEADER)
+    breaks = SeededFault("c.cpp", "breaks", "toy.behaviour", "    decltype(k) n = 2;",
+                         "    long n = 3;").as_mutant(CAUSE_BELOW)
+    fine = SeededFault("c.cpp", "fine", "toy.behaviour", '  std::printf("%d\\n", r);',
+                       '  std::printf("%d\\n", r + 10);').as_mutant(CAUSE_BELOW)
+    checked = cpp_schemata.compile_check("c.cpp", CAUSE_BELOW, [breaks, fine], syntax_check(tmp_path), "<stdin>")
+    assert breaks.key in checked.left_out and "CompileError" in checked.left_out[breaks.key]
+    assert fine.key in checked.ids, checked.left_out
+    schemata = build(tmp_path, "schemata", checked.text)
+    assert output(schemata) == "2" and output(schemata, checked.ids[fine.key]) == "12"
+
+
+DEDUCED = """\
+#include <cstdio>
+int sub(int a, int b) { return a - b; }
+int main() {
+  int x = 5, y = 2;
+  auto f = [&] {
+    return sub(x, y);
+  };
+  std::printf("%d\\n", f());
+}
+"""
+
+
+def test_a_line_keeps_the_switches_that_compile_beside_those_that_do_not(tmp_path):
+    """In a lambda whose return type is deduced, `return {};` does not
+    compile, switched or not; the arguments swapped on the same line do:
+    only the kinds whose removal lets the line compile are left out."""
+    (tmp_path / cpp_schemata.HEADER_NAME).write_text(cpp_schemata.HEADER)
+    found = [m for m in mutagen.cpp_mutants("l.cpp", DEDUCED) if m.line == 6]
+    swap = next(m for m in found if m.kind == "argument-swap")
+    assert {"return-value", "result-discarded"} <= {m.kind for m in found}
+    checked = cpp_schemata.compile_check("l.cpp", DEDUCED, found, syntax_check(tmp_path), "<stdin>")
+    assert swap.key in checked.ids, checked.left_out
+    assert {m.key for m in found if m.kind in ("return-value", "result-discarded")} <= set(checked.left_out)
+    schemata = build(tmp_path, "schemata", checked.text)
+    assert output(schemata) == "3" and output(schemata, checked.ids[swap.key]) == "-3"

@@ -560,3 +560,13 @@ def test_verdicts_carried_into_a_run_take_its_marks_beyond_the_contract():
     out = marked_anew({"k1": kept, "k2": dropped}, {"k1": "a tool, not a registry behaviour"})
     assert (out["k1"].verdict, out["k1"].beyond_contract) == ("killed", "a tool, not a registry behaviour")
     assert (out["k2"].verdict, out["k2"].beyond_contract) == ("survived", "")
+
+
+def test_declarations_of_every_form_are_not_deleted():
+    """`Type a, b;`, `Type* const p = ...;` and `unsigned long n;` declare
+    as `Type a;` does: deleting one never compiles, so it is no candidate
+    (and a region over it runs to its block's end)."""
+    text = ("void f() {\n  py::list nodes, graphs;\n  std::vector<int> a{1}, b;\n"
+            "  PyThreadState* const mine = current();\n  unsigned long n = 0;\n  g(nodes, graphs, mine, n);\n}\n")
+    deleted = {m.line for m in mutagen.cpp_mutants("d.cpp", text) if m.kind == "statement-deletion"}
+    assert deleted == {6}
