@@ -63,6 +63,17 @@ def syntax_check(tmp: pathlib.Path) -> list[str]:
     return [CXX, "-std=c++17", "-fsyntax-only", "-I", str(tmp), "-x", "c++", "-"]
 
 
+def fault_switched_alone(tmp: pathlib.Path, rel: str, text: str, find: str, replace: str):
+    """A seeded fault of `text` (`find` -> `replace`), checked by compiling
+    alone: (the fault as a mutant, the schemata), asserting it is switched."""
+    from harness.mutation.seeded_faults import SeededFault
+    (tmp / cpp_schemata.HEADER_NAME).write_text(cpp_schemata.HEADER)
+    fault = SeededFault(rel, "fault", "toy.behaviour", find, replace).as_mutant(text)
+    checked = cpp_schemata.compile_check(rel, text, [fault], syntax_check(tmp), "<stdin>")
+    assert fault.key in checked.ids, checked.left_out
+    return fault, checked
+
+
 def test_one_build_runs_each_mutant_as_its_rewritten_program(tmp_path):
     (tmp_path / cpp_schemata.HEADER_NAME).write_text(cpp_schemata.HEADER)
     found = mutagen.cpp_mutants("toy.cpp", TOY)
@@ -535,11 +546,7 @@ def test_statements_after_a_case_label_are_switched_without_the_label(tmp_path, 
     """A `case X:` or `default:` label (qualified names in X too) ends
     before the statements a fault changes: the switch's `if` starts after
     it, and the program switched runs as the fault's rewritten program."""
-    from harness.mutation.seeded_faults import SeededFault
-    (tmp_path / cpp_schemata.HEADER_NAME).write_text(cpp_schemata.HEADER)
-    fault = SeededFault("l.cpp", "fault", "toy.behaviour", find, replace).as_mutant(LABELLED)
-    checked = cpp_schemata.compile_check("l.cpp", LABELLED, [fault], syntax_check(tmp_path), "<stdin>")
-    assert fault.key in checked.ids, checked.left_out
+    fault, checked = fault_switched_alone(tmp_path, "l.cpp", LABELLED, find, replace)
     switched = [line for line in checked.text.split("\n") if "nr_mutant_is(" in line]
     assert len(switched) == 1 and re.match(r"\s*if \(nr_mutant_is\(", switched[0]), switched
     pristine = output(build(tmp_path, "pristine", LABELLED))
@@ -567,12 +574,8 @@ def test_a_statement_ending_in_a_braced_list_is_switched_to_its_semicolon(tmp_pa
     list (`x = {a, b};`) ends at the `;`, not at the list's `}`: both
     branches of the switch keep their `;`, and it compiles and runs as the
     fault's rewritten program."""
-    from harness.mutation.seeded_faults import SeededFault
-    (tmp_path / cpp_schemata.HEADER_NAME).write_text(cpp_schemata.HEADER)
-    fault = SeededFault("b.cpp", "fault", "toy.behaviour", "  for (int id : ids) records[id] = {id, id * 2};",
-                        "  (void)ids;  // FAULT: nothing recorded").as_mutant(BRACED)
-    checked = cpp_schemata.compile_check("b.cpp", BRACED, [fault], syntax_check(tmp_path), "<stdin>")
-    assert fault.key in checked.ids, checked.left_out
+    fault, checked = fault_switched_alone(tmp_path, "b.cpp", BRACED, "  for (int id : ids) records[id] = {id, id * 2};",
+                                          "  (void)ids;  // FAULT: nothing recorded")
     pristine = output(build(tmp_path, "pristine", BRACED))
     schemata = build(tmp_path, "schemata", checked.text)
     assert pristine == "3 6"
@@ -596,12 +599,8 @@ def test_a_declaration_of_several_names_is_switched_to_its_block_s_end(tmp_path)
     """`Type a, b;` is a declaration: a change of it is switched together
     with the rest of its block, which uses the names, not inside a block of
     its own that would end them."""
-    from harness.mutation.seeded_faults import SeededFault
-    (tmp_path / cpp_schemata.HEADER_NAME).write_text(cpp_schemata.HEADER)
-    fault = SeededFault("s.cpp", "fault", "toy.behaviour", "  std::string a, b;",
-                        '  std::string a = "w", b;').as_mutant(SEVERAL)
-    checked = cpp_schemata.compile_check("s.cpp", SEVERAL, [fault], syntax_check(tmp_path), "<stdin>")
-    assert fault.key in checked.ids, checked.left_out
+    fault, checked = fault_switched_alone(tmp_path, "s.cpp", SEVERAL, "  std::string a, b;",
+                                          '  std::string a = "w", b;')
     schemata = build(tmp_path, "schemata", checked.text)
     assert output(schemata) == output(build(tmp_path, "pristine", SEVERAL)) == "1 2"
     assert output(schemata, checked.ids[fault.key]) == output(build(tmp_path, "rewritten", fault.apply(SEVERAL))) \
