@@ -121,6 +121,40 @@ def test_a_wrapped_number_keeps_the_tensors_the_call_was_given(impl):
     assert len(seen) == 1 and seen[0][0] is V and type(seen[0][1]) is int and seen[0][1] == 3
 
 
+@behaviour("arguments.values-by-kind")
+def test_dtype_layout_and_memory_format_arguments_reach_the_cond_as_a_kernel_gets_them(impl):
+    """An op of the test namespace whose optional dtype, layout and
+    memory_format come before an int, so a None among them is passed, not
+    left out as a default: given, each is the torch object (torch.float64,
+    torch.strided, torch.channels_last); None, it is None; as the op's own
+    Python kernel at CPU receives them."""
+    if "namespaces" not in impl.features:
+        pytest.skip(f"unsupported: {impl.name} lacks feature namespaces")
+    calls = [(None, None, None, 3), (torch.float64, torch.strided, torch.channels_last, 3),
+             (None, torch.strided, None, 4), (torch.int32, None, torch.contiguous_format, 5)]
+    with torch.library._scoped_library(NS, "DEF") as lib:
+        lib.define("enum_args(Tensor x, ScalarType? dtype, Layout? layout, MemoryFormat? memory_format, "
+                   "int k) -> Tensor")
+        kernel_saw = []
+        lib.impl("enum_args", lambda x, *rest: kernel_saw.append(rest) or x + rest[-1], "CPU")
+        op = getattr(torch.ops, NS).enum_args.default
+        stocks = [op(V, *args) for args in calls]
+        assert kernel_saw == calls, "the op's own kernel saw other values than were passed"
+        conds, impls = [], []
+        with impl.scope():
+            impl.allow_namespace(NS)
+            impl.register("test_dsl", NS, "enum_args", "CPU",
+                          lambda x, *rest: conds.append(rest) or rest[-1] == 4,
+                          lambda x, *rest: impls.append(rest) or torch.full_like(x, -1.0))
+            impl.install(NS, "enum_args", "CPU")
+            outs = [op(V, *args) for args in calls]
+    assert conds == calls, f"the cond saw {conds}"
+    assert impls == [calls[2]], f"the impl saw {impls}"
+    for args, out, stock in zip(calls, outs, stocks):
+        want = torch.full_like(V, -1.0) if args[-1] == 4 else stock
+        assert torch.equal(out, want), args
+
+
 @behaviour("arguments.many-keyword-only-defaults")
 def test_ten_keyword_only_arguments_pass_those_off_their_defaults(impl):
     """An op of the test namespace with ten keyword-only arguments with

@@ -346,6 +346,47 @@ def test_a_cond_holding_its_own_node_is_collected_after_its_scope(impl):
 
 
 @behaviour("binding.cycles-through-the-registry-collected")
+@pytest.mark.parametrize("holder_field", ["impl", "try_initialize_runtime"])
+def test_an_impl_or_runtime_check_holding_its_own_node_is_collected_after_its_scope(
+        impl, holder_field):
+    """As for a cond, with the node's other callables: the cond is a plain
+    function held elsewhere, so only the named callable closes the cycle."""
+    if holder_field == "try_initialize_runtime" and "runtime-init" not in impl.features:
+        pytest.skip(f"unsupported: {impl.name} takes no try_initialize_runtime")
+
+    def register_self_referencing():
+        holder = {}
+
+        def seven_holding_the_node(x, y):
+            assert holder["node"] is not None
+            return torch.full_like(x, 7.0)
+
+        def runtime_holding_the_node():
+            return holder["node"] is not None
+
+        if holder_field == "impl":
+            callables = {"impl": seven_holding_the_node}
+            closing = seven_holding_the_node
+        else:
+            callables = {"impl": seven, "try_initialize_runtime": runtime_holding_the_node}
+            closing = runtime_holding_the_node
+        impl.register("test_dsl", *KEY, accept_every_call, callables.pop("impl"), **callables)
+        impl.install(*KEY)
+        holder["node"] = impl.graph(*KEY)[0]
+        assert torch.equal(mul(), SEVEN)
+        return weakref.ref(closing)
+
+    with impl.scope():
+        ref = register_self_referencing()
+    assert torch.equal(mul(), STOCK)
+    assert_collected(ref, f"a {holder_field} whose closure holds its node")
+
+
+def accept_every_call(*args, **kwargs):
+    return True
+
+
+@behaviour("binding.cycles-through-the-registry-collected")
 def test_a_cond_holding_a_snapshot_taken_after_it_is_collected_after_restore(impl):
     module = impl.module
     if not hasattr(module, "snapshot") or not hasattr(module, "restore"):
