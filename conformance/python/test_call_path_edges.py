@@ -135,6 +135,45 @@ def test_what_the_tracer_query_raises_reaches_the_caller(impl, monkeypatch):
     assert consulted == [True]
 
 
+@behaviour("dynamo.tracer-query-errors-reach-caller")
+def test_an_error_looking_the_tracer_query_up_reaches_the_caller(impl):
+    """torch.compiler's namespace holds a key of the name's hash whose
+    comparison raises, met before the name itself: looking the name up
+    raises, and so does the routed call, with that error, no cond consulted."""
+    consulted = []
+    impl.register("test_dsl", *KEY, lambda *a, **k: consulted.append(True) or False,
+                  lambda *a, **k: pytest.fail("impl ran"))
+    impl.install(*KEY)
+    assert torch.equal(mul(), STOCK) and consulted == [True]
+    consulted.clear()
+    name, namespace = "is_dynamo_compiling", vars(torch.compiler)
+
+    class Colliding:
+        armed = False
+
+        def __hash__(self):
+            return hash(name)
+
+        def __eq__(self, other):
+            if Colliding.armed:
+                raise LookupError("the namespace's lookup broke")
+            return self is other
+
+    colliding, query = Colliding(), namespace.pop(name)
+    try:
+        namespace[colliding] = None  # the first free slot of the name's probe sequence
+        namespace[name] = query       # after it: a look-up of the name meets `colliding` first
+        Colliding.armed = True
+        with pytest.raises(LookupError, match="the namespace's lookup broke"):
+            mul()
+    finally:
+        Colliding.armed = False
+        del namespace[colliding]
+        namespace[name] = query
+    assert consulted == [], "cond was consulted although looking the tracer query up raised"
+    assert torch.equal(mul(), STOCK) and consulted == [True], "the router did not recover"
+
+
 # ---- how refused input reads ---------------------------------------------------------
 
 def literals_in(message: str) -> list[str]:

@@ -519,6 +519,7 @@ def test_explain_of_a_native_op_names_its_node(impl):
     assert (explained.kernel.kind, explained.kernel.node_id, explained.kernel.dsl_name) == (
         "impl", node.node_id, "native_dsl")
     assert explained.kernel.detail and explained.router and explained.coverage
+    assert impl.explain(impl.native_op(node)) == explained, "its arguments are not needed"
     impl.disable(dsl_names=["native_dsl"])
     disabled = impl.explain(impl.native_op(node), A, B)
     assert disabled.nodes[0].detail.endswith("disabled"), str(disabled)
@@ -604,7 +605,10 @@ def test_explain_takes_an_op_by_its_name_as_by_its_overload(impl):
     ("aten::", ValueError, "aten::"),
     ("::mul", ValueError, "::mul"),
     (42, TypeError, "int"),
-], ids=["packet", "no-namespace", "no-name", "empty-namespace", "not-an-op"])
+    ("aten::no_such_op.bogus", AttributeError, "'aten::no_such_op.bogus'"),
+    ("aten::no_such_op", AttributeError, "'aten::no_such_op'"),  # no dot after it
+], ids=["packet", "no-namespace", "no-name", "empty-namespace", "not-an-op", "unknown-overload",
+        "unknown-op"])
 def test_explain_refuses_an_op_it_cannot_name_naming_it(impl, op, error, named):
     impl.register("named_dsl", *KEY, lambda a, b: True, lambda a, b: torch.full_like(a, 7.0))
     impl.install(*KEY)

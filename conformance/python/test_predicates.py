@@ -8,12 +8,16 @@ Python functions only): `recommended`."""
 
 from __future__ import annotations
 
+import dataclasses
+from unittest.mock import patch
+
 import pytest
 import torch
 
 from conftest import behaviour
 
 from fixtures.python.torch_fixtures import MUL_CPU as KEY
+from fixtures.python.torch_fixtures import STOCK, fill, mul
 
 MUL = torch.ops.aten.mul.Tensor
 CAT = torch.ops.aten.cat.default
@@ -274,3 +278,31 @@ def test_a_factory_takes_an_int_by_its_index_and_limits_at_the_int64_edges(impl)
     calls = mul_calls((F32, F32), (F32, ROW))
     assert routes(impl, P.min_rank(Index(2), arg=Index(1)), calls) == [True, False]
     assert routes(impl, P.max_numel(2 ** 63 - 1) & P.min_numel(-2 ** 63), calls) == [True, True]
+
+
+# ---- Python beside a predicate while Dynamo traces -------------------------------------
+
+
+@behaviour("predicates.python-beside-a-predicate-diverted")
+@pytest.mark.parametrize("python_part", ["runtime-check", "cond-from-a-copy"])
+def test_a_python_callable_beside_a_predicate_runs_under_the_guard_while_tracing(impl, python_part):
+    guard_states = []
+
+    def noting_the_guard(*args, **kwargs):
+        guard_states.append(impl.in_reentrant_call())
+        return False
+
+    if python_part == "runtime-check":
+        if "runtime-init" not in impl.features:
+            pytest.skip(f"unsupported: {impl.name} lacks feature runtime-init")
+        impl.register("pred_dsl", *KEY, module(impl).always(), fill(7.0),
+                      try_initialize_runtime=noting_the_guard)
+        impl.install(*KEY)
+    else:
+        impl.register("pred_dsl", *KEY, module(impl).always(), fill(7.0))
+        impl.install(*KEY)
+        impl.reorder(lambda op, key, graph: [dataclasses.replace(n, cond_fn=noting_the_guard)
+                                             for n in graph], reregister=True)
+    with patch.object(torch.compiler, "is_dynamo_compiling", return_value=True):
+        assert torch.equal(mul(), STOCK)
+    assert guard_states == [True], "the Python callable did not run once, under the re-entrancy guard"

@@ -364,14 +364,14 @@ def deregister_op_overrides(*, disable_dsl_names=None, disable_op_symbols=None,
     # front end re-registers them, every graph the whole filter names is
     # installed (a routed one has its chain published in place).
     _C.deregister_op_overrides(_naming(disable_dsl_names), _naming(disable_op_symbols),
-                               _naming(disable_dispatch_keys), install="named")
+                               _naming(disable_dispatch_keys), install_named=True)
 
 
 def reenable_op_overrides(*, enable_dsl_names=None, enable_op_symbols=None,
                           enable_dispatch_keys=None) -> None:
     # One core call, as above: the graphs the entries name are installed.
     _C.reenable_op_overrides(_naming(enable_dsl_names), _naming(enable_op_symbols),
-                             _naming(enable_dispatch_keys), install="named")
+                             _naming(enable_dispatch_keys), install_named=True)
 
 
 reorder_graphs_from_user_function = _reference.reorder_graphs_from_user_function

@@ -42,23 +42,22 @@ PyObject* keyword_name(const std::string& name) {
 
 }  // namespace
 
-// For the life of the process, as the names.
+// For the life of the process, as the names (the table is never destroyed).
 PyObject* keyword_names_tuple(const c10::SmallVector<PyObject*, 8>& names) {
-  static auto* tuples = new std::map<std::vector<PyObject*>, PyObject*>();
+  static auto* tuples = new std::map<std::vector<PyObject*>, py::object>();
   std::vector<PyObject*> key(names.begin(), names.end());
   auto it = tuples->find(key);
   if (it == tuples->end()) {
-    PyObject* tuple = PyTuple_New(static_cast<Py_ssize_t>(names.size()));
-    if (tuple == nullptr) throw py::error_already_set();
+    auto tuple = py::reinterpret_steal<py::object>(PyTuple_New(static_cast<Py_ssize_t>(names.size())));
+    if (!tuple) throw py::error_already_set();
     for (size_t i = 0; i < names.size(); ++i) {
-      PyTuple_SET_ITEM(tuple, static_cast<Py_ssize_t>(i), Py_NewRef(names[i]));
+      PyTuple_SET_ITEM(tuple.ptr(), static_cast<Py_ssize_t>(i), Py_NewRef(names[i]));
     }
-    // PyTuple_New may collect, and so let another thread in to make it too.
-    auto [made, inserted] = tuples->emplace(std::move(key), tuple);
-    if (!inserted) Py_DECREF(tuple);
-    it = made;
+    // PyTuple_New may collect, and so let another thread in to make it too:
+    // the first one stored stays, and this one goes with `tuple`.
+    it = tuples->try_emplace(std::move(key), std::move(tuple)).first;
   }
-  return it->second;
+  return it->second.ptr();
 }
 
 ArgumentPlan::ArgumentPlan(const c10::FunctionSchema& from)

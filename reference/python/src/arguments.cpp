@@ -217,7 +217,10 @@ std::pair<c10::OperatorHandle, std::vector<c10::IValue>> boxed_call(
     const py::tuple& args, const py::dict& kwargs) {
   const std::optional<c10::OperatorHandle> op =
       c10::Dispatcher::singleton().findSchema({name, overload});
-  if (!op) throw py::value_error(std::string(who) + ": no op " + name + "." + overload);
+  if (!op) {
+    throw py::value_error(std::string(who) + ": no op '" +
+                          c10::toString(c10::OperatorName(name, overload)) + "' in the dispatcher");
+  }
   return {*op, torch::jit::createStackForSchema(op->schema(), args,
                                                 py::reinterpret_borrow<py::kwargs>(kwargs),
                                                 std::nullopt)};

@@ -44,9 +44,8 @@ void bind_explain(py::module_& m) {
   m.def("explain", [](const std::string& name, const std::string& overload, const py::tuple& args,
                       const py::dict& kwargs, const std::string& dispatch_key) {
     auto op = c10::Dispatcher::singleton().findSchema({name, overload});
-    const std::string full = name + (overload.empty() ? "" : "." + overload);
     if (!op) {
-      throw OperatorNotFoundError("explain: no op '" + full +
+      throw OperatorNotFoundError("explain: no op '" + c10::toString(c10::OperatorName(name, overload)) +
                                   "' in the dispatcher (is its library loaded, the overload "
                                   "spelled out?)");
     }

@@ -60,26 +60,22 @@ void bind_registration(py::module_& m) {
     }));
   });
 
-  // install: "installed" (republish the installed routers of the graphs
-  // named) or "named" (install every graph named, as upstream's front end
-  // re-registers them: Registry::FilterInstall).
+  // install_named: install every graph named, as upstream's front end
+  // re-registers them; else republish the installed routers of the graphs
+  // named (Registry::FilterInstall).
   using FilterChange = void (Registry::*)(const Filter&, Registry::FilterInstall);
   auto bind_filter_change = [&m](const char* name, FilterChange change) {
     m.def(
         name,
         [change](std::vector<std::string> dsl, std::vector<std::string> ops,
-                 std::vector<std::string> keys, const std::string& install) {
-          Registry::FilterInstall mode = Registry::FilterInstall::kInstalled;
-          if (install == "named") {
-            mode = Registry::FilterInstall::kNamed;
-          } else if (install != "installed") {
-            throw py::value_error("install must be 'installed' or 'named', got '" + install + "'");
-          }
+                 std::vector<std::string> keys, bool install_named) {
+          const Registry::FilterInstall mode = install_named ? Registry::FilterInstall::kNamed
+                                                             : Registry::FilterInstall::kInstalled;
           without_gil([&] {
             (registry().*change)({std::move(dsl), std::move(ops), std::move(keys)}, mode);
           });
         },
-        py::arg("dsl"), py::arg("ops"), py::arg("keys"), py::arg("install") = "installed");
+        py::arg("dsl"), py::arg("ops"), py::arg("keys"), py::arg("install_named") = false);
   };
   bind_filter_change("deregister_op_overrides", &Registry::deregister_op_overrides);
   bind_filter_change("reenable_op_overrides", &Registry::reenable_op_overrides);

@@ -1,11 +1,10 @@
 // The trace shortcut for Python: routers ask torch.compiler.is_dynamo_compiling
 // whether Dynamo is tracing, so that a tracer sees the plain op (see
-// set_trace_shortcut in call_hooks.h), and Python turns the shortcut on and off.
+// set_trace_shortcut in call_hooks.h), and Python turns the shortcut on.
 //
 // Owns: the captured is_dynamo_compiling, the per-call look-up of what
-// torch.compiler holds now, and the module's install_dynamo_shortcut,
-// remove_trace_shortcut and in_diverted_call. May not touch: registry state,
-// or the host scope (gil.cpp), inside which this usually runs.
+// torch.compiler holds now, and the module's install_dynamo_shortcut and
+// in_diverted_call. May not touch: registry state, or the host scope (gil.cpp), inside which this usually runs.
 
 #include "binding.h"
 
@@ -120,7 +119,6 @@ void capture_dynamo_flag() { g_dynamo_flag = &dynamo_flag(); }
 
 void bind_trace_shortcut(py::module_& m) {
   m.def("install_dynamo_shortcut", [] { set_trace_shortcut(&dynamo_is_tracing); });
-  m.def("remove_trace_shortcut", [] { set_trace_shortcut(nullptr); });
   m.def("in_diverted_call", &in_diverted_call);
 }
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import re
 import weakref
 
 import pytest
@@ -247,11 +248,26 @@ def test_a_predicate_evaluated_on_a_call_places_keywords_by_the_schema():
     assert sorter_only.evaluate_on_call("aten::searchsorted", "Tensor", (SORTED, PROBES),
                                         {"sorter": SORTER})
     assert not sorter_only.evaluate_on_call("aten::searchsorted", "Tensor", (SORTED, PROBES), {})
-    with pytest.raises(ValueError, match="no op"):
-        sorter_only.evaluate_on_call("aten::no_such_op", "", (), {})
+    # Named as written, with no dot after an op without an overload name.
+    for name, overload, written in [("aten::no_such_op", "", "'aten::no_such_op'"),
+                                    ("aten::no_such_op", "bogus", "'aten::no_such_op.bogus'")]:
+        with pytest.raises(ValueError, match="no op " + re.escape(written)):
+            sorter_only.evaluate_on_call(name, overload, (), {})
 
 
 # ---- cycles through C++ ---------------------------------------------------------------
+
+@pytest.mark.parametrize("view", ["Node", "Snapshot"])
+def test_a_view_made_without_its_value_is_traversed_as_holding_only_its_type(view):
+    """The collector may meet an instance whose C++ value was never made
+    (`__new__` alone): its traversal visits the type, and succeeds, as
+    gc.get_referents shows (a traversal that failed there raises SystemError)."""
+    from native_registry import _C
+    kind = getattr(_C, view)
+    bare = kind.__new__(kind)
+    assert gc.is_tracked(bare)
+    assert gc.get_referents(bare) == [kind]
+
 
 def test_a_cond_holding_its_snapshot_is_collected_after_restore(reg):
     def register():

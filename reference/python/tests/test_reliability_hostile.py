@@ -457,6 +457,7 @@ VALUES, INDICES = torch.zeros(2), torch.zeros(2, dtype=torch.long)
 
 @pytest.mark.parametrize("result, message", [
     (VALUES, "must return a tuple or list of 2 values, got Tensor"),
+    ((), "must return a tuple or list of 2 values, got tuple of 0 values"),
     ((VALUES,), "must return a tuple or list of 2 values, got tuple of 1 values"),
     ((VALUES, INDICES, VALUES), "must return a tuple or list of 2 values, got tuple of 3 values"),
     ([VALUES, INDICES, VALUES], "must return a tuple or list of 2 values, got list of 3 values"),

@@ -187,17 +187,18 @@ def test_a_filter_change_publishes_a_graph_reordered_without_reregister(reg):
     assert _C.router_id(KEY) == router
 
 
-def test_a_filter_change_refuses_an_unknown_install_mode_and_changes_nothing(reg):
+def test_a_filter_change_refuses_an_install_mode_that_is_no_bool_and_changes_nothing(reg):
     """The core call upstream's front end makes (one call: the filter and the
-    graphs it names) names a bad install mode and leaves the filter alone."""
+    graphs it names) refuses a mode that is not a bool and leaves the filter
+    alone; install_named=True installs every graph the filter names."""
     reg.register_op_override("dsl_a", *KEY, lambda *a, **k: True, _ninety_nine)
     for change in (_C.deregister_op_overrides, _C.reenable_op_overrides):
-        with pytest.raises(ValueError, match="'everything'"):
-            change(["dsl_a"], [], [], install="everything")
+        with pytest.raises(TypeError):
+            change(["dsl_a"], [], [], install_named="everything")
     assert _C.filters() == ([], [], [])
-    _C.deregister_op_overrides(["dsl_a"], [], [], install="named")
+    _C.deregister_op_overrides(["dsl_a"], [], [], install_named=True)
     assert _C.router_state(KEY) == "absent"  # installed, its chain empty: no router
-    _C.reenable_op_overrides(["dsl_a"], [], [], install="named")
+    _C.reenable_op_overrides(["dsl_a"], [], [], install_named=True)
     assert _C.router_state(KEY) == "active"  # the graph never installed before routes
     assert torch.mul(torch.ones(2), torch.ones(2)).tolist() == [99.0, 99.0]
 
