@@ -71,6 +71,20 @@ def test_a_written_cond_takes_effect_at_the_next_install_in_eager_and_export_ali
     reg._C.check_invariants()
 
 
+@pytest.mark.parametrize("field", ["cond_fn", "impl_fn", "try_initialize_runtime"])
+def test_a_callable_field_written_with_what_is_not_callable_is_refused_and_changes_nothing(reg, field):
+    """Beyond upstream, whose dataclass takes the value and fails at the next
+    routed call: the write raises, naming the field and the value's type."""
+    node = installed_node(reg)
+    before = {name: getattr(node, name) for name in ("cond_fn", "impl_fn", "try_initialize_runtime")}
+    with pytest.raises(TypeError, match=f"{field} must be callable, got str"):
+        setattr(node, field, "not callable")
+    assert {name: getattr(node, name) for name in before} == before
+    reg.register_all_overrides()
+    assert torch.equal(mul(), SEVEN)
+    reg._C.check_invariants()
+
+
 def test_impls_written_in_a_loop_are_released_once_replaced(reg):
     """The `_native` op's binding holds the node it runs now, not every node
     it ran (issue 23: a list of them grew with each write until teardown)."""
