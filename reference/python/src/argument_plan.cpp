@@ -48,7 +48,8 @@ PyObject* keyword_names_tuple(const c10::SmallVector<PyObject*, 8>& names) {
   std::vector<PyObject*> key(names.begin(), names.end());
   auto it = tuples->find(key);
   if (it == tuples->end()) {
-    auto tuple = py::reinterpret_steal<py::object>(PyTuple_New(static_cast<Py_ssize_t>(names.size())));
+    auto tuple =
+        py::reinterpret_steal<py::object>(PyTuple_New(static_cast<Py_ssize_t>(names.size())));
     if (!tuple) throw py::error_already_set();
     for (size_t i = 0; i < names.size(); ++i) {
       PyTuple_SET_ITEM(tuple.ptr(), static_cast<Py_ssize_t>(i), Py_NewRef(names[i]));

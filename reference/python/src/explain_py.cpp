@@ -45,9 +45,9 @@ void bind_explain(py::module_& m) {
                       const py::dict& kwargs, const std::string& dispatch_key) {
     auto op = c10::Dispatcher::singleton().findSchema({name, overload});
     if (!op) {
-      throw OperatorNotFoundError("explain: no op '" + c10::toString(c10::OperatorName(name, overload)) +
-                                  "' in the dispatcher (is its library loaded, the overload "
-                                  "spelled out?)");
+      throw OperatorNotFoundError(
+          "explain: no op '" + c10::toString(c10::OperatorName(name, overload)) +
+          "' in the dispatcher (is its library loaded, the overload spelled out?)");
     }
     Stack stack;
     if (name.rfind("_native::", 0) != 0) {

@@ -4,7 +4,8 @@
 //
 // Owns: the captured is_dynamo_compiling, the per-call look-up of what
 // torch.compiler holds now, and the module's install_dynamo_shortcut and
-// in_diverted_call. May not touch: registry state, or the host scope (gil.cpp), inside which this usually runs.
+// in_diverted_call. May not touch: registry state, or the host scope
+// (gil.cpp), inside which this usually runs.
 
 #include "binding.h"
 
