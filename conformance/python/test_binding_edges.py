@@ -325,37 +325,16 @@ def assert_collected(ref: weakref.ref, what: str) -> None:
     assert ref() is None, f"{what} is still alive after its scope and gc.collect()"
 
 
-@behaviour("binding.cycles-through-the-registry-collected")
-def test_a_cond_holding_its_own_node_is_collected_after_its_scope(impl):
+def assert_a_node_held_by_its_own_callable_is_collected(impl, field: str) -> None:
+    """Registers an override whose `field` (cond, impl or
+    try_initialize_runtime; the others plain functions held elsewhere) holds
+    the override's own node in its closure, routes a call, closes the scope
+    and drops every reference: the callable must be collected."""
     def register_self_referencing():
         holder = {}
 
-        def cond(*args, **kwargs):
+        def cond_holding_the_node(*args, **kwargs):
             return holder["node"] is not None
-
-        impl.register("test_dsl", *KEY, cond, seven)
-        impl.install(*KEY)
-        holder["node"] = impl.graph(*KEY)[0]
-        assert torch.equal(mul(), SEVEN)
-        return weakref.ref(cond)
-
-    with impl.scope():
-        ref = register_self_referencing()
-    assert torch.equal(mul(), STOCK)
-    assert_collected(ref, "a cond whose closure holds its node")
-
-
-@behaviour("binding.cycles-through-the-registry-collected")
-@pytest.mark.parametrize("holder_field", ["impl", "try_initialize_runtime"])
-def test_an_impl_or_runtime_check_holding_its_own_node_is_collected_after_its_scope(
-        impl, holder_field):
-    """As for a cond, with the node's other callables: the cond is a plain
-    function held elsewhere, so only the named callable closes the cycle."""
-    if holder_field == "try_initialize_runtime" and "runtime-init" not in impl.features:
-        pytest.skip(f"unsupported: {impl.name} takes no try_initialize_runtime")
-
-    def register_self_referencing():
-        holder = {}
 
         def seven_holding_the_node(x, y):
             assert holder["node"] is not None
@@ -364,13 +343,10 @@ def test_an_impl_or_runtime_check_holding_its_own_node_is_collected_after_its_sc
         def runtime_holding_the_node():
             return holder["node"] is not None
 
-        if holder_field == "impl":
-            callables = {"impl": seven_holding_the_node}
-            closing = seven_holding_the_node
-        else:
-            callables = {"impl": seven, "try_initialize_runtime": runtime_holding_the_node}
-            closing = runtime_holding_the_node
-        impl.register("test_dsl", *KEY, accept_every_call, callables.pop("impl"), **callables)
+        closing = {"cond": cond_holding_the_node, "impl": seven_holding_the_node,
+                   "try_initialize_runtime": runtime_holding_the_node}[field]
+        callables = {"cond": accept_every_call, "impl": seven, field: closing}
+        impl.register("test_dsl", *KEY, callables.pop("cond"), callables.pop("impl"), **callables)
         impl.install(*KEY)
         holder["node"] = impl.graph(*KEY)[0]
         assert torch.equal(mul(), SEVEN)
@@ -379,11 +355,26 @@ def test_an_impl_or_runtime_check_holding_its_own_node_is_collected_after_its_sc
     with impl.scope():
         ref = register_self_referencing()
     assert torch.equal(mul(), STOCK)
-    assert_collected(ref, f"a {holder_field} whose closure holds its node")
+    assert_collected(ref, f"a {field} whose closure holds its node")
 
 
 def accept_every_call(*args, **kwargs):
     return True
+
+
+@behaviour("binding.cycles-through-the-registry-collected")
+def test_a_cond_holding_its_own_node_is_collected_after_its_scope(impl):
+    assert_a_node_held_by_its_own_callable_is_collected(impl, "cond")
+
+
+@behaviour("binding.cycles-through-the-registry-collected")
+@pytest.mark.parametrize("holder_field", ["impl", "try_initialize_runtime"])
+def test_an_impl_or_runtime_check_holding_its_own_node_is_collected_after_its_scope(
+        impl, holder_field):
+    """As for a cond, with the node's other callables."""
+    if holder_field == "try_initialize_runtime" and "runtime-init" not in impl.features:
+        pytest.skip(f"unsupported: {impl.name} takes no try_initialize_runtime")
+    assert_a_node_held_by_its_own_callable_is_collected(impl, holder_field)
 
 
 @behaviour("binding.cycles-through-the-registry-collected")
