@@ -281,7 +281,7 @@ def reorder_graphs_from_user_function(
         return out
 
     try:
-        _C.reorder_graphs(on_handles, "changed" if reregister_overrides else "nothing")
+        _C.reorder_graphs(on_handles, bool(reregister_overrides))
     except _ReorderRefused as refused:
         raise refused.error from None
     applied = []

@@ -87,16 +87,12 @@ void bind_graph_control(py::module_& m) {
   // that is an Exception is a failed transformation (a warning, the graph
   // kept); any other (KeyboardInterrupt, SystemExit) aborts the reordering,
   // which then changes nothing, and propagates. Returns the changed keys.
-  // install: "nothing" or "changed" (install every changed graph, as
-  // upstream's reregister_overrides=True does), all or nothing. (The core's
-  // kInstalled mode has no Python caller, so the binding offers none.)
-  m.def("reorder_graphs", [](py::function fn, const std::string& install) {
-    Registry::ReorderInstall mode = Registry::ReorderInstall::kNothing;
-    if (install == "changed") {
-      mode = Registry::ReorderInstall::kChanged;
-    } else if (install != "nothing") {
-      throw py::value_error("install must be 'nothing' or 'changed', got '" + install + "'");
-    }
+  // install_changed: install every changed graph, all or nothing, as
+  // upstream's reregister_overrides=True does. (The core's kInstalled mode
+  // has no Python caller, so the binding offers none.)
+  m.def("reorder_graphs", [](py::function fn, bool install_changed) {
+    const Registry::ReorderInstall mode = install_changed ? Registry::ReorderInstall::kChanged
+                                                          : Registry::ReorderInstall::kNothing;
     std::optional<py::error_already_set> interrupted;
     auto call = [&fn, &interrupted](const std::string& op, const std::string& key,
                                     const Graph& graph) {
