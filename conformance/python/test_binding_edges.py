@@ -345,7 +345,7 @@ def assert_a_node_held_by_its_own_callable_is_collected(impl, field: str) -> Non
 
         closing = {"cond": cond_holding_the_node, "impl": seven_holding_the_node,
                    "try_initialize_runtime": runtime_holding_the_node}[field]
-        callables = {"cond": accept_every_call, "impl": seven, field: closing}
+        callables = {"cond": always, "impl": seven, field: closing}
         impl.register("test_dsl", *KEY, callables.pop("cond"), callables.pop("impl"), **callables)
         impl.install(*KEY)
         holder["node"] = impl.graph(*KEY)[0]
@@ -356,10 +356,6 @@ def assert_a_node_held_by_its_own_callable_is_collected(impl, field: str) -> Non
         ref = register_self_referencing()
     assert torch.equal(mul(), STOCK)
     assert_collected(ref, f"a {field} whose closure holds its node")
-
-
-def accept_every_call(*args, **kwargs):
-    return True
 
 
 @behaviour("binding.cycles-through-the-registry-collected")
